@@ -1,0 +1,171 @@
+/* taskorch: a priority task orchestrator (thread pool) for C11 host programs.
+ *
+ * One public header. Every function returns 0 or a negative errno value unless
+ * documented otherwise; tko_strerror() names each code. When a call fails, the
+ * task it was given never runs and no hook is called for it. */
+#ifndef TASKORCH_H
+#define TASKORCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TKO_VERSION_MAJOR 0
+#define TKO_VERSION_MINOR 1
+#define TKO_VERSION_PATCH 0
+#define TKO_VERSION_STRING "0.1.0"
+/* Packed as major*10000 + minor*100 + patch, for compile-time comparisons. */
+#define TKO_VERSION_NUMBER \
+  (TKO_VERSION_MAJOR * 10000 + TKO_VERSION_MINOR * 100 + TKO_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define TKO_API
+#elif defined(__GNUC__)
+#define TKO_API __attribute__((visibility("default")))
+#else
+#define TKO_API
+#endif
+
+/* Hard limits, checked by tko_pool_create (larger values are -EINVAL). */
+#define TKO_MAX_WORKERS 1024u     /* basic workers */
+#define TKO_MAX_ELASTIC 1024u     /* elastic workers */
+#define TKO_MAX_IDLE_MS 3600000u  /* elastic idle timeout: one hour */
+
+typedef struct tko_pool tko_pool; /* opaque */
+
+/* A task: returns 0 on success; any other value is a failure status that is
+ * counted in tko_stats.failed and passed to the on_failure hook. */
+typedef int (*tko_task_fn)(void *arg);
+
+typedef enum tko_shutdown_mode {
+  TKO_DRAIN = 0,  /* run every queued task, then stop */
+  TKO_CANCEL = 1  /* hand every queued task to on_cancel, then stop */
+} tko_shutdown_mode;
+
+typedef enum tko_worker_kind {
+  TKO_WORKER_BASIC = 0,   /* lives as long as the pool */
+  TKO_WORKER_ELASTIC = 1  /* spawned under backlog, retired when idle */
+} tko_worker_kind;
+
+/* What a task hook is told. Times are in nanoseconds and are measured only
+ * when the pool has a before_run, after_run or on_failure hook (else 0). */
+typedef struct tko_task_info {
+  uint64_t id;           /* unique and gap-free per pool, from 1, in submit order */
+  tko_task_fn fn;
+  void *arg;
+  int weight;
+  int status;            /* the task's return value (after_run, on_failure) */
+  uint64_t wait_ns;      /* submit to start */
+  uint64_t run_ns;       /* start to return (after_run, on_failure) */
+  unsigned worker;       /* worker index (on_cancel: UINT32_MAX) */
+  tko_worker_kind kind;  /* kind of that worker */
+} tko_task_info;
+
+typedef void (*tko_task_hook)(void *user, const tko_task_info *task);
+typedef void (*tko_thread_hook)(void *user, unsigned index, tko_worker_kind kind);
+
+/* Hooks run on the pool's threads (on_cancel: on the thread that cancels),
+ * never under an internal lock, so they may submit. A NULL hook is skipped. */
+typedef struct tko_hooks {
+  void *user;                    /* passed to every hook */
+  tko_task_hook before_run;      /* just before a task starts */
+  tko_task_hook after_run;       /* after every task, whatever its status */
+  tko_task_hook on_failure;      /* after a task that returned non-zero */
+  tko_task_hook on_cancel;       /* a queued task dropped by TKO_CANCEL: free its arg here */
+  tko_thread_hook thread_start;  /* first thing a worker thread does */
+  tko_thread_hook thread_stop;   /* last thing a worker thread does */
+} tko_hooks;
+
+/* Optional allocator for the pool's own memory (create, queue growth,
+ * destroy). Tasks never allocate. NULL functions mean the C library's. */
+typedef struct tko_allocator {
+  void *(*alloc)(void *ctx, size_t size);
+  void *(*realloc)(void *ctx, void *ptr, size_t size);
+  void (*free)(void *ctx, void *ptr);
+  void *ctx;
+} tko_allocator;
+
+/* Pool options. Fill them with tko_basic_options or tko_elastic_options, then
+ * adjust fields. Zero-filled fields mean the defaults noted beside them. */
+typedef struct tko_options {
+  unsigned workers;          /* basic workers; tko_basic_options(0) = CPU count */
+  unsigned max_elastic;      /* extra workers spawned under backlog; default 0 */
+  unsigned elastic_idle_ms;  /* an elastic worker idle this long retires; 0 = 1000 */
+  unsigned spin_yields;      /* yields a worker makes looking for work before it
+                                sleeps; 0 = 8 */
+  size_t initial_capacity;   /* queue slots allocated up front; 0 = 256 */
+  const char *name;          /* thread name prefix, up to 10 chars; NULL = "tko" */
+  tko_hooks hooks;
+  const tko_allocator *allocator; /* NULL = malloc/realloc/free */
+} tko_options;
+
+/* Pool statistics: a snapshot, each counter read once. Invariant, when the
+ * pool is quiet: submitted = completed + cancelled + queued + running. */
+typedef struct tko_stats {
+  uint64_t submitted;        /* tasks accepted */
+  uint64_t completed;        /* tasks that ran and returned (failed included) */
+  uint64_t failed;           /* of those, returned non-zero */
+  uint64_t cancelled;        /* handed to on_cancel by TKO_CANCEL */
+  uint64_t queued;           /* accepted, not yet started */
+  uint64_t running;          /* started, not yet returned */
+  unsigned basic_workers;    /* basic worker threads alive */
+  unsigned elastic_workers;  /* elastic worker threads alive */
+  unsigned elastic_peak;     /* most elastic workers alive at once */
+  uint64_t elastic_spawned;  /* elastic workers started, ever */
+  uint64_t elastic_retired;  /* elastic workers retired after idling, ever */
+} tko_stats;
+
+/* Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */
+TKO_API tko_options tko_basic_options(unsigned workers);
+/* Options for `workers` basic threads (0 is allowed: elastic-only) plus up to
+ * `max_elastic` elastic ones that retire after `elastic_idle_ms` idle. */
+TKO_API tko_options tko_elastic_options(unsigned workers, unsigned max_elastic,
+                                        unsigned elastic_idle_ms);
+
+/* Starts the basic workers. -EINVAL: NULL, no workers at all, or a value over
+ * its TKO_MAX_*; -ENOMEM; -EAGAIN: a thread could not be started. */
+TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
+
+/* Queues fn(arg). Higher weight runs first over the whole int range; equal
+ * weights run in submit order. Safe from any thread, tasks and hooks
+ * included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
+ * -ENOMEM: the queue could not grow.
+ * A worker may take a few queued tasks at once (up to 16, fewer when the
+ * queue is short), so a task submitted later with a higher weight can run
+ * after tasks that a worker had already taken. */
+TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
+
+/* Blocks, without polling, until nothing is queued or running, or until
+ * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
+ * -EDEADLK when called from one of this pool's tasks. */
+TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
+
+/* Stops the pool: submits fail with -ESHUTDOWN from now on; TKO_DRAIN runs
+ * every queued task, TKO_CANCEL hands each queued task to on_cancel; then
+ * waits for running tasks and joins every worker. Idempotent (a later call,
+ * in either mode, returns 0 once the first has finished). -EDEADLK, doing
+ * nothing, when called from one of this pool's tasks or hooks. */
+TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
+
+/* Shuts down with TKO_DRAIN if not yet shut down, then frees the pool.
+ * Returns 0, or -EDEADLK (freeing nothing) when called from one of this
+ * pool's own threads, or -EINVAL for NULL. */
+TKO_API int tko_pool_destroy(tko_pool *pool);
+
+/* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
+TKO_API void tko_pool_stats(tko_pool *pool, tko_stats *out);
+
+/* A static, one-line description of a negative errno value (or 0). */
+TKO_API const char *tko_strerror(int err);
+
+/* The library's version at run time, e.g. "0.1.0", and as TKO_VERSION_NUMBER. */
+TKO_API const char *tko_version_string(void);
+TKO_API unsigned tko_version_number(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TASKORCH_H */

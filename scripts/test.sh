@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds and runs the whole test suite three times: plain, under
+# ThreadSanitizer, and under AddressSanitizer+UBSan. Installs its own
+# packages first (scripts/deps.sh). Any failure stops it with a non-zero exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+jobs=$(nproc)
+for flavour in plain thread address; do
+  dir=build-test-$flavour
+  san=""
+  [ "$flavour" = plain ] || san=$flavour
+  echo "== $flavour: configure and build ($dir)"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_SANITIZE="$san" >/dev/null
+  cmake --build "$dir" -j "$jobs" >/dev/null
+  echo "== $flavour: tests"
+  # halt_on_error: a sanitizer report fails the run instead of scrolling by.
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ASAN_OPTIONS="detect_leaks=1 halt_on_error=1" \
+  UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1" \
+    ctest --test-dir "$dir" --output-on-failure -j 1
+done
+echo "== all test flavours passed"

@@ -1,0 +1,300 @@
+/* The pool: options, create, submit, wait_idle, shutdown, destroy, stats.
+ *
+ * Accounting that makes wait_idle and stats cheap: a task is submitted
+ * (next_id, under lock), then started, finished or cancelled (per-worker or
+ * pool counters). Nothing is queued or running exactly when
+ * finished + cancelled == submitted; every counter only grows, so reading
+ * finished and cancelled first and submitted last can only err towards "not
+ * idle yet", never towards a false "idle". */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "mem.h"
+
+static _Thread_local tko_pool *shutting_down; /* the pool this thread is shutting down */
+
+tko_options tko_basic_options(unsigned workers) {
+  tko_options o;
+  memset(&o, 0, sizeof o);
+  o.workers = workers ? workers : tko__cpu_count();
+  o.elastic_idle_ms = 1000;
+  o.spin_yields = 8;
+  o.initial_capacity = 256;
+  o.name = "tko";
+  return o;
+}
+
+tko_options tko_elastic_options(unsigned workers, unsigned max_elastic, unsigned elastic_idle_ms) {
+  tko_options o = tko_basic_options(1);
+  o.workers = workers;
+  o.max_elastic = max_elastic;
+  o.elastic_idle_ms = elastic_idle_ms ? elastic_idle_ms : 1000;
+  return o;
+}
+
+static int check_options(const tko_options *o) {
+  if (o->workers == 0 && o->max_elastic == 0) return -EINVAL;
+  if (o->workers > TKO_MAX_WORKERS || o->max_elastic > TKO_MAX_ELASTIC) return -EINVAL;
+  if (o->elastic_idle_ms > TKO_MAX_IDLE_MS) return -EINVAL;
+  if (o->initial_capacity > ((size_t)1 << 30)) return -EINVAL;
+  if (o->spin_yields > 1000000u) return -EINVAL;
+  return 0;
+}
+
+static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_worker_kind kind) {
+  memset(w, 0, sizeof *w);
+  w->pool = pool;
+  w->index = index;
+  w->kind = kind;
+  atomic_init(&w->started, 0);
+  atomic_init(&w->finished, 0);
+  atomic_init(&w->failed, 0);
+  atomic_init(&w->slot_state, TKO__SLOT_EMPTY);
+}
+
+static void free_pool(tko_pool *pool) {
+  const tko_allocator *a = pool->opts.allocator;
+  for (unsigned i = 0; i < pool->nslots; i++) tko__parker_fini(&pool->slots[i].sleeper.parker);
+  tko__mem_free(a, pool->slots);
+  tko__queue_fini(&pool->queue);
+  tko__idle_fini(&pool->idle);
+  pthread_mutex_destroy(&pool->lock);
+  pthread_mutex_destroy(&pool->spawn_mu);
+  pthread_mutex_destroy(&pool->idle_mu);
+  pthread_cond_destroy(&pool->idle_cv);
+  pthread_mutex_destroy(&pool->shutdown_mu);
+  tko__mem_free(a, pool);
+}
+
+static int init_sync(tko_pool *pool) {
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca)) return -ENOMEM;
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int bad = pthread_mutex_init(&pool->lock, NULL) | pthread_mutex_init(&pool->spawn_mu, NULL) |
+            pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
+            pthread_mutex_init(&pool->shutdown_mu, NULL);
+  pthread_condattr_destroy(&ca);
+  if (bad) return -ENOMEM;
+  return tko__idle_init(&pool->idle);
+}
+
+int tko_pool_create(tko_pool **out, const tko_options *opts) {
+  if (!out || !opts) return -EINVAL;
+  *out = NULL;
+  int rc = check_options(opts);
+  if (rc) return rc;
+  const tko_allocator *a = opts->allocator;
+  tko_pool *pool = tko__mem_alloc(a, sizeof *pool);
+  if (!pool) return -ENOMEM;
+  memset(pool, 0, sizeof *pool);
+  pool->opts = *opts;
+  if (!pool->opts.elastic_idle_ms) pool->opts.elastic_idle_ms = 1000;
+  if (!pool->opts.spin_yields) pool->opts.spin_yields = 8;
+  /* Thread names are limited to 15 characters: "<name>-e1023" fits a
+   * 9-character prefix, so longer names are cut. */
+  snprintf(pool->name, sizeof pool->name, "%s", opts->name ? opts->name : "tko");
+  pool->opts.name = NULL; /* the caller's string need not outlive create */
+  const tko_hooks *h = &opts->hooks;
+  pool->timing = h->before_run || h->after_run || h->on_failure;
+  pool->nslots = opts->workers + opts->max_elastic;
+
+  rc = init_sync(pool);
+  if (rc == 0) rc = tko__queue_init(&pool->queue, opts->initial_capacity ? opts->initial_capacity : 256, a);
+  if (rc == 0) {
+    pool->slots = tko__mem_alloc(a, (size_t)pool->nslots * sizeof *pool->slots);
+    if (!pool->slots) rc = -ENOMEM;
+  }
+  if (rc) {
+    pool->nslots = 0;
+    free_pool(pool);
+    return rc;
+  }
+  worker_init(&pool->caller, pool, UINT32_MAX, TKO_WORKER_BASIC);
+  for (unsigned i = 0; i < pool->nslots; i++) {
+    bool basic = i < opts->workers;
+    worker_init(&pool->slots[i], pool, basic ? i : i - opts->workers,
+                basic ? TKO_WORKER_BASIC : TKO_WORKER_ELASTIC);
+    if (tko__parker_init(&pool->slots[i].sleeper.parker)) {
+      pool->nslots = i;
+      free_pool(pool);
+      return -ENOMEM;
+    }
+  }
+  for (unsigned i = 0; i < opts->workers; i++) {
+    tko__idle_search_begin(&pool->idle); /* each new worker starts searching */
+    tko__add_seq(&pool->basic_alive, 1);
+    rc = tko__thread_start(pool, &pool->slots[i]);
+    if (rc) {
+      tko__idle_search_end(&pool->idle);
+      tko__sub_seq(&pool->basic_alive, 1);
+      tko_pool_shutdown(pool, TKO_DRAIN); /* joins those already started */
+      free_pool(pool);
+      return rc;
+    }
+  }
+  *out = pool;
+  return 0;
+}
+
+int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
+  if (!pool || !fn) return -EINVAL;
+  tko__item item = {.fn = fn, .arg = arg, .weight = weight};
+  if (pool->timing || pool->queue.aging_ns) item.enq_ns = tko__now_ns();
+  pthread_mutex_lock(&pool->lock);
+  if (tko__load_relaxed(&pool->closing)) { /* written under lock */
+    pthread_mutex_unlock(&pool->lock);
+    return -ESHUTDOWN;
+  }
+  item.id = pool->next_id + 1;
+  int rc = tko__queue_push(&pool->queue, &item);
+  if (rc) {
+    pthread_mutex_unlock(&pool->lock);
+    return rc;
+  }
+  pool->next_id = item.id;
+  tko__store_relaxed(&pool->submitted, item.id); /* ordered by the seq_cst add below */
+  /* Step (1') of signal.c's essay: seq_cst, before tko__signal_work's load. */
+  tko__add_seq(&pool->queued, 1);
+  pthread_mutex_unlock(&pool->lock);
+  tko__signal_work(pool);
+  return 0;
+}
+
+static uint64_t sum_finished(tko_pool *pool) {
+  /* seq_cst loads: wait_idle's half of the Dekker pair with run_batch's
+   * seq_cst publish and tko__notify_idle. */
+  uint64_t done = tko__load_seq(&pool->caller.finished);
+  for (unsigned i = 0; i < pool->nslots; i++) done += tko__load_seq(&pool->slots[i].finished);
+  return done;
+}
+
+static bool pool_is_idle(tko_pool *pool) {
+  uint64_t done = sum_finished(pool) + tko__load_seq(&pool->cancelled);
+  return done == tko__load_seq(&pool->submitted);
+}
+
+static void deadline_after(struct timespec *ts, long ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
+  if (!pool || timeout_ms < -1) return -EINVAL;
+  if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
+  struct timespec deadline;
+  if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
+  tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: see sum_finished */
+  int rc = 0;
+  pthread_mutex_lock(&pool->idle_mu);
+  while (!pool_is_idle(pool)) {
+    if (timeout_ms == 0) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+    if (timeout_ms < 0) {
+      pthread_cond_wait(&pool->idle_cv, &pool->idle_mu);
+    } else if (pthread_cond_timedwait(&pool->idle_cv, &pool->idle_mu, &deadline) == ETIMEDOUT) {
+      if (!pool_is_idle(pool)) rc = -ETIMEDOUT;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pool->idle_mu);
+  tko__sub_seq(&pool->idle_waiters, 1);
+  return rc;
+}
+
+/* Takes the queued tasks out a few at a time, outside the lock for the
+ * hooks, and cancels or runs them on this thread. */
+static void empty_queue(tko_pool *pool, bool run) {
+  tko__item batch[TKO__GRAB_MAX];
+  for (;;) {
+    pthread_mutex_lock(&pool->lock);
+    size_t n = tko__queue_pop(&pool->queue, batch, TKO__GRAB_MAX);
+    tko__sub_seq(&pool->queued, n);
+    pthread_mutex_unlock(&pool->lock);
+    if (!n) return;
+    for (size_t i = 0; i < n; i++) {
+      if (run) tko__run_item(pool, &pool->caller, &batch[i]);
+      else tko__cancel_item(pool, &batch[i]);
+    }
+  }
+}
+
+int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
+  if (!pool || (mode != TKO_DRAIN && mode != TKO_CANCEL)) return -EINVAL;
+  if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
+  pthread_mutex_lock(&pool->shutdown_mu);
+  if (pool->shut_down) {
+    pthread_mutex_unlock(&pool->shutdown_mu);
+    return 0;
+  }
+  shutting_down = pool;
+  pthread_mutex_lock(&pool->lock);
+  /* Release: pairs with the acquire in run_batch. */
+  if (mode == TKO_CANCEL) tko__store_release(&pool->cancelling, true);
+  /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
+  tko__store_seq(&pool->closing, true);
+  pthread_mutex_unlock(&pool->lock);
+  if (mode == TKO_CANCEL) empty_queue(pool, false);
+  tko__idle_wake_all(&pool->idle);
+  for (unsigned i = 0; i < pool->opts.workers; i++) {
+    tko__worker *w = &pool->slots[i];
+    if (w->has_thread) pthread_join(w->thread, NULL);
+    w->has_thread = false;
+  }
+  tko__elastic_close_and_join(pool);
+  /* With every worker gone, anything still queued (an elastic-only pool
+   * whose spawn failed) is run or cancelled here, so nothing is lost. */
+  empty_queue(pool, mode == TKO_DRAIN);
+  pool->shut_down = true;
+  shutting_down = NULL;
+  pthread_mutex_unlock(&pool->shutdown_mu);
+  pthread_mutex_lock(&pool->idle_mu);
+  pthread_cond_broadcast(&pool->idle_cv);
+  pthread_mutex_unlock(&pool->idle_mu);
+  return 0;
+}
+
+int tko_pool_destroy(tko_pool *pool) {
+  if (!pool) return -EINVAL;
+  if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
+  tko_pool_shutdown(pool, TKO_DRAIN);
+  free_pool(pool);
+  return 0;
+}
+
+void tko_pool_stats(tko_pool *pool, tko_stats *out) {
+  if (!pool || !out) return;
+  memset(out, 0, sizeof *out);
+  uint64_t started = tko__load_relaxed(&pool->caller.started);
+  uint64_t finished = tko__load_relaxed(&pool->caller.finished);
+  uint64_t failed = tko__load_relaxed(&pool->caller.failed);
+  for (unsigned i = 0; i < pool->nslots; i++) {
+    /* Relaxed: a snapshot; each counter is read once and may lag its owner. */
+    tko__worker *w = &pool->slots[i];
+    finished += tko__load_relaxed(&w->finished);
+    failed += tko__load_relaxed(&w->failed);
+    started += tko__load_relaxed(&w->started);
+  }
+  out->cancelled = tko__load_relaxed(&pool->cancelled);
+  out->submitted = tko__load_relaxed(&pool->submitted);
+  out->completed = finished;
+  out->failed = failed;
+  out->running = started > finished ? started - finished : 0;
+  uint64_t gone = started + out->cancelled;
+  out->queued = out->submitted > gone ? out->submitted - gone : 0;
+  out->basic_workers = tko__load_relaxed(&pool->basic_alive);
+  out->elastic_workers = tko__load_relaxed(&pool->elastic_count);
+  out->elastic_peak = tko__load_relaxed(&pool->elastic_peak);
+  out->elastic_spawned = tko__load_relaxed(&pool->elastic_spawned);
+  out->elastic_retired = tko__load_relaxed(&pool->elastic_retired);
+}

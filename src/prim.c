@@ -1,0 +1,56 @@
+/* Platform primitives; see prim.h. */
+#define _GNU_SOURCE
+#include "prim.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef TKO_HAVE_FUTEX
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+uint64_t tko__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#ifdef TKO_HAVE_FUTEX
+void tko__futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns) {
+  struct timespec ts, *tsp = NULL;
+  if (timeout_ns != UINT64_MAX) {
+    ts.tv_sec = (time_t)(timeout_ns / 1000000000u);
+    ts.tv_nsec = (long)(timeout_ns % 1000000000u);
+    tsp = &ts;
+  }
+  /* A relative timeout; EINTR, EAGAIN and ETIMEDOUT all just return, and the
+   * caller re-checks the word. */
+  syscall(SYS_futex, (void *)word, FUTEX_WAIT_PRIVATE, expected, tsp, NULL, 0);
+}
+
+void tko__futex_wake_one(atomic_uint *word) {
+  syscall(SYS_futex, (void *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+#endif
+
+void tko__thread_set_name(const char *name) {
+#if defined(__linux__)
+  char buf[16];
+  strncpy(buf, name, sizeof buf - 1);
+  buf[sizeof buf - 1] = '\0';
+  pthread_setname_np(pthread_self(), buf);
+#elif defined(__APPLE__)
+  pthread_setname_np(name);
+#else
+  (void)name;
+#endif
+}
+
+unsigned tko__cpu_count(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1u : (unsigned)n;
+}

@@ -1,0 +1,29 @@
+/* Platform primitives behind one small header (after mimalloc's prim.h):
+ * a monotonic clock, a one-word futex-style wait/wake, thread naming, the CPU
+ * count. Linux uses futex(2); elsewhere a portable pthread
+ * fallback in prim.c stands in. */
+#ifndef TKO_PRIM_H
+#define TKO_PRIM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* Monotonic time in nanoseconds. */
+uint64_t tko__now_ns(void);
+
+#if defined(__linux__) && !defined(TKO_NO_FUTEX)
+#define TKO_HAVE_FUTEX 1
+/* Blocks while *word == expected, until woken, or until timeout_ns passes
+ * (UINT64_MAX = no limit). May return spuriously: callers re-check the word. */
+void tko__futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns);
+/* Wakes up to one thread blocked in tko__futex_wait on word. */
+void tko__futex_wake_one(atomic_uint *word);
+#endif
+
+/* Names the calling thread (truncated to the platform's limit). */
+void tko__thread_set_name(const char *name);
+
+/* Online CPU count, at least 1. */
+unsigned tko__cpu_count(void);
+
+#endif

@@ -1,0 +1,270 @@
+/* The weighted priority queue (see queue.h).
+ *
+ * Why buckets: tasks usually carry a handful of distinct weights, so keeping
+ * one FIFO list per weight makes push and pop O(1) for the common case and
+ * O(log B) for B distinct weights queued, whatever the number of items; a
+ * single heap of items would pay O(log n) cache misses per pop with a million
+ * tasks waiting. FIFO order among equal weights falls out of the lists.
+ *
+ * Memory: items live in one slab grown by doubling, and freed slots are
+ * reused LIFO, so a steady stream of tasks allocates nothing. A bucket that
+ * empties stays in the weight table (a burst of one weight usually comes
+ * back); empty buckets are purged when the table fills to half, which bounds
+ * memory by the distinct weights queued at once and keeps purging amortised
+ * O(1) without allocating.
+ *
+ * Aging (aging_ns > 0) orders items by weight*aging_ns - enq_ns, which is the
+ * same order as "weight plus one unit per aging_ns waited" at any instant, so
+ * no key ever changes while queued. Within a bucket items are in submit
+ * order, hence in key order; a bucket's key is its head's, and the heap is
+ * re-sifted only when a head leaves. Ties go to the lower id (FIFO). */
+#include "queue.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "mem.h"
+
+#define MIN_TABLE 16u
+
+/* Free buckets are marked with heap_pos == FREE_MARK (never a real
+ * position: the heap is far smaller than 2^32 - 2) and chained through head. */
+#define FREE_MARK (TKO__NIL - 1)
+
+static bool bucket_in_table(const tko__bucket *b) { return b->heap_pos != FREE_MARK; }
+
+static bool bucket_before(const tko__queue *q, uint32_t a, uint32_t b) {
+  const tko__bucket *ba = &q->buckets[a], *bb = &q->buckets[b];
+  if (!q->aging_ns) return ba->weight > bb->weight; /* weights are distinct */
+  const tko__item *ia = &q->items[ba->head], *ib = &q->items[bb->head];
+  __int128 ka = (__int128)ia->weight * q->aging_ns - ia->enq_ns;
+  __int128 kb = (__int128)ib->weight * q->aging_ns - ib->enq_ns;
+  return ka != kb ? ka > kb : ia->id < ib->id;
+}
+
+static void heap_place(tko__queue *q, uint32_t pos, uint32_t bucket) {
+  q->heap[pos] = bucket;
+  q->buckets[bucket].heap_pos = pos;
+}
+
+static void heap_sift_up(tko__queue *q, uint32_t pos) {
+  uint32_t b = q->heap[pos];
+  while (pos > 0) {
+    uint32_t parent = (pos - 1) / 2;
+    if (!bucket_before(q, b, q->heap[parent])) break;
+    heap_place(q, pos, q->heap[parent]);
+    pos = parent;
+  }
+  heap_place(q, pos, b);
+}
+
+static void heap_sift_down(tko__queue *q, uint32_t pos) {
+  uint32_t b = q->heap[pos];
+  for (;;) {
+    uint32_t child = 2 * pos + 1;
+    if (child >= q->heap_len) break;
+    if (child + 1 < q->heap_len && bucket_before(q, q->heap[child + 1], q->heap[child])) child++;
+    if (!bucket_before(q, q->heap[child], b)) break;
+    heap_place(q, pos, q->heap[child]);
+    pos = child;
+  }
+  heap_place(q, pos, b);
+}
+
+static uint32_t hash_weight(int weight, uint32_t cap) {
+  uint32_t h = (uint32_t)weight * 0x9E3779B1u;
+  return (h ^ (h >> 16)) & (cap - 1);
+}
+
+static void table_insert(tko__queue *q, uint32_t bucket) {
+  uint32_t i = hash_weight(q->buckets[bucket].weight, q->table_cap);
+  while (q->table[i] != TKO__NIL) i = (i + 1) & (q->table_cap - 1);
+  q->table[i] = bucket;
+  q->table_used++;
+}
+
+static uint32_t table_find(const tko__queue *q, int weight) {
+  uint32_t i = hash_weight(weight, q->table_cap);
+  for (;;) {
+    uint32_t b = q->table[i];
+    if (b == TKO__NIL || q->buckets[b].weight == weight) return b;
+    i = (i + 1) & (q->table_cap - 1);
+  }
+}
+
+/* Rebuilds the weight table at capacity cap with only the non-empty buckets;
+ * the empty ones go back to the free list. */
+static int table_rebuild(tko__queue *q, uint32_t cap) {
+  if (cap != q->table_cap) {
+    uint32_t *t = tko__mem_alloc(q->alloc, (size_t)cap * sizeof *t);
+    if (!t) return -ENOMEM;
+    tko__mem_free(q->alloc, q->table);
+    q->table = t;
+    q->table_cap = cap;
+  }
+  memset(q->table, 0xff, (size_t)cap * sizeof *q->table);
+  q->table_used = 0;
+  for (uint32_t b = 0; b < q->buckets_used; b++) {
+    tko__bucket *bk = &q->buckets[b];
+    if (!bucket_in_table(bk)) continue;
+    if (bk->heap_pos != TKO__NIL) {
+      table_insert(q, b);
+    } else {
+      bk->heap_pos = FREE_MARK;
+      bk->head = q->free_bucket;
+      q->free_bucket = b;
+    }
+  }
+  q->last_bucket = TKO__NIL;
+  return 0;
+}
+
+/* Every slot is queued, on the free list or never used yet, so the room
+ * left is simply capacity minus queued items. */
+static int grow_items(tko__queue *q, size_t need) {
+  if ((size_t)q->items_cap - q->len >= need) return 0;
+  size_t cap = q->items_cap;
+  while (cap - q->len < need) cap *= 2;
+  if (cap >= TKO__NIL - 1) return -ENOMEM;
+  tko__item *items = tko__mem_realloc(q->alloc, q->items, cap * sizeof *items);
+  if (!items) return -ENOMEM;
+  q->items = items;
+  q->items_cap = (uint32_t)cap;
+  return 0;
+}
+
+/* Makes sure one more bucket can be created without allocating. */
+static int reserve_bucket(tko__queue *q) {
+  if ((q->table_used + 1) * 2 > q->table_cap) {
+    uint32_t cap = q->table_cap;
+    while ((q->heap_len + 1) * 4 > cap) cap *= 2;
+    int rc = table_rebuild(q, cap);
+    if (rc) return rc;
+  }
+  if (q->free_bucket != TKO__NIL || q->buckets_used < q->buckets_cap) return 0;
+  uint32_t cap = q->buckets_cap * 2;
+  tko__bucket *b = tko__mem_realloc(q->alloc, q->buckets, (size_t)cap * sizeof *b);
+  if (!b) return -ENOMEM;
+  q->buckets = b;
+  uint32_t *h = tko__mem_realloc(q->alloc, q->heap, (size_t)cap * sizeof *h);
+  if (!h) return -ENOMEM; /* buckets grew, harmlessly; the next try reuses it */
+  q->heap = h;
+  q->buckets_cap = cap;
+  return 0;
+}
+
+int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc) {
+  memset(q, 0, sizeof *q);
+  q->alloc = alloc;
+  if (capacity < 16) capacity = 16;
+  if (capacity >= TKO__NIL / 2) return -EINVAL;
+  q->items_cap = (uint32_t)capacity;
+  q->free_item = TKO__NIL;
+  q->free_bucket = TKO__NIL;
+  q->last_bucket = TKO__NIL;
+  q->buckets_cap = 8;
+  q->items = tko__mem_alloc(alloc, capacity * sizeof *q->items);
+  q->buckets = tko__mem_alloc(alloc, q->buckets_cap * sizeof *q->buckets);
+  q->heap = tko__mem_alloc(alloc, q->buckets_cap * sizeof *q->heap);
+  q->table_cap = MIN_TABLE;
+  q->table = tko__mem_alloc(alloc, MIN_TABLE * sizeof *q->table);
+  if (!q->items || !q->buckets || !q->heap || !q->table) {
+    tko__queue_fini(q);
+    return -ENOMEM;
+  }
+  memset(q->table, 0xff, MIN_TABLE * sizeof *q->table);
+  return 0;
+}
+
+void tko__queue_fini(tko__queue *q) {
+  tko__mem_free(q->alloc, q->items);
+  tko__mem_free(q->alloc, q->buckets);
+  tko__mem_free(q->alloc, q->heap);
+  tko__mem_free(q->alloc, q->table);
+  memset(q, 0, sizeof *q);
+}
+
+int tko__queue_reserve(tko__queue *q, size_t n) {
+  if (n > (size_t)TKO__NIL / 2 - q->len) return -ENOMEM;
+  return grow_items(q, n);
+}
+
+static uint32_t take_slot(tko__queue *q) {
+  uint32_t i = q->free_item;
+  if (i != TKO__NIL) {
+    q->free_item = q->items[i].next;
+    return i;
+  }
+  return q->items_used++;
+}
+
+static uint32_t bucket_for(tko__queue *q, int weight) {
+  uint32_t b = q->last_bucket;
+  if (b != TKO__NIL && q->buckets[b].weight == weight) return b;
+  b = table_find(q, weight);
+  if (b == TKO__NIL) {
+    b = q->free_bucket;
+    if (b != TKO__NIL)
+      q->free_bucket = q->buckets[b].head;
+    else
+      b = q->buckets_used++;
+    q->buckets[b] = (tko__bucket){.weight = weight, .head = TKO__NIL, .tail = TKO__NIL,
+                                  .heap_pos = TKO__NIL};
+    table_insert(q, b);
+  }
+  q->last_bucket = b;
+  return b;
+}
+
+int tko__queue_push(tko__queue *q, const tko__item *item) {
+  int rc = grow_items(q, 1);
+  if (rc) return rc;
+  uint32_t known = q->last_bucket;
+  if ((known == TKO__NIL || q->buckets[known].weight != item->weight) &&
+      table_find(q, item->weight) == TKO__NIL) {
+    rc = reserve_bucket(q);
+    if (rc) return rc;
+  }
+  uint32_t b = bucket_for(q, item->weight);
+  uint32_t slot = take_slot(q);
+  tko__item *it = &q->items[slot];
+  *it = *item;
+  it->next = TKO__NIL;
+  tko__bucket *bk = &q->buckets[b];
+  if (bk->head == TKO__NIL) {
+    bk->head = bk->tail = slot;
+    heap_place(q, q->heap_len++, b);
+    heap_sift_up(q, q->heap_len - 1);
+  } else {
+    q->items[bk->tail].next = slot;
+    bk->tail = slot;
+  }
+  q->len++;
+  return 0;
+}
+
+size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
+  size_t n = 0;
+  while (n < max && q->heap_len > 0) {
+    uint32_t b = q->heap[0];
+    tko__bucket *bk = &q->buckets[b];
+    uint32_t slot = bk->head;
+    out[n++] = q->items[slot];
+    bk->head = q->items[slot].next;
+    q->items[slot].next = q->free_item;
+    q->free_item = slot;
+    if (bk->head == TKO__NIL) {
+      bk->tail = TKO__NIL;
+      bk->heap_pos = TKO__NIL;
+      if (--q->heap_len > 0) {
+        heap_place(q, 0, q->heap[q->heap_len]);
+        heap_sift_down(q, 0);
+      }
+    } else if (q->aging_ns) {
+      heap_sift_down(q, 0);
+    }
+  }
+  q->len -= n;
+  return n;
+}

@@ -1,0 +1,60 @@
+/* The weighted priority queue: task items stored by value in one slab,
+ * threaded into one FIFO list per distinct weight ("bucket"); a small binary
+ * heap orders the non-empty buckets. Not thread-safe: the pool's queue lock
+ * guards it. */
+#ifndef TKO_QUEUE_H
+#define TKO_QUEUE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "taskorch.h"
+
+/* One queued task, by value. */
+typedef struct tko__item {
+  tko_task_fn fn;
+  void *arg;
+  uint64_t id;      /* submit order; also the FIFO tie-break */
+  uint64_t enq_ns;  /* submit time, when the pool measures times or ages */
+  int weight;
+  uint32_t next;    /* slab link: next in its bucket, or next free slot */
+} tko__item;
+
+typedef struct tko__bucket {
+  int weight;
+  uint32_t head, tail;  /* slab indices; head == TKO__NIL when empty */
+  uint32_t heap_pos;    /* index in the heap, or TKO__NIL when not in it */
+} tko__bucket;
+
+#define TKO__NIL UINT32_MAX
+
+typedef struct tko__queue {
+  tko__item *items;       /* the slab */
+  uint32_t items_cap, items_used; /* used: high-water mark of slots handed out */
+  uint32_t free_item;     /* free slots, LIFO so reuse is cache-warm */
+  size_t len;             /* items queued */
+
+  tko__bucket *buckets;
+  uint32_t buckets_cap, buckets_used, free_bucket; /* free list through head */
+  uint32_t *heap;         /* bucket indices, highest priority first */
+  uint32_t heap_len;
+
+  uint32_t *table;        /* weight -> bucket, open addressing; TKO__NIL = empty */
+  uint32_t table_cap;     /* a power of two */
+  uint32_t table_used;    /* buckets in the table, empty ones included */
+  uint32_t last_bucket;   /* the bucket the last push used: the common case */
+
+  uint64_t aging_ns;      /* 0 = off; else one weight unit per aging_ns waited */
+  const tko_allocator *alloc;
+} tko__queue;
+
+int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc);
+void tko__queue_fini(tko__queue *q);
+/* Makes room for n more items, so that the next n pushes cannot fail. */
+int tko__queue_reserve(tko__queue *q, size_t n);
+/* Copies *item in. -ENOMEM (queue unchanged) if it could not grow. */
+int tko__queue_push(tko__queue *q, const tko__item *item);
+/* Moves up to max items, highest priority first, into out; returns how many. */
+size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max);
+
+#endif

@@ -1,0 +1,231 @@
+/* The worker loop: take a few tasks, run them, look for more, sleep.
+ *
+ * A worker is in one of three states, as counted in idle.state (signal.c):
+ * busy (running tasks it took), searching (awake, looking at the queue), or
+ * sleeping (on the idle list). It takes up to TKO__GRAB_MAX tasks per visit
+ * to the queue lock, a share sized to the queue so that one worker does not
+ * hoard the work of many. Counters are per worker, so running a task writes
+ * no cache line that another thread writes. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+_Thread_local tko_pool *tko__current_pool;
+
+/* Owner-only counter bump: only this worker writes the slot, so a relaxed
+ * load and store suffice; readers (stats, wait_idle) tolerate a stale value
+ * until the seq_cst publish at the end of each batch. */
+static void count_own(atomic_uint_fast64_t *c) {
+  tko__store_relaxed(c, tko__load_relaxed(c) + 1);
+}
+
+/* The caller slot is shared by any thread that runs tasks outside a worker. */
+static void count(tko_pool *pool, tko__worker *w, atomic_uint_fast64_t *c) {
+  if (w == &pool->caller) tko__add_seq(c, 1);
+  else count_own(c);
+}
+
+static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item *item) {
+  *info = (tko_task_info){.id = item->id, .fn = item->fn, .arg = item->arg,
+                          .weight = item->weight, .worker = w->index, .kind = w->kind};
+}
+
+int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
+  const tko_hooks *h = &pool->opts.hooks;
+  count(pool, w, &w->started);
+  if (!pool->timing) {
+    int status = item->fn(item->arg);
+    if (status) count(pool, w, &w->failed);
+    count(pool, w, &w->finished);
+    return status;
+  }
+  tko_task_info info;
+  fill_info(&info, w, item);
+  uint64_t start = tko__now_ns();
+  info.wait_ns = start > item->enq_ns ? start - item->enq_ns : 0;
+  if (h->before_run) h->before_run(h->user, &info);
+  info.status = item->fn(item->arg);
+  info.run_ns = tko__now_ns() - start;
+  if (h->after_run) h->after_run(h->user, &info);
+  if (info.status) {
+    if (h->on_failure) h->on_failure(h->user, &info);
+    count(pool, w, &w->failed);
+  }
+  count(pool, w, &w->finished);
+  return info.status;
+}
+
+void tko__cancel_item(tko_pool *pool, const tko__item *item) {
+  const tko_hooks *h = &pool->opts.hooks;
+  if (h->on_cancel) {
+    tko_task_info info;
+    fill_info(&info, &pool->caller, item);
+    info.worker = UINT32_MAX;
+    h->on_cancel(h->user, &info);
+  }
+  /* seq_cst: wait_idle reads cancelled with finished, before submitted. */
+  tko__add_seq(&pool->cancelled, 1);
+}
+
+void tko__notify_idle(tko_pool *pool) {
+  /* seq_cst: the other half of wait_idle's Dekker pair. This worker stored
+   * its finished count seq_cst, then loads idle_waiters; the waiter adds
+   * itself to idle_waiters, then loads the finished counts. */
+  if (tko__load_seq(&pool->idle_waiters) == 0) return;
+  pthread_mutex_lock(&pool->idle_mu);
+  pthread_cond_broadcast(&pool->idle_cv);
+  pthread_mutex_unlock(&pool->idle_mu);
+}
+
+static size_t take_batch(tko_pool *pool, tko__item *batch) {
+  pthread_mutex_lock(&pool->lock);
+  size_t len = pool->queue.len, n = 0;
+  if (len) {
+    unsigned workers = tko__load_relaxed(&pool->basic_alive) +
+                       tko__load_relaxed(&pool->elastic_count);
+    size_t share = workers > 1 ? len / workers : len;
+    if (share < 1) share = 1;
+    if (share > TKO__GRAB_MAX) share = TKO__GRAB_MAX;
+    n = tko__queue_pop(&pool->queue, batch, share);
+    tko__sub_seq(&pool->queued, n);
+  }
+  pthread_mutex_unlock(&pool->lock);
+  return n;
+}
+
+static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    /* Acquire: pairs with the release in tko_pool_shutdown, so tasks this
+     * worker had taken are cancelled rather than run once TKO_CANCEL began. */
+    if (tko__load_acquire(&pool->cancelling)) {
+      for (; i < n; i++) tko__cancel_item(pool, &batch[i]);
+      break;
+    }
+    tko__run_item(pool, w, &batch[i]);
+  }
+  /* Publish the batch's finished count seq_cst: one half of wait_idle's
+   * Dekker pair (see tko__notify_idle). */
+  tko__store_seq(&w->finished, tko__load_relaxed(&w->finished));
+}
+
+/* Searching: yield the core a few times (on a machine with fewer cores than
+ * threads, a pause loop would steal the producer's core) before sleeping.
+ * The loads are hints; take_batch decides under the lock. */
+static bool spin_for_work(tko_pool *pool) {
+  for (unsigned i = 0; i < pool->opts.spin_yields; i++) {
+    if (tko__load_relaxed(&pool->queued) > 0 || tko__load_relaxed(&pool->closing)) return true;
+    sched_yield();
+  }
+  return false;
+}
+
+enum sleep_result { WOKEN, RETIRE };
+
+/* Sleeps until woken (counted as searching again) or, for an elastic
+ * worker, until idle long enough to retire. */
+static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
+  tko__idle_sleep_prepare(&pool->idle, &w->sleeper);
+  /* Step (2) of signal.c's essay: seq_cst, after sleep_prepare's RMW; pairs
+   * with tko_submit's seq_cst increment of queued. closing is stored seq_cst
+   * before shutdown wakes every sleeper. */
+  if (tko__load_seq(&pool->queued) > 0 || tko__load_seq(&pool->closing)) {
+    if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper))
+      tko__parker_park(&w->sleeper.parker, UINT64_MAX);
+    return WOKEN;
+  }
+  uint64_t timeout = w->kind == TKO_WORKER_ELASTIC
+                         ? (uint64_t)pool->opts.elastic_idle_ms * 1000000u
+                         : UINT64_MAX;
+  if (tko__parker_park(&w->sleeper.parker, timeout)) return WOKEN;
+  if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper)) {
+    tko__parker_park(&w->sleeper.parker, UINT64_MAX); /* a waker claimed us */
+    return WOKEN;
+  }
+  return tko__elastic_try_retire(pool, w) ? RETIRE : WOKEN;
+}
+
+void *tko__worker_main(void *arg) {
+  tko__worker *w = arg;
+  tko_pool *pool = w->pool;
+  const tko_hooks *h = &pool->opts.hooks;
+  tko__current_pool = pool;
+  char name[32];
+  snprintf(name, sizeof name, "%s-%c%u", pool->name,
+           w->kind == TKO_WORKER_BASIC ? 'b' : 'e', w->index);
+  tko__thread_set_name(name);
+  if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
+
+  bool searching = true; /* the spawner counted this worker as searching */
+  bool retired = false;
+  tko__item batch[TKO__GRAB_MAX];
+  for (;;) {
+    size_t n = take_batch(pool, batch);
+    if (n) {
+      /* The last searcher to find work wakes (or spawns) the next worker if
+       * work remains, so parallelism ramps up one worker at a time. */
+      if (searching) {
+        searching = false;
+        if (tko__idle_search_end(&pool->idle) && tko__load_seq(&pool->queued) > 0)
+          tko__signal_work(pool);
+      }
+      run_batch(pool, w, batch, n);
+      continue;
+    }
+    if (tko__load_acquire(&pool->closing)) break; /* pairs with shutdown's store */
+    tko__notify_idle(pool);
+    if (!searching) {
+      searching = true;
+      tko__idle_search_begin(&pool->idle);
+    }
+    if (spin_for_work(pool)) continue;
+    if (worker_sleep(pool, w) == RETIRE) {
+      searching = false; /* try_retire ended the search */
+      retired = true;
+      break;
+    }
+  }
+  if (searching) tko__idle_search_end(&pool->idle);
+  if (!retired) {
+    if (w->kind == TKO_WORKER_BASIC) tko__sub_seq(&pool->basic_alive, 1);
+    else tko__sub_seq(&pool->elastic_count, 1);
+  }
+  tko__notify_idle(pool);
+  if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
+  return NULL;
+}
+
+int tko__thread_start(tko_pool *pool, tko__worker *w) {
+  (void)pool;
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr)) return -EAGAIN;
+  /* Workers get the default policy and priority, not the creating thread's
+   * (a submitter with a real-time policy must not make the pool real-time). */
+  struct sched_param sp = {0};
+  pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+  pthread_attr_setschedpolicy(&attr, SCHED_OTHER);
+  pthread_attr_setschedparam(&attr, &sp);
+  /* Block asynchronous signals in workers so the host's handlers run on the
+   * host's threads; the new thread inherits this mask. Synchronous faults
+   * stay deliverable. */
+  sigset_t all, old;
+  sigfillset(&all);
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
+  sigdelset(&all, SIGFPE);
+  sigdelset(&all, SIGILL);
+  sigdelset(&all, SIGTRAP);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int rc = pthread_create(&t, &attr, tko__worker_main, w);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc) return -EAGAIN;
+  w->thread = t;
+  w->has_thread = true;
+  return 0;
+}
