@@ -75,7 +75,7 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
   /* Stop searching before looking: a submit that then finds nobody
    * searching or sleeping spawns (or this worker sees its task). */
   tko__idle_search_end(&pool->idle);
-  pthread_mutex_lock(&pool->lock);
+  tko__lock_acquire(&pool->lock);
   bool retire = pool->queue.len == 0 && !tko__load_relaxed(&pool->closing);
   if (retire) {
     /* Mark the slot free before releasing the count: a spawner whose CAS
@@ -85,7 +85,7 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
     tko__sub_seq(&pool->elastic_count, 1);
     tko__add_relaxed(&pool->elastic_retired, 1);
   }
-  pthread_mutex_unlock(&pool->lock);
+  tko__unlock(&pool->lock);
   if (!retire) tko__idle_search_begin(&pool->idle);
   return retire;
 }

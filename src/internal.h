@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "atomics.h"
+#include "lock.h"
 #include "queue.h"
 #include "signal.h"
 #include "taskorch.h"
@@ -41,7 +42,7 @@ typedef struct tko__worker {
 
 struct tko_pool {
   /* Submit-side state, guarded by lock. */
-  TKO_CACHE_ALIGNED pthread_mutex_t lock;
+  TKO_CACHE_ALIGNED tko__lock lock;
   tko__queue queue;
   uint64_t next_id;              /* ids handed out: the submitted count */
   atomic_bool closing;           /* set under lock; read lock-free by workers */

@@ -62,7 +62,6 @@ static void free_pool(tko_pool *pool) {
   tko__mem_free(a, pool->slots);
   tko__queue_fini(&pool->queue);
   tko__idle_fini(&pool->idle);
-  pthread_mutex_destroy(&pool->lock);
   pthread_mutex_destroy(&pool->spawn_mu);
   pthread_mutex_destroy(&pool->idle_mu);
   pthread_cond_destroy(&pool->idle_cv);
@@ -74,7 +73,8 @@ static int init_sync(tko_pool *pool) {
   pthread_condattr_t ca;
   if (pthread_condattr_init(&ca)) return -ENOMEM;
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  int bad = pthread_mutex_init(&pool->lock, NULL) | pthread_mutex_init(&pool->spawn_mu, NULL) |
+  tko__lock_init(&pool->lock);
+  int bad = pthread_mutex_init(&pool->spawn_mu, NULL) |
             pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
             pthread_mutex_init(&pool->shutdown_mu, NULL);
   pthread_condattr_destroy(&ca);
@@ -144,22 +144,22 @@ int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
   if (!pool || !fn) return -EINVAL;
   tko__item item = {.fn = fn, .arg = arg, .weight = weight};
   if (pool->timing || pool->queue.aging_ns) item.enq_ns = tko__now_ns();
-  pthread_mutex_lock(&pool->lock);
+  tko__lock_acquire(&pool->lock);
   if (tko__load_relaxed(&pool->closing)) { /* written under lock */
-    pthread_mutex_unlock(&pool->lock);
+    tko__unlock(&pool->lock);
     return -ESHUTDOWN;
   }
   item.id = pool->next_id + 1;
   int rc = tko__queue_push(&pool->queue, &item);
   if (rc) {
-    pthread_mutex_unlock(&pool->lock);
+    tko__unlock(&pool->lock);
     return rc;
   }
   pool->next_id = item.id;
   tko__store_relaxed(&pool->submitted, item.id); /* ordered by the seq_cst add below */
   /* Step (1') of signal.c's essay: seq_cst, before tko__signal_work's load. */
   tko__add_seq(&pool->queued, 1);
-  pthread_mutex_unlock(&pool->lock);
+  tko__unlock(&pool->lock);
   tko__signal_work(pool);
   return 0;
 }
@@ -217,10 +217,10 @@ int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
 static void empty_queue(tko_pool *pool, bool run) {
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {
-    pthread_mutex_lock(&pool->lock);
+    tko__lock_acquire(&pool->lock);
     size_t n = tko__queue_pop(&pool->queue, batch, TKO__GRAB_MAX);
     tko__sub_seq(&pool->queued, n);
-    pthread_mutex_unlock(&pool->lock);
+    tko__unlock(&pool->lock);
     if (!n) return;
     for (size_t i = 0; i < n; i++) {
       if (run) tko__run_item(pool, &pool->caller, &batch[i]);
@@ -238,12 +238,12 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
     return 0;
   }
   shutting_down = pool;
-  pthread_mutex_lock(&pool->lock);
+  tko__lock_acquire(&pool->lock);
   /* Release: pairs with the acquire in run_batch. */
   if (mode == TKO_CANCEL) tko__store_release(&pool->cancelling, true);
   /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
   tko__store_seq(&pool->closing, true);
-  pthread_mutex_unlock(&pool->lock);
+  tko__unlock(&pool->lock);
   if (mode == TKO_CANCEL) empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
   for (unsigned i = 0; i < pool->opts.workers; i++) {

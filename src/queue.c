@@ -7,7 +7,7 @@
  * tasks waiting. FIFO order among equal weights falls out of the lists.
  *
  * Memory: items live in one slab grown by doubling, and freed slots are
- * reused LIFO, so a steady stream of tasks allocates nothing. A bucket that
+ * reused FIFO, so a steady stream of tasks allocates nothing. A bucket that
  * empties stays in the weight table (a burst of one weight usually comes
  * back); empty buckets are purged when the table fills to half, which bounds
  * memory by the distinct weights queued at once and keeps purging amortised
@@ -160,7 +160,7 @@ int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc) 
   if (capacity < 16) capacity = 16;
   if (capacity >= TKO__NIL / 2) return -EINVAL;
   q->items_cap = (uint32_t)capacity;
-  q->free_item = TKO__NIL;
+  q->free_head = q->free_tail = TKO__NIL;
   q->free_bucket = TKO__NIL;
   q->last_bucket = TKO__NIL;
   q->buckets_cap = 8;
@@ -191,9 +191,10 @@ int tko__queue_reserve(tko__queue *q, size_t n) {
 }
 
 static uint32_t take_slot(tko__queue *q) {
-  uint32_t i = q->free_item;
+  uint32_t i = q->free_head;
   if (i != TKO__NIL) {
-    q->free_item = q->items[i].next;
+    q->free_head = q->items[i].next;
+    if (q->free_head == TKO__NIL) q->free_tail = TKO__NIL;
     return i;
   }
   return q->items_used++;
@@ -252,8 +253,10 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
     uint32_t slot = bk->head;
     out[n++] = q->items[slot];
     bk->head = q->items[slot].next;
-    q->items[slot].next = q->free_item;
-    q->free_item = slot;
+    q->items[slot].next = TKO__NIL;
+    if (q->free_tail != TKO__NIL) q->items[q->free_tail].next = slot;
+    else q->free_head = slot;
+    q->free_tail = slot;
     if (bk->head == TKO__NIL) {
       bk->tail = TKO__NIL;
       bk->heap_pos = TKO__NIL;

@@ -31,7 +31,11 @@ typedef struct tko__bucket {
 typedef struct tko__queue {
   tko__item *items;       /* the slab */
   uint32_t items_cap, items_used; /* used: high-water mark of slots handed out */
-  uint32_t free_item;     /* free slots, LIFO so reuse is cache-warm */
+  /* Free slots, reused FIFO: slots then cycle through the slab in the order
+   * they were filled, so producer writes and worker reads stream through
+   * memory sequentially and the hardware prefetcher hides the cross-core
+   * transfer (LIFO reuse made every write a fresh cache miss). */
+  uint32_t free_head, free_tail;
   size_t len;             /* items queued */
 
   tko__bucket *buckets;

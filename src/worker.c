@@ -83,7 +83,7 @@ void tko__notify_idle(tko_pool *pool) {
 }
 
 static size_t take_batch(tko_pool *pool, tko__item *batch) {
-  pthread_mutex_lock(&pool->lock);
+  tko__lock_acquire(&pool->lock);
   size_t len = pool->queue.len, n = 0;
   if (len) {
     unsigned workers = tko__load_relaxed(&pool->basic_alive) +
@@ -94,7 +94,7 @@ static size_t take_batch(tko_pool *pool, tko__item *batch) {
     n = tko__queue_pop(&pool->queue, batch, share);
     tko__sub_seq(&pool->queued, n);
   }
-  pthread_mutex_unlock(&pool->lock);
+  tko__unlock(&pool->lock);
   return n;
 }
 

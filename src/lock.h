@@ -1,0 +1,59 @@
+/* The queue lock: a test-and-test-and-set spinlock that yields the core.
+ *
+ * Why not a pthread mutex: the critical sections are a few dozen
+ * nanoseconds, and a contended mutex parks the loser in the kernel for
+ * microseconds, which on a machine with fewer cores than threads turned one
+ * producer and two workers into a convoy of context switches. A waiter here
+ * spins briefly with a pause, then yields the core so that a preempted
+ * holder can run (pause-spinning against a holder that shares the core only
+ * burns its time slice). */
+#ifndef TKO_LOCK_H
+#define TKO_LOCK_H
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "atomics.h"
+
+typedef struct tko__lock {
+  atomic_int held;
+  atomic_uint_fast64_t contended; /* slow-path entries, for benchmarks */
+} tko__lock;
+
+static inline void tko__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static inline void tko__lock_init(tko__lock *l) {
+  atomic_init(&l->held, 0);
+  atomic_init(&l->contended, 0);
+}
+
+static inline void tko__lock_slow(tko__lock *l) {
+  tko__add_relaxed(&l->contended, 1);
+  for (unsigned spins = 0;; spins++) {
+    /* Relaxed: only a hint to retry the acquiring exchange below. */
+    while (tko__load_relaxed(&l->held)) {
+      if (spins++ < 32) tko__cpu_relax();
+      else sched_yield();
+    }
+    /* Acquire: pairs with the release in tko__unlock. */
+    if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) return;
+  }
+}
+
+static inline void tko__lock_acquire(tko__lock *l) {
+  /* Acquire: pairs with the release in tko__unlock. */
+  if (atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) tko__lock_slow(l);
+}
+
+static inline void tko__unlock(tko__lock *l) {
+  tko__store_release(&l->held, 0); /* pairs with the acquires above */
+}
+
+#endif
