@@ -3,12 +3,15 @@
  *
  * Counting: elastic_count is reserved with a CAS loop before a thread is
  * started (so it can never pass max_elastic, however many threads submit at
- * once) and released by the retiring worker under the queue lock, after it
- * has seen the queue empty; a submit pushes under the same lock and reads the
- * count after unlocking, so either the retiring worker sees the new task and
- * stays, or the submit sees the released count and can spawn a replacement.
- * The count never goes negative: only a worker that holds a reservation
- * releases one.
+ * once) and released by the retiring worker. The count never goes negative:
+ * only a worker that holds a reservation releases one.
+ *
+ * No task is stranded by a retirement (think of an elastic-only pool): a
+ * submit reserves its inbox slot (seq_cst), then reads idle.state and, seeing
+ * nobody idle, CASes the count to spawn. The retiring worker releases the
+ * count (seq_cst), then re-reads the inbox. Either the submit's CAS sees the
+ * released count and spawns, or the worker's re-read sees the task and the
+ * worker takes its slot and reservation back and carries on.
  *
  * Threads: max_elastic slots, each holding at most one thread handle. A
  * retiring worker marks its slot RETIRING; the next spawn into that slot
@@ -25,36 +28,45 @@ static void raise_peak(tko_pool *pool, unsigned n) {
   }
 }
 
-static tko__worker *free_slot(tko_pool *pool) {
+static bool reserve_count(tko_pool *pool) {
+  unsigned n = tko__load_relaxed(&pool->elastic_count);
+  do {
+    if (n >= pool->opts.max_elastic) return false;
+  } while (!tko__cas_seq(&pool->elastic_count, &n, n + 1));
+  return true;
+}
+
+/* Claims a slot whose thread is gone or going; caller holds spawn_mu. */
+static tko__worker *claim_slot(tko_pool *pool) {
   for (unsigned i = pool->opts.workers; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
-    /* Acquire: pairs with the release in try_retire, so the old thread's
-     * writes to the slot happen before this spawn reuses it. */
-    if (tko__load_acquire(&w->slot_state) != TKO__SLOT_RUNNING) return w;
+    int state = tko__load_acquire(&w->slot_state);
+    /* seq_cst CAS: races with a retiring worker taking its slot back. Its
+     * acquire half pairs with the release in tko__elastic_try_retire, so the
+     * old thread's writes to the slot happen before this spawn reuses it. */
+    if (state != TKO__SLOT_RUNNING && tko__cas_seq(&w->slot_state, &state, TKO__SLOT_RUNNING))
+      return w;
   }
   return NULL;
 }
 
 void tko__elastic_spawn(tko_pool *pool) {
-  unsigned n = tko__load_relaxed(&pool->elastic_count);
-  do {
-    if (n >= pool->opts.max_elastic) return;
-  } while (!tko__cas_seq(&pool->elastic_count, &n, n + 1));
+  if (!reserve_count(pool)) return;
 
   if (pthread_mutex_trylock(&pool->spawn_mu) != 0) {
     tko__sub_seq(&pool->elastic_count, 1);
     return;
   }
-  /* Every RUNNING slot holds a reservation and ours is not among them, so a
-   * free slot exists. */
-  tko__worker *w = pool->spawn_closed ? NULL : free_slot(pool);
+  /* A slot is free unless a retiring worker is between releasing its count
+   * and marking its slot; then this spawn is dropped, and that worker's
+   * re-check of the inbox picks up the work. */
+  tko__worker *w = pool->spawn_closed ? NULL : claim_slot(pool);
   int rc = -ESHUTDOWN;
   if (w) {
     if (w->has_thread) {
       pthread_join(w->thread, NULL);
       w->has_thread = false;
     }
-    tko__store_relaxed(&w->slot_state, TKO__SLOT_RUNNING); /* under spawn_mu */
     tko__idle_search_begin(&pool->idle); /* the new worker starts searching */
     rc = tko__thread_start(pool, w);
     if (rc) {
@@ -68,26 +80,38 @@ void tko__elastic_spawn(tko_pool *pool) {
     return;
   }
   tko__add_relaxed(&pool->elastic_spawned, 1);
-  raise_peak(pool, n + 1);
+  raise_peak(pool, tko__load_relaxed(&pool->elastic_count));
 }
 
 bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
-  /* Stop searching before looking: a submit that then finds nobody
-   * searching or sleeping spawns (or this worker sees its task). */
+  /* Stop searching before looking, so a submit from now on spawns. */
   tko__idle_search_end(&pool->idle);
   tko__lock_acquire(&pool->lock);
-  bool retire = pool->queue.len == 0 && !tko__load_relaxed(&pool->closing);
-  if (retire) {
-    /* Mark the slot free before releasing the count: a spawner whose CAS
-     * reads the released count then also sees the slot free (the release
-     * RMW below orders this store before it; free_slot's acquire pairs). */
-    tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
-    tko__sub_seq(&pool->elastic_count, 1);
-    tko__add_relaxed(&pool->elastic_retired, 1);
-  }
+  bool idle = !tko__has_work_seq(pool) && !tko__load_relaxed(&pool->closing);
   tko__unlock(&pool->lock);
-  if (!retire) tko__idle_search_begin(&pool->idle);
-  return retire;
+  if (!idle) {
+    tko__idle_search_begin(&pool->idle);
+    return false;
+  }
+  /* Free the slot before the count: a spawner whose CAS reads the released
+   * count then finds the slot free (release here, acquire in claim_slot). */
+  tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
+  tko__sub_seq(&pool->elastic_count, 1);
+  /* The re-check of the essay above: seq_cst, after the count's release. */
+  if (tko__has_work_seq(pool)) {
+    int state = TKO__SLOT_RETIRING;
+    if (tko__cas_seq(&w->slot_state, &state, TKO__SLOT_RUNNING)) {
+      if (reserve_count(pool)) {
+        tko__idle_search_begin(&pool->idle);
+        return false;
+      }
+      /* max_elastic others exist already; they will take the work. */
+      tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
+    }
+    /* else a spawner claimed the slot: its new thread takes the work. */
+  }
+  tko__add_relaxed(&pool->elastic_retired, 1);
+  return true;
 }
 
 void tko__elastic_close_and_join(tko_pool *pool) {

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "atomics.h"
+#include "inbox.h"
 #include "lock.h"
 #include "queue.h"
 #include "signal.h"
@@ -17,6 +18,9 @@
 
 /* The most tasks a worker takes per visit to the queue. */
 #define TKO__GRAB_MAX 16u
+
+/* Inbox slots per pool (40 bytes each). */
+#define TKO__INBOX_CAPACITY 1024u
 
 /* Elastic slot states. */
 enum { TKO__SLOT_EMPTY = 0, TKO__SLOT_RUNNING, TKO__SLOT_RETIRING };
@@ -41,18 +45,16 @@ typedef struct tko__worker {
 } tko__worker;
 
 struct tko_pool {
-  /* Submit-side state, guarded by lock. */
+  /* Submitters write here without a lock (inbox.h). */
+  tko__inbox inbox;
+
+  /* The weighted queue, guarded by lock; only workers (and a submitter
+   * whose inbox is full) take it. */
   TKO_CACHE_ALIGNED tko__lock lock;
   tko__queue queue;
-  uint64_t next_id;              /* ids handed out: the submitted count */
-  atomic_bool closing;           /* set under lock; read lock-free by workers */
-  atomic_bool cancelling;        /* TKO_CANCEL in progress */
-
-  /* The queued count mirrored outside the lock for the sleep/submit check
-   * (signal.c's essay) and for searching workers; its own line so spinners
-   * do not steal the lock's. */
-  TKO_CACHE_ALIGNED atomic_size_t queued;
-  atomic_uint_fast64_t submitted; /* == next_id, readable without the lock */
+  atomic_size_t backlog;  /* queue.len, stored under lock, read lock-free */
+  atomic_bool closing;    /* set under lock at shutdown; read lock-free */
+  atomic_bool cancelling; /* TKO_CANCEL in progress */
 
   tko__idle idle;
 
@@ -92,6 +94,9 @@ struct tko_pool {
 /* The pool whose worker is the calling thread, if any. */
 extern _Thread_local tko_pool *tko__current_pool;
 
+/* Moves the inbox into the queue and refreshes backlog; caller holds lock. */
+int tko__pool_drain_locked(tko_pool *pool);
+
 /* worker.c */
 void *tko__worker_main(void *arg);
 int tko__thread_start(tko_pool *pool, tko__worker *w);
@@ -105,10 +110,22 @@ void tko__elastic_spawn(tko_pool *pool);
 bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w);
 void tko__elastic_close_and_join(tko_pool *pool);
 
+/* Whether any task waits, in the inbox or the queue. The seq_cst form is
+ * step (2) of signal.c's essay; the relaxed form is a searching worker's
+ * hint (take_batch decides under the lock). */
+static inline bool tko__has_work_seq(tko_pool *pool) {
+  return tko__inbox_pending(&pool->inbox) || tko__load_seq(&pool->backlog) > 0;
+}
+static inline bool tko__has_work_hint(tko_pool *pool) {
+  return (tko__load_relaxed(&pool->inbox.tail) & ~TKO__INBOX_CLOSED) !=
+             tko__load_relaxed(&pool->inbox.head) ||
+         tko__load_relaxed(&pool->backlog) > 0;
+}
+
 /* Called after new work is queued: wakes a sleeper if nobody is searching,
  * or starts an elastic worker if every worker is busy. */
 static inline void tko__signal_work(tko_pool *pool) {
-  /* seq_cst: step (2') of signal.c's essay, after the queued increment. */
+  /* seq_cst: step (2') of signal.c's essay, after the inbox reservation. */
   uint64_t st = tko__load_seq(&pool->idle.state);
   if (tko__idle_searching(st) > 0) return;
   if (tko__idle_sleeping(st) > 0 && tko__idle_wake_one(&pool->idle)) return;

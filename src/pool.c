@@ -1,7 +1,7 @@
 /* The pool: options, create, submit, wait_idle, shutdown, destroy, stats.
  *
  * Accounting that makes wait_idle and stats cheap: a task is submitted
- * (next_id, under lock), then started, finished or cancelled (per-worker or
+ * (an inbox reservation), then started, finished or cancelled (per-worker or
  * pool counters). Nothing is queued or running exactly when
  * finished + cancelled == submitted; every counter only grows, so reading
  * finished and cancelled first and submitted last can only err towards "not
@@ -61,6 +61,7 @@ static void free_pool(tko_pool *pool) {
   for (unsigned i = 0; i < pool->nslots; i++) tko__parker_fini(&pool->slots[i].sleeper.parker);
   tko__mem_free(a, pool->slots);
   tko__queue_fini(&pool->queue);
+  tko__inbox_fini(&pool->inbox, a);
   tko__idle_fini(&pool->idle);
   pthread_mutex_destroy(&pool->spawn_mu);
   pthread_mutex_destroy(&pool->idle_mu);
@@ -103,6 +104,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   pool->nslots = opts->workers + opts->max_elastic;
 
   rc = init_sync(pool);
+  if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);
   if (rc == 0) rc = tko__queue_init(&pool->queue, opts->initial_capacity ? opts->initial_capacity : 256, a);
   if (rc == 0) {
     pool->slots = tko__mem_alloc(a, (size_t)pool->nslots * sizeof *pool->slots);
@@ -140,26 +142,31 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   return 0;
 }
 
+int tko__pool_drain_locked(tko_pool *pool) {
+  int rc = tko__inbox_drain(&pool->inbox, &pool->queue);
+  tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
+  return rc;
+}
+
+/* The inbox is full: move it into the queue ourselves (workers are busy). */
+static int make_room(tko_pool *pool) {
+  tko__lock_acquire(&pool->lock);
+  int rc = tko__pool_drain_locked(pool);
+  tko__unlock(&pool->lock);
+  return rc;
+}
+
 int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
   if (!pool || !fn) return -EINVAL;
-  tko__item item = {.fn = fn, .arg = arg, .weight = weight};
-  if (pool->timing || pool->queue.aging_ns) item.enq_ns = tko__now_ns();
-  tko__lock_acquire(&pool->lock);
-  if (tko__load_relaxed(&pool->closing)) { /* written under lock */
-    tko__unlock(&pool->lock);
-    return -ESHUTDOWN;
+  uint64_t enq_ns = pool->timing || pool->queue.aging_ns ? tko__now_ns() : 0;
+  uint64_t pos;
+  int rc;
+  while ((rc = tko__inbox_reserve(&pool->inbox, &pos)) == -EAGAIN) {
+    rc = make_room(pool);
+    if (rc) return rc;
   }
-  item.id = pool->next_id + 1;
-  int rc = tko__queue_push(&pool->queue, &item);
-  if (rc) {
-    tko__unlock(&pool->lock);
-    return rc;
-  }
-  pool->next_id = item.id;
-  tko__store_relaxed(&pool->submitted, item.id); /* ordered by the seq_cst add below */
-  /* Step (1') of signal.c's essay: seq_cst, before tko__signal_work's load. */
-  tko__add_seq(&pool->queued, 1);
-  tko__unlock(&pool->lock);
+  if (rc) return rc;
+  tko__inbox_publish(&pool->inbox, pos, fn, arg, weight, enq_ns);
   tko__signal_work(pool);
   return 0;
 }
@@ -174,7 +181,7 @@ static uint64_t sum_finished(tko_pool *pool) {
 
 static bool pool_is_idle(tko_pool *pool) {
   uint64_t done = sum_finished(pool) + tko__load_seq(&pool->cancelled);
-  return done == tko__load_seq(&pool->submitted);
+  return done == tko__inbox_reserved(&pool->inbox);
 }
 
 static void deadline_after(struct timespec *ts, long ms) {
@@ -218,8 +225,9 @@ static void empty_queue(tko_pool *pool, bool run) {
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {
     tko__lock_acquire(&pool->lock);
+    tko__pool_drain_locked(pool);
     size_t n = tko__queue_pop(&pool->queue, batch, TKO__GRAB_MAX);
-    tko__sub_seq(&pool->queued, n);
+    tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
     tko__unlock(&pool->lock);
     if (!n) return;
     for (size_t i = 0; i < n; i++) {
@@ -243,6 +251,7 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
   if (mode == TKO_CANCEL) tko__store_release(&pool->cancelling, true);
   /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
   tko__store_seq(&pool->closing, true);
+  tko__inbox_close(&pool->inbox);
   tko__unlock(&pool->lock);
   if (mode == TKO_CANCEL) empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
@@ -286,7 +295,7 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
     started += tko__load_relaxed(&w->started);
   }
   out->cancelled = tko__load_relaxed(&pool->cancelled);
-  out->submitted = tko__load_relaxed(&pool->submitted);
+  out->submitted = tko__inbox_reserved(&pool->inbox);
   out->completed = finished;
   out->failed = failed;
   out->running = started > finished ? started - finished : 0;

@@ -14,9 +14,9 @@
  *
  * No lost wake-up. A worker goes to sleep in three steps: (1) it moves itself
  * from searching to sleeping in idle.state with a seq_cst read-modify-write
- * (tko__idle_sleep_prepare), (2) it re-reads the pool's queued count with a
- * seq_cst load, (3) it parks. A submit (1') adds its item and bumps the queued
- * count with a seq_cst read-modify-write, then (2') loads idle.state seq_cst.
+ * (tko__idle_sleep_prepare), (2) it re-reads the inbox tail and the queue's
+ * backlog with seq_cst loads, (3) it parks. A submit (1') reserves its inbox
+ * slot with a seq_cst CAS on the tail, then (2') loads idle.state seq_cst.
  * All four operations are in the single total order of seq_cst operations,
  * so either (1) precedes (1') and the submit sees a sleeper and wakes one, or
  * (1') precedes (1) and the worker's re-check in (2) sees the item and

@@ -84,6 +84,7 @@ void tko__notify_idle(tko_pool *pool) {
 
 static size_t take_batch(tko_pool *pool, tko__item *batch) {
   tko__lock_acquire(&pool->lock);
+  tko__pool_drain_locked(pool);
   size_t len = pool->queue.len, n = 0;
   if (len) {
     unsigned workers = tko__load_relaxed(&pool->basic_alive) +
@@ -92,7 +93,7 @@ static size_t take_batch(tko_pool *pool, tko__item *batch) {
     if (share < 1) share = 1;
     if (share > TKO__GRAB_MAX) share = TKO__GRAB_MAX;
     n = tko__queue_pop(&pool->queue, batch, share);
-    tko__sub_seq(&pool->queued, n);
+    tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
   }
   tko__unlock(&pool->lock);
   return n;
@@ -118,7 +119,7 @@ static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, si
  * The loads are hints; take_batch decides under the lock. */
 static bool spin_for_work(tko_pool *pool) {
   for (unsigned i = 0; i < pool->opts.spin_yields; i++) {
-    if (tko__load_relaxed(&pool->queued) > 0 || tko__load_relaxed(&pool->closing)) return true;
+    if (tko__has_work_hint(pool) || tko__load_relaxed(&pool->closing)) return true;
     sched_yield();
   }
   return false;
@@ -131,9 +132,9 @@ enum sleep_result { WOKEN, RETIRE };
 static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   tko__idle_sleep_prepare(&pool->idle, &w->sleeper);
   /* Step (2) of signal.c's essay: seq_cst, after sleep_prepare's RMW; pairs
-   * with tko_submit's seq_cst increment of queued. closing is stored seq_cst
+   * with tko_submit's seq_cst inbox reservation. closing is stored seq_cst
    * before shutdown wakes every sleeper. */
-  if (tko__load_seq(&pool->queued) > 0 || tko__load_seq(&pool->closing)) {
+  if (tko__has_work_seq(pool) || tko__load_seq(&pool->closing)) {
     if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper))
       tko__parker_park(&w->sleeper.parker, UINT64_MAX);
     return WOKEN;
@@ -170,13 +171,15 @@ void *tko__worker_main(void *arg) {
        * work remains, so parallelism ramps up one worker at a time. */
       if (searching) {
         searching = false;
-        if (tko__idle_search_end(&pool->idle) && tko__load_seq(&pool->queued) > 0)
+        if (tko__idle_search_end(&pool->idle) && tko__has_work_seq(pool))
           tko__signal_work(pool);
       }
       run_batch(pool, w, batch, n);
       continue;
     }
-    if (tko__load_acquire(&pool->closing)) break; /* pairs with shutdown's store */
+    /* Exit once closed and nothing is left; a reservation made just before
+     * the close is still pending in the inbox and is taken first. */
+    if (tko__load_acquire(&pool->closing) && !tko__has_work_seq(pool)) break;
     tko__notify_idle(pool);
     if (!searching) {
       searching = true;
