@@ -150,6 +150,16 @@ TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
  * nothing, when called from one of this pool's tasks or hooks. */
 TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
 
+/* Pauses the pool: no queued task starts until tko_pool_resume (tasks
+ * already running finish; a worker that had taken a few tasks just before
+ * the pause may still start those). Submits are still accepted. wait_idle
+ * counts queued tasks, so on a paused pool with work queued it returns only
+ * by timeout or after a resume. Shutdown resumes a paused pool first: DRAIN
+ * runs what is queued, CANCEL cancels it. Both calls are idempotent and may
+ * be made from tasks. -EINVAL for NULL. */
+TKO_API int tko_pool_pause(tko_pool *pool);
+TKO_API int tko_pool_resume(tko_pool *pool);
+
 /* Shuts down with TKO_DRAIN if not yet shut down, then frees the pool.
  * Returns 0, or -EDEADLK (freeing nothing) when called from one of this
  * pool's own threads, or -EINVAL for NULL. */

@@ -87,7 +87,7 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
   /* Stop searching before looking, so a submit from now on spawns. */
   tko__idle_search_end(&pool->idle);
   tko__lock_acquire(&pool->lock);
-  bool idle = !tko__has_work_seq(pool) && !tko__load_relaxed(&pool->closing);
+  bool idle = !tko__runnable_seq(pool) && !tko__load_relaxed(&pool->closing);
   tko__unlock(&pool->lock);
   if (!idle) {
     tko__idle_search_begin(&pool->idle);
@@ -98,7 +98,7 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
   tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
   tko__sub_seq(&pool->elastic_count, 1);
   /* The re-check of the essay above: seq_cst, after the count's release. */
-  if (tko__has_work_seq(pool)) {
+  if (tko__runnable_seq(pool)) {
     int state = TKO__SLOT_RETIRING;
     if (tko__cas_seq(&w->slot_state, &state, TKO__SLOT_RUNNING)) {
       if (reserve_count(pool)) {

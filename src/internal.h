@@ -55,6 +55,7 @@ struct tko_pool {
   atomic_size_t backlog;  /* queue.len, stored under lock, read lock-free */
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */
   atomic_bool cancelling; /* TKO_CANCEL in progress */
+  atomic_bool paused;     /* tko_pool_pause: no task starts */
 
   tko__idle idle;
 
@@ -120,6 +121,12 @@ static inline bool tko__has_work_hint(tko_pool *pool) {
   return (tko__load_relaxed(&pool->inbox.tail) & ~TKO__INBOX_CLOSED) !=
              tko__load_relaxed(&pool->inbox.head) ||
          tko__load_relaxed(&pool->backlog) > 0;
+}
+
+/* Work that may start now: there is some and the pool is not paused.
+ * seq_cst for the sleep re-check (pairs with tko_pool_resume's store). */
+static inline bool tko__runnable_seq(tko_pool *pool) {
+  return !tko__load_seq(&pool->paused) && tko__has_work_seq(pool);
 }
 
 /* Called after new work is queued: wakes a sleeper if nobody is searching,

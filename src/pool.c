@@ -249,6 +249,7 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
   tko__lock_acquire(&pool->lock);
   /* Release: pairs with the acquire in run_batch. */
   if (mode == TKO_CANCEL) tko__store_release(&pool->cancelling, true);
+  tko__store_seq(&pool->paused, false); /* a paused pool drains or cancels too */
   /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
   tko__store_seq(&pool->closing, true);
   tko__inbox_close(&pool->inbox);
@@ -270,6 +271,23 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
   pthread_mutex_lock(&pool->idle_mu);
   pthread_cond_broadcast(&pool->idle_cv);
   pthread_mutex_unlock(&pool->idle_mu);
+  return 0;
+}
+
+int tko_pool_pause(tko_pool *pool) {
+  if (!pool) return -EINVAL;
+  tko__store_seq(&pool->paused, true);
+  return 0;
+}
+
+int tko_pool_resume(tko_pool *pool) {
+  if (!pool) return -EINVAL;
+  /* seq_cst store, then signal_work's seq_cst load of idle.state: a worker
+   * that announced its sleep either is seen here and woken, or re-checks
+   * paused after this store (worker_sleep). One wake is enough: each worker
+   * that finds work wakes the next while work remains. */
+  tko__store_seq(&pool->paused, false);
+  if (tko__has_work_seq(pool)) tko__signal_work(pool);
   return 0;
 }
 

@@ -86,7 +86,9 @@ static size_t take_batch(tko_pool *pool, tko__item *batch) {
   tko__lock_acquire(&pool->lock);
   tko__pool_drain_locked(pool);
   size_t len = pool->queue.len, n = 0;
-  if (len) {
+  /* Relaxed: a pause racing with this take may let one batch start; pause
+   * promises only that tasks taken after it returns wait. */
+  if (len && !tko__load_relaxed(&pool->paused)) {
     unsigned workers = tko__load_relaxed(&pool->basic_alive) +
                        tko__load_relaxed(&pool->elastic_count);
     size_t share = workers > 1 ? len / workers : len;
@@ -119,7 +121,9 @@ static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, si
  * The loads are hints; take_batch decides under the lock. */
 static bool spin_for_work(tko_pool *pool) {
   for (unsigned i = 0; i < pool->opts.spin_yields; i++) {
-    if (tko__has_work_hint(pool) || tko__load_relaxed(&pool->closing)) return true;
+    if ((tko__has_work_hint(pool) && !tko__load_relaxed(&pool->paused)) ||
+        tko__load_relaxed(&pool->closing))
+      return true;
     sched_yield();
   }
   return false;
@@ -134,7 +138,7 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   /* Step (2) of signal.c's essay: seq_cst, after sleep_prepare's RMW; pairs
    * with tko_submit's seq_cst inbox reservation. closing is stored seq_cst
    * before shutdown wakes every sleeper. */
-  if (tko__has_work_seq(pool) || tko__load_seq(&pool->closing)) {
+  if (tko__runnable_seq(pool) || tko__load_seq(&pool->closing)) {
     if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper))
       tko__parker_park(&w->sleeper.parker, UINT64_MAX);
     return WOKEN;
@@ -171,7 +175,7 @@ void *tko__worker_main(void *arg) {
        * work remains, so parallelism ramps up one worker at a time. */
       if (searching) {
         searching = false;
-        if (tko__idle_search_end(&pool->idle) && tko__has_work_seq(pool))
+        if (tko__idle_search_end(&pool->idle) && tko__runnable_seq(pool))
           tko__signal_work(pool);
       }
       run_batch(pool, w, batch, n);
