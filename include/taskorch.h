@@ -138,6 +138,51 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * after tasks that a worker had already taken. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
+/* One task for tko_submit_batch. */
+typedef struct tko_task {
+  tko_task_fn fn;
+  void *arg;
+  int weight;
+} tko_task;
+
+/* Queues n tasks at once: one reservation and one wake-up for the batch.
+ * All or nothing: on error none is queued. Ids are consecutive, in array
+ * order. -EINVAL: NULL pool or tasks, a NULL fn, or n == 0; -ESHUTDOWN;
+ * -ENOMEM; -EAGAIN: a bounded queue has no room for all n (reject policy). */
+TKO_API int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n);
+
+/* Task groups: wait for a set of tasks, or for one. A group is caller-owned
+ * storage (stack or heap); tko_group_init it, submit members into it, wait,
+ * then tko_group_destroy it once nothing is pending. A group's members
+ * must all go to one pool. A group of one is the handle for a single task. */
+typedef struct tko_group {
+  _Alignas(16) unsigned char opaque[160]; /* private */
+} tko_group;
+
+TKO_API int tko_group_init(tko_group *group);
+/* -EBUSY (and nothing freed) while members are still pending. */
+TKO_API int tko_group_destroy(tko_group *group);
+/* tko_submit, counted in group. -EINVAL also when group already has members
+ * in another pool. */
+TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg,
+                             int weight);
+/* Blocks until every member has finished or been cancelled, or until
+ * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT.
+ * Called from a task of the group's pool, the waiting worker runs queued
+ * tasks itself while it waits, so waiting on a group from inside the pool
+ * cannot deadlock it. */
+TKO_API int tko_group_wait(tko_group *group, long timeout_ms);
+/* Members submitted and not yet finished or cancelled. */
+TKO_API uint64_t tko_group_pending(tko_group *group);
+/* The first non-zero status a member returned (-ECANCELED for a cancelled
+ * member), or 0 if all succeeded so far. Final once tko_group_wait is 0. */
+TKO_API int tko_group_status(tko_group *group);
+/* Cancels the members still queued (not those a worker has started or
+ * taken): each goes to the pool's on_cancel hook and counts as finished for
+ * the group with status -ECANCELED. Returns how many were cancelled (>= 0)
+ * or a negative errno. */
+TKO_API long tko_group_cancel(tko_group *group);
+
 /* Blocks, without polling, until nothing is queued or running, or until
  * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
  * -EDEADLK when called from one of this pool's tasks. */

@@ -38,7 +38,7 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q) {
       if (spins < 64) tko__cpu_relax();
       else sched_yield();
     }
-    tko__item item = {.fn = s->fn, .arg = s->arg, .id = h + 1, .enq_ns = s->enq_ns,
+    tko__item item = {.fn = s->fn, .arg = s->arg, .ctx = s->ctx, .id = h + 1, .enq_ns = s->enq_ns,
                       .weight = s->weight};
     rc = tko__queue_push(q, &item);
     if (rc) break; /* cannot happen after the reserve above, but stay safe */

@@ -31,6 +31,7 @@ typedef struct tko__inbox_slot {
   atomic_uint_fast64_t seq; /* position + 1 once published */
   tko_task_fn fn;
   void *arg;
+  uintptr_t ctx;
   uint64_t enq_ns;
   int weight;
 } tko__inbox_slot;
@@ -47,28 +48,31 @@ typedef struct tko__inbox {
 int tko__inbox_init(tko__inbox *in, uint32_t capacity, const tko_allocator *alloc);
 void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc);
 
-/* Reserves a position; -EAGAIN when full (the caller moves tasks out and
- * retries), -ESHUTDOWN when closed. */
-static inline int tko__inbox_reserve(tko__inbox *in, uint64_t *pos) {
+/* Reserves n consecutive positions (n <= capacity); -EAGAIN when there is
+ * not room for all (the caller moves tasks out and retries), -ESHUTDOWN when
+ * closed. */
+static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) {
   uint64_t t = tko__load_relaxed(&in->tail);
   for (;;) {
     if (t & TKO__INBOX_CLOSED) return -ESHUTDOWN;
-    /* Acquire: pairs with the release in tko__inbox_drain, so the slot's
-     * previous task has been copied out before this reservation reuses it. */
-    if (t - tko__load_acquire(&in->head) > in->mask) return -EAGAIN;
+    /* Acquire: pairs with the release in tko__inbox_drain, so the slots'
+     * previous tasks have been copied out before this reservation reuses
+     * them. */
+    if (t + n - tko__load_acquire(&in->head) > in->mask + 1) return -EAGAIN;
     /* seq_cst: step (1') of signal.c's essay: the reservation is what a
      * worker about to sleep re-checks. */
-    if (tko__cas_seq(&in->tail, &t, t + 1)) break;
+    if (tko__cas_seq(&in->tail, &t, t + n)) break;
   }
   *pos = t;
   return 0;
 }
 
 static inline void tko__inbox_publish(tko__inbox *in, uint64_t pos, tko_task_fn fn, void *arg,
-                                      int weight, uint64_t enq_ns) {
+                                      uintptr_t ctx, int weight, uint64_t enq_ns) {
   tko__inbox_slot *s = &in->slots[pos & in->mask];
   s->fn = fn;
   s->arg = arg;
+  s->ctx = ctx;
   s->weight = weight;
   s->enq_ns = enq_ns;
   /* Release: pairs with the acquire in tko__inbox_drain. */

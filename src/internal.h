@@ -13,7 +13,7 @@
 #include "inbox.h"
 #include "lock.h"
 #include "queue.h"
-#include "signal.h"
+#include "tko_signal.h"
 #include "taskorch.h"
 
 /* The most tasks a worker takes per visit to the queue. */
@@ -92,11 +92,22 @@ struct tko_pool {
   tko__worker *slots;
 };
 
-/* The pool whose worker is the calling thread, if any. */
+/* The pool whose worker is the calling thread, if any, and that worker. */
 extern _Thread_local tko_pool *tko__current_pool;
+extern _Thread_local tko__worker *tko__current_worker;
 
-/* Moves the inbox into the queue and refreshes backlog; caller holds lock. */
+/* Tags in the low bits of tko__item.ctx (records are 8-byte aligned). */
+#define TKO__CTX_GROUP ((uintptr_t)1)
+#define TKO__CTX_TAGS ((uintptr_t)7)
+
+/* group.c: a member finished (or was cancelled, status -ECANCELED). */
+void tko__group_finished(void *group, int status);
+
+/* submit.c: moves the inbox into the queue and refreshes backlog; caller
+ * holds lock. */
 int tko__pool_drain_locked(tko_pool *pool);
+/* Queues one task carrying ctx (a tagged group or async record). */
+int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight);
 
 /* worker.c */
 void *tko__worker_main(void *arg);
@@ -104,6 +115,9 @@ int tko__thread_start(tko_pool *pool, tko__worker *w);
 /* Runs one task with hooks and counting, on the calling thread. */
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item);
 void tko__cancel_item(tko_pool *pool, const tko__item *item);
+/* Takes one queued task and runs it on worker w (a helping group wait);
+ * false if none could be taken. */
+bool tko__help_one(tko_pool *pool, tko__worker *w);
 void tko__notify_idle(tko_pool *pool);
 
 /* elastic.c */

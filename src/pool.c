@@ -142,35 +142,6 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   return 0;
 }
 
-int tko__pool_drain_locked(tko_pool *pool) {
-  int rc = tko__inbox_drain(&pool->inbox, &pool->queue);
-  tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
-  return rc;
-}
-
-/* The inbox is full: move it into the queue ourselves (workers are busy). */
-static int make_room(tko_pool *pool) {
-  tko__lock_acquire(&pool->lock);
-  int rc = tko__pool_drain_locked(pool);
-  tko__unlock(&pool->lock);
-  return rc;
-}
-
-int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
-  if (!pool || !fn) return -EINVAL;
-  uint64_t enq_ns = pool->timing || pool->queue.aging_ns ? tko__now_ns() : 0;
-  uint64_t pos;
-  int rc;
-  while ((rc = tko__inbox_reserve(&pool->inbox, &pos)) == -EAGAIN) {
-    rc = make_room(pool);
-    if (rc) return rc;
-  }
-  if (rc) return rc;
-  tko__inbox_publish(&pool->inbox, pos, fn, arg, weight, enq_ns);
-  tko__signal_work(pool);
-  return 0;
-}
-
 static uint64_t sum_finished(tko_pool *pool) {
   /* seq_cst loads: wait_idle's half of the Dekker pair with run_batch's
    * seq_cst publish and tko__notify_idle. */

@@ -114,6 +114,7 @@ static int table_rebuild(tko__queue *q, uint32_t cap) {
       bk->heap_pos = FREE_MARK;
       bk->head = q->free_bucket;
       q->free_bucket = b;
+      q->free_buckets++;
     }
   }
   q->last_bucket = TKO__NIL;
@@ -134,25 +135,30 @@ static int grow_items(tko__queue *q, size_t need) {
   return 0;
 }
 
-/* Makes sure one more bucket can be created without allocating. */
-static int reserve_bucket(tko__queue *q) {
-  if ((q->table_used + 1) * 2 > q->table_cap) {
-    uint32_t cap = q->table_cap;
-    while ((q->heap_len + 1) * 4 > cap) cap *= 2;
-    int rc = table_rebuild(q, cap);
+/* Makes sure k more buckets can be created without allocating. */
+static int reserve_buckets(tko__queue *q, size_t k) {
+  if (k > TKO__NIL / 8) return -ENOMEM;
+  if ((q->table_used + k) * 2 > q->table_cap) {
+    size_t cap = q->table_cap;
+    while ((q->heap_len + k) * 4 > cap) cap *= 2;
+    if (cap > TKO__NIL / 2) return -ENOMEM;
+    int rc = table_rebuild(q, (uint32_t)cap);
     if (rc) return rc;
   }
-  if (q->free_bucket != TKO__NIL || q->buckets_used < q->buckets_cap) return 0;
-  uint32_t cap = q->buckets_cap * 2;
-  tko__bucket *b = tko__mem_realloc(q->alloc, q->buckets, (size_t)cap * sizeof *b);
+  if (q->free_buckets + (size_t)(q->buckets_cap - q->buckets_used) >= k) return 0;
+  size_t cap = q->buckets_cap;
+  while (q->free_buckets + cap - q->buckets_used < k) cap *= 2;
+  tko__bucket *b = tko__mem_realloc(q->alloc, q->buckets, cap * sizeof *b);
   if (!b) return -ENOMEM;
   q->buckets = b;
-  uint32_t *h = tko__mem_realloc(q->alloc, q->heap, (size_t)cap * sizeof *h);
+  uint32_t *h = tko__mem_realloc(q->alloc, q->heap, cap * sizeof *h);
   if (!h) return -ENOMEM; /* buckets grew, harmlessly; the next try reuses it */
   q->heap = h;
-  q->buckets_cap = cap;
+  q->buckets_cap = (uint32_t)cap;
   return 0;
 }
+
+int tko__queue_reserve_buckets(tko__queue *q, size_t k) { return reserve_buckets(q, k); }
 
 int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc) {
   memset(q, 0, sizeof *q);
@@ -206,9 +212,10 @@ static uint32_t bucket_for(tko__queue *q, int weight) {
   b = table_find(q, weight);
   if (b == TKO__NIL) {
     b = q->free_bucket;
-    if (b != TKO__NIL)
+    if (b != TKO__NIL) {
       q->free_bucket = q->buckets[b].head;
-    else
+      q->free_buckets--;
+    } else
       b = q->buckets_used++;
     q->buckets[b] = (tko__bucket){.weight = weight, .head = TKO__NIL, .tail = TKO__NIL,
                                   .heap_pos = TKO__NIL};
@@ -224,7 +231,7 @@ int tko__queue_push(tko__queue *q, const tko__item *item) {
   uint32_t known = q->last_bucket;
   if ((known == TKO__NIL || q->buckets[known].weight != item->weight) &&
       table_find(q, item->weight) == TKO__NIL) {
-    rc = reserve_bucket(q);
+    rc = reserve_buckets(q, 1);
     if (rc) return rc;
   }
   uint32_t b = bucket_for(q, item->weight);
@@ -245,6 +252,13 @@ int tko__queue_push(tko__queue *q, const tko__item *item) {
   return 0;
 }
 
+static void free_slot(tko__queue *q, uint32_t slot) {
+  q->items[slot].next = TKO__NIL;
+  if (q->free_tail != TKO__NIL) q->items[q->free_tail].next = slot;
+  else q->free_head = slot;
+  q->free_tail = slot;
+}
+
 size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
   size_t n = 0;
   while (n < max && q->heap_len > 0) {
@@ -253,10 +267,7 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
     uint32_t slot = bk->head;
     out[n++] = q->items[slot];
     bk->head = q->items[slot].next;
-    q->items[slot].next = TKO__NIL;
-    if (q->free_tail != TKO__NIL) q->items[q->free_tail].next = slot;
-    else q->free_head = slot;
-    q->free_tail = slot;
+    free_slot(q, slot);
     if (bk->head == TKO__NIL) {
       bk->tail = TKO__NIL;
       bk->heap_pos = TKO__NIL;
@@ -266,6 +277,60 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
       }
     } else if (q->aging_ns) {
       heap_sift_down(q, 0);
+    }
+  }
+  q->len -= n;
+  return n;
+}
+
+/* Takes bucket b out of the heap (it emptied). */
+static void heap_remove(tko__queue *q, uint32_t b) {
+  uint32_t pos = q->buckets[b].heap_pos;
+  q->buckets[b].heap_pos = TKO__NIL;
+  uint32_t last = q->heap[--q->heap_len];
+  if (pos == q->heap_len) return;
+  heap_place(q, pos, last);
+  heap_sift_down(q, pos);
+  heap_sift_up(q, q->buckets[last].heap_pos);
+}
+
+/* Unlinks matching items from one bucket; returns how many it moved. */
+static size_t remove_from_bucket(tko__queue *q, uint32_t b, uintptr_t ctx, tko__item *out,
+                                 size_t max) {
+  tko__bucket *bk = &q->buckets[b];
+  uint32_t prev = TKO__NIL;
+  size_t n = 0;
+  for (uint32_t slot = bk->head; slot != TKO__NIL && n < max;) {
+    uint32_t next = q->items[slot].next;
+    if (q->items[slot].ctx == ctx) {
+      out[n++] = q->items[slot];
+      if (prev == TKO__NIL) bk->head = next;
+      else q->items[prev].next = next;
+      if (bk->tail == slot) bk->tail = prev;
+      free_slot(q, slot);
+    } else {
+      prev = slot;
+    }
+    slot = next;
+  }
+  return n;
+}
+
+size_t tko__queue_remove_ctx(tko__queue *q, uintptr_t ctx, tko__item *out, size_t max) {
+  size_t n = 0;
+  /* Removing reshapes the heap under the scan, so rescan until a pass finds
+   * nothing; cancelling is rare and O(queued) anyway. */
+  for (bool again = true; again && n < max;) {
+    again = false;
+    for (uint32_t h = 0; h < q->heap_len && n < max; h++) {
+      uint32_t b = q->heap[h];
+      uint32_t old_head = q->buckets[b].head;
+      size_t got = remove_from_bucket(q, b, ctx, out + n, max - n);
+      if (!got) continue;
+      n += got;
+      again = true;
+      if (q->buckets[b].head == TKO__NIL) heap_remove(q, b);
+      else if (q->buckets[b].head != old_head && q->aging_ns) heap_sift_down(q, q->buckets[b].heap_pos);
     }
   }
   q->len -= n;

@@ -14,6 +14,7 @@
 typedef struct tko__item {
   tko_task_fn fn;
   void *arg;
+  uintptr_t ctx;    /* 0, or a group / async record tagged in its low bits */
   uint64_t id;      /* submit order; also the FIFO tie-break */
   uint64_t enq_ns;  /* submit time, when the pool measures times or ages */
   int weight;
@@ -40,6 +41,7 @@ typedef struct tko__queue {
 
   tko__bucket *buckets;
   uint32_t buckets_cap, buckets_used, free_bucket; /* free list through head */
+  uint32_t free_buckets;  /* length of that free list */
   uint32_t *heap;         /* bucket indices, highest priority first */
   uint32_t heap_len;
 
@@ -56,9 +58,15 @@ int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc);
 void tko__queue_fini(tko__queue *q);
 /* Makes room for n more items, so that the next n pushes cannot fail. */
 int tko__queue_reserve(tko__queue *q, size_t n);
+/* Makes room for k more distinct weights, so that pushes cannot fail for
+ * want of a bucket (batch submit's all-or-nothing). */
+int tko__queue_reserve_buckets(tko__queue *q, size_t k);
 /* Copies *item in. -ENOMEM (queue unchanged) if it could not grow. */
 int tko__queue_push(tko__queue *q, const tko__item *item);
 /* Moves up to max items, highest priority first, into out; returns how many. */
 size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max);
+/* Moves up to max items whose ctx equals ctx into out, wherever they are
+ * queued (cancelling a group); returns how many. O(queued). */
+size_t tko__queue_remove_ctx(tko__queue *q, uintptr_t ctx, tko__item *out, size_t max);
 
 #endif

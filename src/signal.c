@@ -37,7 +37,7 @@
  * and retire.
  *
  * Lock order: idle.mu is a leaf; nothing else is taken while holding it. */
-#include "signal.h"
+#include "tko_signal.h"
 
 #include <errno.h>
 #include <time.h>

@@ -16,6 +16,7 @@
 #include "internal.h"
 
 _Thread_local tko_pool *tko__current_pool;
+_Thread_local tko__worker *tko__current_worker;
 
 /* Owner-only counter bump: only this worker writes the slot, so a relaxed
  * load and store suffice; readers (stats, wait_idle) tolerate a stale value
@@ -35,12 +36,18 @@ static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item
                           .weight = item->weight, .worker = w->index, .kind = w->kind};
 }
 
+/* Tells the task's group, if any, that it is done. */
+static void ctx_done(const tko__item *item, int status) {
+  if (item->ctx & TKO__CTX_GROUP) tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status);
+}
+
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   const tko_hooks *h = &pool->opts.hooks;
   count(pool, w, &w->started);
   if (!pool->timing) {
     int status = item->fn(item->arg);
     if (status) count(pool, w, &w->failed);
+    if (item->ctx) ctx_done(item, status);
     count(pool, w, &w->finished);
     return status;
   }
@@ -56,6 +63,7 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
     if (h->on_failure) h->on_failure(h->user, &info);
     count(pool, w, &w->failed);
   }
+  if (item->ctx) ctx_done(item, info.status);
   count(pool, w, &w->finished);
   return info.status;
 }
@@ -68,6 +76,7 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
     info.worker = UINT32_MAX;
     h->on_cancel(h->user, &info);
   }
+  if (item->ctx) ctx_done(item, -ECANCELED);
   /* seq_cst: wait_idle reads cancelled with finished, before submitted. */
   tko__add_seq(&pool->cancelled, 1);
 }
@@ -82,7 +91,7 @@ void tko__notify_idle(tko_pool *pool) {
   pthread_mutex_unlock(&pool->idle_mu);
 }
 
-static size_t take_batch(tko_pool *pool, tko__item *batch) {
+static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
   tko__lock_acquire(&pool->lock);
   tko__pool_drain_locked(pool);
   size_t len = pool->queue.len, n = 0;
@@ -93,7 +102,7 @@ static size_t take_batch(tko_pool *pool, tko__item *batch) {
                        tko__load_relaxed(&pool->elastic_count);
     size_t share = workers > 1 ? len / workers : len;
     if (share < 1) share = 1;
-    if (share > TKO__GRAB_MAX) share = TKO__GRAB_MAX;
+    if (share > max) share = max;
     n = tko__queue_pop(&pool->queue, batch, share);
     tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
   }
@@ -114,6 +123,13 @@ static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, si
   /* Publish the batch's finished count seq_cst: one half of wait_idle's
    * Dekker pair (see tko__notify_idle). */
   tko__store_seq(&w->finished, tko__load_relaxed(&w->finished));
+}
+
+bool tko__help_one(tko_pool *pool, tko__worker *w) {
+  tko__item item;
+  if (!take_batch(pool, &item, 1)) return false;
+  run_batch(pool, w, &item, 1);
+  return true;
 }
 
 /* Searching: yield the core a few times (on a machine with fewer cores than
@@ -159,6 +175,7 @@ void *tko__worker_main(void *arg) {
   tko_pool *pool = w->pool;
   const tko_hooks *h = &pool->opts.hooks;
   tko__current_pool = pool;
+  tko__current_worker = w;
   char name[32];
   snprintf(name, sizeof name, "%s-%c%u", pool->name,
            w->kind == TKO_WORKER_BASIC ? 'b' : 'e', w->index);
@@ -169,7 +186,7 @@ void *tko__worker_main(void *arg) {
   bool retired = false;
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {
-    size_t n = take_batch(pool, batch);
+    size_t n = take_batch(pool, batch, TKO__GRAB_MAX);
     if (n) {
       /* The last searcher to find work wakes (or spawns) the next worker if
        * work remains, so parallelism ramps up one worker at a time. */

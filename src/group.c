@@ -1,0 +1,198 @@
+/* Task groups: a caller-owned counter of pending members with a condition
+ * variable to wait on.
+ *
+ * Lifetime: a waiter may free the group as soon as tko_group_wait returns,
+ * so a finishing member does all its work on the group - decrement,
+ * broadcast - inside the group's mutex, and the waiter reads "pending == 0"
+ * under that same mutex: once the waiter has seen it, the member has let go.
+ *
+ * Helping: a worker that waits on a group of its own pool runs queued tasks
+ * instead of blocking, so a task can wait for tasks it submitted even on a
+ * one-worker pool. It blocks only when nothing is queued; a member submitted
+ * later wakes it (submit broadcasts when helpers wait). */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define GROUP_MAGIC 0x7461736bu
+
+typedef struct tko__group {
+  pthread_mutex_t mu; /* guards every field below and the wait on cv */
+  pthread_cond_t cv;
+  uint64_t pending;
+  int status;         /* first failure, or 0 */
+  tko_pool *pool;     /* set by the first member */
+  atomic_uint helpers; /* workers helping in tko_group_wait: see above */
+  uint32_t magic;
+} tko__group;
+
+_Static_assert(sizeof(tko__group) <= sizeof(tko_group), "tko_group too small");
+_Static_assert(_Alignof(tko__group) <= _Alignof(tko_group), "tko_group misaligned");
+
+static tko__group *get(tko_group *group) {
+  tko__group *g = (tko__group *)(void *)group;
+  return g && g->magic == GROUP_MAGIC ? g : NULL;
+}
+
+int tko_group_init(tko_group *group) {
+  if (!group) return -EINVAL;
+  tko__group *g = (tko__group *)(void *)group;
+  memset(group, 0, sizeof *group);
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca)) return -ENOMEM;
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(&g->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc) return -ENOMEM;
+  if (pthread_mutex_init(&g->mu, NULL)) {
+    pthread_cond_destroy(&g->cv);
+    return -ENOMEM;
+  }
+  atomic_init(&g->helpers, 0);
+  g->magic = GROUP_MAGIC;
+  return 0;
+}
+
+int tko_group_destroy(tko_group *group) {
+  tko__group *g = get(group);
+  if (!g) return -EINVAL;
+  pthread_mutex_lock(&g->mu);
+  uint64_t pending = g->pending;
+  pthread_mutex_unlock(&g->mu);
+  if (pending) return -EBUSY;
+  g->magic = 0;
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv);
+  return 0;
+}
+
+void tko__group_finished(void *group, int status) {
+  tko__group *g = group;
+  pthread_mutex_lock(&g->mu);
+  if (status && !g->status) g->status = status;
+  if (--g->pending == 0 || tko__load_relaxed(&g->helpers)) pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg, int weight) {
+  tko__group *g = get(group);
+  if (!pool || !g || !fn) return -EINVAL;
+  pthread_mutex_lock(&g->mu);
+  if (g->pool && g->pool != pool) {
+    pthread_mutex_unlock(&g->mu);
+    return -EINVAL;
+  }
+  g->pool = pool;
+  g->pending++;
+  pthread_mutex_unlock(&g->mu);
+  int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP, weight);
+  if (rc) {
+    pthread_mutex_lock(&g->mu);
+    if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+  }
+  /* seq_cst, after the inbox reservation: a helper adds itself to helpers
+   * and then re-checks the queue (tko_group_wait), so one of the two sees
+   * the other. */
+  if (tko__load_seq(&g->helpers)) {
+    pthread_mutex_lock(&g->mu);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+  }
+  return 0;
+}
+
+uint64_t tko_group_pending(tko_group *group) {
+  tko__group *g = get(group);
+  if (!g) return 0;
+  pthread_mutex_lock(&g->mu);
+  uint64_t n = g->pending;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
+
+int tko_group_status(tko_group *group) {
+  tko__group *g = get(group);
+  if (!g) return -EINVAL;
+  pthread_mutex_lock(&g->mu);
+  int st = g->status;
+  pthread_mutex_unlock(&g->mu);
+  return st;
+}
+
+static void deadline_after(struct timespec *ts, long ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+/* Waits on cv until deadline; false once it has passed. Caller holds mu. */
+static bool wait_until(tko__group *g, long timeout_ms, const struct timespec *deadline) {
+  if (timeout_ms == 0) return false;
+  if (timeout_ms < 0) {
+    pthread_cond_wait(&g->cv, &g->mu);
+    return true;
+  }
+  return pthread_cond_timedwait(&g->cv, &g->mu, deadline) != ETIMEDOUT;
+}
+
+int tko_group_wait(tko_group *group, long timeout_ms) {
+  tko__group *g = get(group);
+  if (!g || timeout_ms < -1) return -EINVAL;
+  struct timespec deadline;
+  if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
+  tko__worker *self = tko__current_worker;
+  int rc = 0;
+  pthread_mutex_lock(&g->mu);
+  while (g->pending > 0) {
+    tko_pool *pool = g->pool;
+    if (self && self->pool == pool) {
+      /* Help: run one queued task outside the group's lock, then look again. */
+      tko__add_seq(&g->helpers, 1); /* seq_cst: see tko_group_submit */
+      pthread_mutex_unlock(&g->mu);
+      bool ran = tko__help_one(pool, self);
+      pthread_mutex_lock(&g->mu);
+      if (!ran && g->pending > 0 && !tko__runnable_seq(pool) && !wait_until(g, timeout_ms, &deadline) &&
+          g->pending > 0)
+        rc = -ETIMEDOUT;
+      tko__sub_seq(&g->helpers, 1);
+      if (rc) break;
+      continue;
+    }
+    if (!wait_until(g, timeout_ms, &deadline) && g->pending > 0) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
+long tko_group_cancel(tko_group *group) {
+  tko__group *g = get(group);
+  if (!g) return -EINVAL;
+  pthread_mutex_lock(&g->mu);
+  tko_pool *pool = g->pool;
+  pthread_mutex_unlock(&g->mu);
+  if (!pool) return 0;
+  long total = 0;
+  tko__item batch[TKO__GRAB_MAX];
+  for (;;) {
+    tko__lock_acquire(&pool->lock);
+    tko__pool_drain_locked(pool);
+    size_t n = tko__queue_remove_ctx(&pool->queue, (uintptr_t)g | TKO__CTX_GROUP, batch,
+                                     TKO__GRAB_MAX);
+    tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
+    tko__unlock(&pool->lock);
+    if (!n) return total;
+    for (size_t i = 0; i < n; i++) tko__cancel_item(pool, &batch[i]);
+    total += (long)n;
+  }
+}
