@@ -79,6 +79,13 @@ typedef struct tko_hooks {
   tko_thread_hook thread_stop;   /* last thing a worker thread does */
 } tko_hooks;
 
+/* What a submit does when a bounded queue is full. */
+typedef enum tko_full_policy {
+  TKO_FULL_BLOCK = 0,       /* wait for room (tko_submit_timed bounds the wait) */
+  TKO_FULL_REJECT = 1,      /* fail with -EAGAIN */
+  TKO_FULL_CALLER_RUNS = 2  /* run the task on the submitting thread, now */
+} tko_full_policy;
+
 /* Optional allocator for the pool's own memory (create, queue growth,
  * destroy). Tasks never allocate. NULL functions mean the C library's. */
 typedef struct tko_allocator {
@@ -97,6 +104,11 @@ typedef struct tko_options {
   unsigned spin_yields;      /* yields a worker makes looking for work before it
                                 sleeps; 0 = 8 */
   size_t initial_capacity;   /* queue slots allocated up front; 0 = 256 */
+  size_t queue_capacity;     /* most tasks queued (not started) at once; 0 = no
+                                limit. Memory is then bounded too. */
+  tko_full_policy full_policy; /* when queue_capacity is reached; default BLOCK */
+  unsigned aging_ms;         /* anti-starvation: a queued task gains one unit of
+                                weight per aging_ms waited; 0 = off */
   const char *name;          /* thread name prefix, up to 10 chars; NULL = "tko" */
   tko_hooks hooks;
   const tko_allocator *allocator; /* NULL = malloc/realloc/free */
@@ -116,6 +128,10 @@ typedef struct tko_stats {
   unsigned elastic_peak;     /* most elastic workers alive at once */
   uint64_t elastic_spawned;  /* elastic workers started, ever */
   uint64_t elastic_retired;  /* elastic workers retired after idling, ever */
+  unsigned blocking;         /* workers inside tko_blocking_begin/end now */
+  uint64_t caller_runs;      /* tasks run on submitting threads (CALLER_RUNS) */
+  uint64_t lock_contended;   /* times a worker or full-inbox submitter waited
+                                for the queue lock (a contention gauge) */
 } tko_stats;
 
 /* Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */
@@ -137,6 +153,26 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * queue is short), so a task submitted later with a higher weight can run
  * after tasks that a worker had already taken. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
+
+/* Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits
+ * for room; tko_submit_timed waits at most timeout_ms (-1 = no limit) and
+ * then fails with -ETIMEDOUT. With TKO_FULL_REJECT a full queue gives
+ * -EAGAIN. With TKO_FULL_CALLER_RUNS the task runs at once on the submitting
+ * thread (hooks see id 0 and worker UINT32_MAX) and the submit returns 0.
+ * A worker of the pool never blocks on its own full queue: it gets -EAGAIN.
+ * Shutdown wakes blocked submitters with -ESHUTDOWN. On an unbounded pool
+ * tko_submit_timed is tko_submit. */
+TKO_API int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight,
+                             long timeout_ms);
+
+/* Blocking hint, called from inside a task: the calling worker is about to
+ * block (I/O, a lock, a sleep). If work is queued and no worker is idle, the
+ * pool starts an elastic worker at once (within max_elastic) instead of
+ * waiting for more backlog; it retires as usual when idle. Calls nest;
+ * tko_blocking_end marks the end. -EPERM when not called from a pool's
+ * worker thread. */
+TKO_API int tko_blocking_begin(void);
+TKO_API int tko_blocking_end(void);
 
 /* One task for tko_submit_batch. */
 typedef struct tko_task {

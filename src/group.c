@@ -87,7 +87,7 @@ int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg
   g->pool = pool;
   g->pending++;
   pthread_mutex_unlock(&g->mu);
-  int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP, weight);
+  int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP, weight, -1);
   if (rc) {
     pthread_mutex_lock(&g->mu);
     if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
@@ -191,6 +191,7 @@ long tko_group_cancel(tko_group *group) {
                                      TKO__GRAB_MAX);
     tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
     tko__unlock(&pool->lock);
+    tko__release_room(pool, n);
     if (!n) return total;
     for (size_t i = 0; i < n; i++) tko__cancel_item(pool, &batch[i]);
     total += (long)n;

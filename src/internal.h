@@ -79,6 +79,17 @@ struct tko_pool {
   pthread_mutex_t idle_mu; /* guards nothing but the wait on idle_cv */
   pthread_cond_t idle_cv;
 
+  /* Bounded queues only: tasks accepted and not yet taken by a worker. A
+   * blocked submitter counts itself in space_waiters, then sleeps on
+   * space_cv under space_mu; whoever frees room broadcasts (Dekker pair:
+   * the room's seq_cst release, then the waiters' seq_cst load). */
+  TKO_CACHE_ALIGNED atomic_size_t bounded_count;
+  atomic_uint space_waiters;
+  pthread_mutex_t space_mu; /* guards nothing but the wait on space_cv */
+  pthread_cond_t space_cv;
+  atomic_uint_fast64_t caller_runs; /* CALLER_RUNS tasks: part of submitted */
+  atomic_uint blocking;             /* workers inside a blocking hint */
+
   atomic_uint_fast64_t cancelled;
   tko__worker caller; /* counts tasks run on a caller's thread (shutdown) */
 
@@ -106,8 +117,16 @@ void tko__group_finished(void *group, int status);
 /* submit.c: moves the inbox into the queue and refreshes backlog; caller
  * holds lock. */
 int tko__pool_drain_locked(tko_pool *pool);
-/* Queues one task carrying ctx (a tagged group or async record). */
-int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight);
+/* Queues one task carrying ctx (a tagged group or async record); a full
+ * bounded queue blocks up to timeout_ms (-1 = no limit). */
+int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
+                     long timeout_ms);
+/* Gives back room in a bounded queue for n tasks that left it. */
+void tko__release_room(tko_pool *pool, size_t n);
+/* Tasks ever accepted: inbox reservations plus tasks run by callers. */
+static inline uint64_t tko__submitted(tko_pool *pool) {
+  return tko__inbox_reserved(&pool->inbox) + tko__load_seq(&pool->caller_runs);
+}
 
 /* worker.c */
 void *tko__worker_main(void *arg);

@@ -42,6 +42,9 @@ static int check_options(const tko_options *o) {
   if (o->elastic_idle_ms > TKO_MAX_IDLE_MS) return -EINVAL;
   if (o->initial_capacity > ((size_t)1 << 30)) return -EINVAL;
   if (o->spin_yields > 1000000u) return -EINVAL;
+  if (o->full_policy > TKO_FULL_CALLER_RUNS) return -EINVAL;
+  if (o->aging_ms > TKO_MAX_IDLE_MS) return -EINVAL;
+  if (o->queue_capacity > ((size_t)1 << 31)) return -EINVAL;
   return 0;
 }
 
@@ -67,6 +70,8 @@ static void free_pool(tko_pool *pool) {
   pthread_mutex_destroy(&pool->idle_mu);
   pthread_cond_destroy(&pool->idle_cv);
   pthread_mutex_destroy(&pool->shutdown_mu);
+  pthread_mutex_destroy(&pool->space_mu);
+  pthread_cond_destroy(&pool->space_cv);
   tko__mem_free(a, pool);
 }
 
@@ -77,7 +82,8 @@ static int init_sync(tko_pool *pool) {
   tko__lock_init(&pool->lock);
   int bad = pthread_mutex_init(&pool->spawn_mu, NULL) |
             pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
-            pthread_mutex_init(&pool->shutdown_mu, NULL);
+            pthread_mutex_init(&pool->shutdown_mu, NULL) | pthread_mutex_init(&pool->space_mu, NULL) |
+            pthread_cond_init(&pool->space_cv, &ca);
   pthread_condattr_destroy(&ca);
   if (bad) return -ENOMEM;
   return tko__idle_init(&pool->idle);
@@ -106,6 +112,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   rc = init_sync(pool);
   if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);
   if (rc == 0) rc = tko__queue_init(&pool->queue, opts->initial_capacity ? opts->initial_capacity : 256, a);
+  pool->queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
   if (rc == 0) {
     pool->slots = tko__mem_alloc(a, (size_t)pool->nslots * sizeof *pool->slots);
     if (!pool->slots) rc = -ENOMEM;
@@ -152,7 +159,7 @@ static uint64_t sum_finished(tko_pool *pool) {
 
 static bool pool_is_idle(tko_pool *pool) {
   uint64_t done = sum_finished(pool) + tko__load_seq(&pool->cancelled);
-  return done == tko__inbox_reserved(&pool->inbox);
+  return done == tko__submitted(pool);
 }
 
 static void deadline_after(struct timespec *ts, long ms) {
@@ -200,6 +207,7 @@ static void empty_queue(tko_pool *pool, bool run) {
     size_t n = tko__queue_pop(&pool->queue, batch, TKO__GRAB_MAX);
     tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
     tko__unlock(&pool->lock);
+    tko__release_room(pool, n);
     if (!n) return;
     for (size_t i = 0; i < n; i++) {
       if (run) tko__run_item(pool, &pool->caller, &batch[i]);
@@ -225,6 +233,9 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
   tko__store_seq(&pool->closing, true);
   tko__inbox_close(&pool->inbox);
   tko__unlock(&pool->lock);
+  pthread_mutex_lock(&pool->space_mu); /* blocked submitters see closing */
+  pthread_cond_broadcast(&pool->space_cv);
+  pthread_mutex_unlock(&pool->space_mu);
   if (mode == TKO_CANCEL) empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
   for (unsigned i = 0; i < pool->opts.workers; i++) {
@@ -284,7 +295,7 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
     started += tko__load_relaxed(&w->started);
   }
   out->cancelled = tko__load_relaxed(&pool->cancelled);
-  out->submitted = tko__inbox_reserved(&pool->inbox);
+  out->submitted = tko__submitted(pool);
   out->completed = finished;
   out->failed = failed;
   out->running = started > finished ? started - finished : 0;
@@ -295,4 +306,7 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   out->elastic_peak = tko__load_relaxed(&pool->elastic_peak);
   out->elastic_spawned = tko__load_relaxed(&pool->elastic_spawned);
   out->elastic_retired = tko__load_relaxed(&pool->elastic_retired);
+  out->blocking = tko__load_relaxed(&pool->blocking);
+  out->caller_runs = tko__load_relaxed(&pool->caller_runs);
+  out->lock_contended = tko__load_relaxed(&pool->lock.contended);
 }

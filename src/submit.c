@@ -2,6 +2,7 @@
  * (inbox.h); only a full inbox, or a batch larger than it, takes the queue
  * lock to move tasks along. */
 #include <errno.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -23,15 +24,108 @@ static uint64_t enqueue_time(tko_pool *pool) {
   return pool->timing || pool->queue.aging_ns ? tko__now_ns() : 0;
 }
 
-int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
-  uint64_t enq_ns = enqueue_time(pool);
-  uint64_t pos;
-  int rc;
-  while ((rc = tko__inbox_reserve(&pool->inbox, 1, &pos)) == -EAGAIN) {
-    rc = make_room(pool);
+void tko__release_room(tko_pool *pool, size_t n) {
+  if (!pool->opts.queue_capacity || !n) return;
+  tko__sub_seq(&pool->bounded_count, n);
+  /* seq_cst: after the release above; pairs with wait_for_room. */
+  if (tko__load_seq(&pool->space_waiters)) {
+    pthread_mutex_lock(&pool->space_mu);
+    pthread_cond_broadcast(&pool->space_cv);
+    pthread_mutex_unlock(&pool->space_mu);
+  }
+}
+
+static bool try_admit(tko_pool *pool, size_t k) {
+  size_t cap = pool->opts.queue_capacity;
+  size_t n = tko__load_relaxed(&pool->bounded_count);
+  do {
+    if (n + k > cap) return false;
+  } while (!tko__cas_seq(&pool->bounded_count, &n, n + k));
+  return true;
+}
+
+static void deadline_after(struct timespec *ts, long ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+/* Blocks until k tasks may fit, the pool closes or the deadline passes. */
+static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct timespec *deadline) {
+  int rc = 0;
+  tko__add_seq(&pool->space_waiters, 1); /* seq_cst: see tko__release_room */
+  pthread_mutex_lock(&pool->space_mu);
+  while (tko__load_seq(&pool->bounded_count) + k > pool->opts.queue_capacity) {
+    if (tko__load_seq(&pool->closing)) {
+      rc = -ESHUTDOWN;
+      break;
+    }
+    if (timeout_ms < 0) {
+      pthread_cond_wait(&pool->space_cv, &pool->space_mu);
+    } else if (timeout_ms == 0 ||
+               pthread_cond_timedwait(&pool->space_cv, &pool->space_mu, deadline) == ETIMEDOUT) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pool->space_mu);
+  tko__sub_seq(&pool->space_waiters, 1);
+  return rc;
+}
+
+enum { ADMITTED = 0, RUN_HERE = 1 };
+
+/* Takes room for k tasks in a bounded queue, following the full policy:
+ * ADMITTED, RUN_HERE (caller-runs), or a negative errno. */
+static int admit(tko_pool *pool, size_t k, long timeout_ms) {
+  if (!pool->opts.queue_capacity) return ADMITTED;
+  if (k > pool->opts.queue_capacity) return -EAGAIN; /* could never fit */
+  struct timespec deadline;
+  if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
+  while (!try_admit(pool, k)) {
+    if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
+    switch (pool->opts.full_policy) {
+    case TKO_FULL_REJECT: return -EAGAIN;
+    case TKO_FULL_CALLER_RUNS: return RUN_HERE;
+    default: break;
+    }
+    if (tko__current_pool == pool) return -EAGAIN; /* a worker must not wait on itself */
+    int rc = wait_for_room(pool, k, timeout_ms, &deadline);
     if (rc) return rc;
   }
+  return ADMITTED;
+}
+
+static int run_here(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
+  if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
+  tko__item item = {.fn = fn, .arg = arg, .ctx = ctx, .weight = weight,
+                    .enq_ns = enqueue_time(pool)};
+  /* seq_cst: counted as submitted before it can count as finished. */
+  tko__add_seq(&pool->caller_runs, 1);
+  tko__run_item(pool, &pool->caller, &item);
+  tko__notify_idle(pool);
+  return 0;
+}
+
+int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
+                     long timeout_ms) {
+  int rc = admit(pool, 1, timeout_ms);
+  if (rc == RUN_HERE) return run_here(pool, fn, arg, ctx, weight);
   if (rc) return rc;
+  uint64_t enq_ns = enqueue_time(pool);
+  uint64_t pos;
+  while ((rc = tko__inbox_reserve(&pool->inbox, 1, &pos)) == -EAGAIN) {
+    rc = make_room(pool);
+    if (rc) break;
+  }
+  if (rc) {
+    tko__release_room(pool, 1);
+    return rc;
+  }
   tko__inbox_publish(&pool->inbox, pos, fn, arg, ctx, weight, enq_ns);
   tko__signal_work(pool);
   return 0;
@@ -39,7 +133,12 @@ int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, i
 
 int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
   if (!pool || !fn) return -EINVAL;
-  return tko__submit_item(pool, fn, arg, 0, weight);
+  return tko__submit_item(pool, fn, arg, 0, weight, -1);
+}
+
+int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long timeout_ms) {
+  if (!pool || !fn || timeout_ms < -1) return -EINVAL;
+  return tko__submit_item(pool, fn, arg, 0, weight, timeout_ms);
 }
 
 /* A batch larger than the inbox goes straight into the queue, under the
@@ -81,21 +180,31 @@ int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   if (!pool || !tasks || n == 0) return -EINVAL;
   for (size_t i = 0; i < n; i++)
     if (!tasks[i].fn) return -EINVAL;
+  int rc = admit(pool, n, -1);
+  if (rc == RUN_HERE) {
+    for (size_t i = 0; i < n && rc >= 0; i++)
+      rc = run_here(pool, tasks[i].fn, tasks[i].arg, 0, tasks[i].weight);
+    return rc;
+  }
+  if (rc) return rc;
   uint64_t enq_ns = enqueue_time(pool);
   tko__inbox *in = &pool->inbox;
-  int rc;
   if (n > in->mask + 1) {
     rc = submit_big_batch(pool, tasks, n, enq_ns);
   } else {
     uint64_t pos;
     while ((rc = tko__inbox_reserve(in, n, &pos)) == -EAGAIN) {
       rc = make_room(pool);
-      if (rc) return rc;
+      if (rc) break;
     }
     if (rc == 0)
       for (size_t i = 0; i < n; i++)
         tko__inbox_publish(in, pos + i, tasks[i].fn, tasks[i].arg, 0, tasks[i].weight, enq_ns);
   }
-  if (rc == 0) tko__signal_work(pool); /* one wake; each woken worker wakes the next */
-  return rc;
+  if (rc) {
+    tko__release_room(pool, n);
+    return rc;
+  }
+  tko__signal_work(pool); /* one wake; each woken worker wakes the next */
+  return 0;
 }

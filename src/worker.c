@@ -98,8 +98,10 @@ static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
   /* Relaxed: a pause racing with this take may let one batch start; pause
    * promises only that tasks taken after it returns wait. */
   if (len && !tko__load_relaxed(&pool->paused)) {
-    unsigned workers = tko__load_relaxed(&pool->basic_alive) +
-                       tko__load_relaxed(&pool->elastic_count);
+    /* Share by the workers there could be, elastic ones included, so one
+     * worker does not hoard tasks that an elastic worker could have run
+     * (blocking tasks above all). */
+    unsigned workers = tko__load_relaxed(&pool->basic_alive) + pool->opts.max_elastic;
     size_t share = workers > 1 ? len / workers : len;
     if (share < 1) share = 1;
     if (share > max) share = max;
@@ -107,6 +109,7 @@ static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
     tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
   }
   tko__unlock(&pool->lock);
+  tko__release_room(pool, n);
   return n;
 }
 
@@ -123,6 +126,24 @@ static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, si
   /* Publish the batch's finished count seq_cst: one half of wait_idle's
    * Dekker pair (see tko__notify_idle). */
   tko__store_seq(&w->finished, tko__load_relaxed(&w->finished));
+}
+
+int tko_blocking_begin(void) {
+  tko__worker *w = tko__current_worker;
+  if (!w) return -EPERM;
+  tko_pool *pool = w->pool;
+  tko__add_relaxed(&pool->blocking, 1);
+  /* This worker stops taking work for a while: if work is waiting and
+   * nobody is idle, wake or start another worker now. */
+  if (tko__runnable_seq(pool)) tko__signal_work(pool);
+  return 0;
+}
+
+int tko_blocking_end(void) {
+  tko__worker *w = tko__current_worker;
+  if (!w) return -EPERM;
+  tko__sub_relaxed(&w->pool->blocking, 1);
+  return 0;
 }
 
 bool tko__help_one(tko_pool *pool, tko__worker *w) {

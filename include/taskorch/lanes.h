@@ -1,0 +1,173 @@
+/* taskorch keyed serial lanes: tasks that share a key run one at a time, in
+ * submit order; tasks with different keys run in parallel on the pool.
+ *
+ * A lane table is its own object bound to a pool. Each key hashes to one of
+ * a fixed number of lanes; a lane is a ring of queued tasks plus at most one
+ * "runner" pool task. The runner drains up to max_drain queued tasks in one
+ * visit (or hands them to a batch callback all at once), then resubmits
+ * itself if more are queued. Nothing is allocated per task: a lane's ring is
+ * allocated at the lane's first use and grows geometrically, never shrinks.
+ *
+ * Guarantees:
+ * - Per-key order: tasks with the same key start in submit order (for
+ *   submits from different threads, the order in which their calls took the
+ *   lane's lock), each after the previous one returned.
+ * - Per-key exclusion: no two tasks with the same key ever run at once. The
+ *   task before happens-before the task after (lane mutex).
+ * - Collisions: keys that hash to the same lane share it. Order and
+ *   exclusion then hold across all of those keys together (they are
+ *   serialized as one key would be); only parallelism is lost. The table
+ *   is never "full": every key has a lane. tko_lanes_index says which.
+ * - Exactly once: every task accepted (submit returned 0) is run exactly
+ *   once or handed exactly once to the on_cancel callback.
+ * - Weights: within a lane, order is submit order whatever the weights.
+ *   A lane competes with the pool's other tasks through its runner, which
+ *   is submitted with the weight of the task at the lane's head when the
+ *   runner is (re)submitted; that runner then drains up to max_drain tasks
+ *   whatever their weights. So a high-weight task queued behind a low-weight
+ *   one waits for the low-weight runner (FIFO beats weight inside a lane),
+ *   and a low-weight task drained in the same visit as a high-weight head
+ *   runs with it. Set max_drain to 1 to re-rank the lane after every task.
+ *
+ * Cancellation: the pool only ever sees runners, never lane tasks. If the
+ * pool is shut down with TKO_CANCEL while a runner is queued, the pool's
+ * on_cancel hook is called with the runner (its fn is internal and its arg
+ * is not the host's: never free it). Call tko_lanes_pool_cancelled(task)
+ * first in that hook: it returns 1 for a runner and hands that lane's queued
+ * tasks to the lanes' on_cancel. tko_lanes_destroy also finds runners that
+ * the pool dropped without telling (see there). A runner already running
+ * when the pool shuts down, in either mode, finishes its lane on the spot
+ * (the pool waits for running tasks); call tko_lanes_cancel first to drop
+ * queued lane tasks instead.
+ *
+ * Lifetime: destroy the lanes before the pool. All functions are safe from
+ * any thread, lane tasks and pool tasks included, except where noted. */
+#ifndef TASKORCH_LANES_H
+#define TASKORCH_LANES_H
+
+#include <taskorch.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TKO_MAX_LANES (1u << 20)      /* lane table size limit */
+#define TKO_MAX_LANE_DRAIN 65536u     /* max_drain limit */
+
+typedef struct tko_lanes tko_lanes; /* opaque */
+
+/* One queued lane task, as the batch and cancel callbacks see it. */
+typedef struct tko_lane_task {
+  uint64_t key;
+  tko_task_fn fn; /* NULL allowed only with a batch callback */
+  void *arg;
+  int weight;
+} tko_lane_task;
+
+/* One visit's worth of tasks of one lane, oldest first. The array lives in
+ * the lane and is valid only during the callback. */
+typedef struct tko_lane_batch {
+  unsigned lane;              /* lane index (tko_lanes_index) */
+  size_t count;               /* 1 .. max_drain */
+  const tko_lane_task *tasks;
+} tko_lane_batch;
+
+/* Applies a whole drained batch at once (one lock, one flush). Called on a
+ * pool worker with the lane held: no other batch or task of this lane runs
+ * meanwhile. The library does not call the tasks' fn in batch mode; the
+ * callback owns their effects (it may call fn itself). */
+typedef void (*tko_lane_batch_fn)(void *user, const tko_lane_batch *batch);
+/* A queued lane task that will never run: free its arg here. */
+typedef void (*tko_lane_cancel_fn)(void *user, const tko_lane_task *task);
+
+/* Lane table options. Fill with tko_lane_default_options, then adjust.
+ * Zero-filled fields mean the defaults noted beside them. */
+typedef struct tko_lane_options {
+  unsigned lanes;         /* table size, rounded up to a power of two; 0 = 256;
+                             over TKO_MAX_LANES is -EINVAL */
+  unsigned max_drain;     /* tasks a runner takes per visit; 0 = 32; over
+                             TKO_MAX_LANE_DRAIN is -EINVAL */
+  size_t lane_capacity;   /* ring slots a lane allocates at first use; 0 = 16 */
+  size_t max_queued;      /* queued tasks per lane before submit fails with
+                             -EAGAIN; 0 = no limit (the ring grows) */
+  void *user;             /* passed to batch and on_cancel */
+  tko_lane_batch_fn batch;        /* NULL: the runner calls each task's fn */
+  tko_lane_cancel_fn on_cancel;   /* NULL: cancelled tasks are just dropped */
+  const tko_allocator *allocator; /* NULL = malloc/realloc/free */
+} tko_lane_options;
+
+/* Lane table statistics: a snapshot, each lane read under its lock.
+ * When quiet: submitted = completed + cancelled + queued. */
+typedef struct tko_lane_stats {
+  uint64_t submitted;  /* lane tasks accepted */
+  uint64_t completed;  /* run by a runner (or passed to batch) */
+  uint64_t failed;     /* of those, fn returned non-zero (not in batch mode) */
+  uint64_t cancelled;  /* handed to on_cancel (or dropped without one) */
+  uint64_t queued;     /* accepted, not yet taken by a runner */
+  uint64_t visits;     /* runner visits that took at least one task */
+  uint64_t max_batch;  /* most tasks taken in one visit */
+  unsigned lanes_used; /* lanes whose ring has been allocated */
+} tko_lane_stats;
+
+/* The defaults: 256 lanes, max_drain 32, rings of 16, no limit, no callbacks. */
+TKO_API tko_lane_options tko_lane_default_options(void);
+
+/* Creates a lane table on `pool` (opts NULL = defaults). Allocates the table
+ * (about 128 bytes a lane); rings come at each lane's first use.
+ * -EINVAL: NULL out or pool, or an option over its limit; -ENOMEM. */
+TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts);
+
+/* Queues fn(arg) on the lane of `key`; see the guarantees above. The lane's
+ * runner, if it must be started, is submitted to the pool with `weight`.
+ * -EINVAL: NULL lanes, or NULL fn without a batch callback; -ESHUTDOWN: the
+ * lanes are closed or cancelled, or the pool refused the runner (shut down);
+ * -EAGAIN: the lane holds max_queued tasks; -ENOMEM: the ring could not grow,
+ * or the pool's queue could not. On error the task is not queued. */
+TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, void *arg,
+                             int weight);
+
+/* The lane index of `key`: keys with equal indexes share a lane. */
+TKO_API unsigned tko_lanes_index(const tko_lanes *lanes, uint64_t key);
+
+/* Blocks, without polling, until no lane task is queued or running, or
+ * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
+ * -EDEADLK when called from a task of the lanes' pool (lane tasks and batch
+ * callbacks included); -EINVAL for NULL or timeout_ms < -1. Lane tasks whose
+ * runner the pool cancelled count as queued until tko_lanes_pool_cancelled,
+ * tko_lanes_cancel or tko_lanes_destroy disposes of them. */
+TKO_API int tko_lanes_wait_idle(tko_lanes *lanes, long timeout_ms);
+
+/* Closes the table: later submits fail with -ESHUTDOWN; queued tasks still
+ * run. Submits racing with close either are accepted (and run) or fail.
+ * Idempotent. -EINVAL for NULL. */
+TKO_API int tko_lanes_close(tko_lanes *lanes);
+
+/* Closes the table and hands every queued (not yet taken) lane task to
+ * on_cancel, on the calling thread, oldest first per lane. Tasks a runner has
+ * already taken still run. Idempotent. -EINVAL for NULL. */
+TKO_API int tko_lanes_cancel(tko_lanes *lanes);
+
+/* For the pool's on_cancel hook: returns 1 if `task` is a lane runner of any
+ * lane table, after handing that lane's queued tasks to its table's
+ * on_cancel (the hook must then ignore the task); 0 for any other task or
+ * NULL. The lane table must still exist. */
+TKO_API int tko_lanes_pool_cancelled(const tko_task_info *task);
+
+/* Closes the table, waits until every accepted task has run or been
+ * cancelled and every runner is back, then frees the table. While the pool
+ * runs this drains the lanes. If the pool has dropped runners without
+ * telling (a TKO_CANCEL shutdown whose on_cancel did not call
+ * tko_lanes_pool_cancelled), destroy notices once the pool has nothing
+ * queued or running, and hands those lanes' tasks to on_cancel. Call it
+ * while the pool runs or after its shutdown returned, not during one; no
+ * other call on these lanes may race with destroy. -EINVAL for NULL;
+ * -EDEADLK, doing nothing, from a task of the lanes' pool. */
+TKO_API int tko_lanes_destroy(tko_lanes *lanes);
+
+/* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
+TKO_API void tko_lanes_stats(tko_lanes *lanes, tko_lane_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TASKORCH_LANES_H */

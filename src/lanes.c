@@ -1,0 +1,469 @@
+/* Keyed serial lanes on the public pool API: a fixed table of lanes, each a
+ * FIFO ring of tasks plus at most one runner task in the pool.
+ *
+ * The protocol, and why no task is lost, run twice, or run concurrently with
+ * another of its lane:
+ *
+ * Each lane has a mutex guarding its ring and a flag, `scheduled`, true
+ * exactly while one runner for the lane is out (queued in the pool or
+ * running). A submit pushes its task under the lane mutex; if the lane was
+ * not scheduled, it sets the flag and submits a runner, still under the
+ * mutex, so that if the pool refuses the runner the task (necessarily the
+ * only one in the ring, since an unscheduled lane is empty) is popped again
+ * and the submit fails cleanly. A runner takes up to max_drain tasks from the
+ * head into the lane's scratch array under the mutex, runs them with the
+ * mutex released, then takes the mutex again: if the ring is empty it clears
+ * `scheduled` (the next submit starts a new runner); otherwise it resubmits
+ * itself, with the head's weight, before unlocking. Whoever sees the flag
+ * set knows a runner will look at the ring after its push, because the
+ * runner only clears the flag under the mutex after seeing the ring empty.
+ * At most one runner per lane exists, so the lane's tasks run one at a time,
+ * in ring (submit) order, and each runner's unlock happens-before the next
+ * runner's lock: each task happens-before the next one.
+ *
+ * If the pool refuses the resubmission (it is shutting down), the runner
+ * keeps draining on the spot; the pool waits for running tasks, so the lane
+ * is finished before shutdown returns. A queued runner that the pool
+ * cancels is reported through tko_lanes_pool_cancelled, or found by destroy
+ * once the pool is idle; either way the one party that clears `scheduled`
+ * under the mutex hands the ring's tasks to on_cancel.
+ *
+ * Lifetime: `runners` counts runners out across the table and is decremented
+ * only under idle_mu, as the runner's very last access to the table; destroy
+ * waits for it to reach zero under idle_mu, so no runner touches freed
+ * memory. `pending` counts accepted tasks not yet finished or cancelled;
+ * whoever brings it to zero broadcasts under idle_mu (while still holding a
+ * runner reference or being the caller), and wait_idle checks it under
+ * idle_mu, so no wake-up is lost.
+ *
+ * Lock order: a lane's mu, then idle_mu. No lock is held while a task, the
+ * batch callback or on_cancel runs. tko_submit is called under a lane's mu;
+ * the pool never calls back into this file while holding its own locks. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "taskorch/lanes.h"
+#include "atomics.h"
+#include "mem.h"
+
+typedef struct lane {
+  pthread_mutex_t mu;     /* protects every field below */
+  tko_lane_task *ring;    /* cap slots, count queued from head; NULL until first use */
+  tko_lane_task *scratch; /* max_drain slots: the batch being run (runner only) */
+  size_t cap, head, count;
+  bool scheduled;         /* a runner for this lane is out */
+  unsigned index;
+  struct tko_lanes *owner;
+  uint64_t submitted, completed, failed, cancelled, visits, max_batch;
+} lane;
+
+/* Lanes are padded to whole cache lines so that neighbours' mutexes and
+ * counters, written by different runners, never share a line. */
+#define LANE_STRIDE (((sizeof(lane) + TKO_CACHE_LINE - 1) / TKO_CACHE_LINE) * TKO_CACHE_LINE)
+
+struct tko_lanes {
+  tko_pool *pool;
+  tko_lane_options opts;
+  unsigned mask;           /* lanes - 1 */
+  void *raw;               /* allocation holding the lanes */
+  unsigned char *base;     /* cache-line aligned start of the lanes */
+  atomic_bool closed;      /* submits fail once set (see tko_lanes_close) */
+  TKO_CACHE_ALIGNED atomic_uint_fast64_t pending; /* accepted, not finished or cancelled */
+  TKO_CACHE_ALIGNED atomic_uint_fast64_t runners; /* runners out; decremented under idle_mu */
+  pthread_mutex_t idle_mu; /* orders the zero-crossings of pending and runners
+                              with their waiters */
+  pthread_cond_t idle_cv;  /* broadcast when pending or runners reaches zero */
+};
+
+/* The lane table whose batch is running on this thread (for -EDEADLK). */
+static _Thread_local tko_lanes *current_lanes;
+
+static lane *lane_at(tko_lanes *l, unsigned i) { return (lane *)(l->base + (size_t)i * LANE_STRIDE); }
+
+/* splitmix64's finalizer: sequential keys land on unrelated lanes. */
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+tko_lane_options tko_lane_default_options(void) {
+  tko_lane_options o;
+  memset(&o, 0, sizeof o);
+  o.lanes = 256;
+  o.max_drain = 32;
+  o.lane_capacity = 16;
+  return o;
+}
+
+static unsigned round_pow2(unsigned v) {
+  unsigned p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts) {
+  if (!out) return -EINVAL;
+  *out = NULL;
+  if (!pool) return -EINVAL;
+  tko_lane_options o = opts ? *opts : tko_lane_default_options();
+  if (o.lanes > TKO_MAX_LANES || o.max_drain > TKO_MAX_LANE_DRAIN) return -EINVAL;
+  if (o.lane_capacity > ((size_t)1 << 30)) return -EINVAL;
+  if (!o.lanes) o.lanes = 256;
+  if (!o.max_drain) o.max_drain = 32;
+  if (!o.lane_capacity) o.lane_capacity = 16;
+  o.lanes = round_pow2(o.lanes);
+  const tko_allocator *a = o.allocator;
+  tko_lanes *l = tko__mem_alloc(a, sizeof *l);
+  if (!l) return -ENOMEM;
+  memset(l, 0, sizeof *l);
+  l->pool = pool;
+  l->opts = o;
+  l->mask = o.lanes - 1;
+  l->raw = tko__mem_alloc(a, (size_t)o.lanes * LANE_STRIDE + TKO_CACHE_LINE);
+  if (!l->raw) {
+    tko__mem_free(a, l);
+    return -ENOMEM;
+  }
+  uintptr_t p = ((uintptr_t)l->raw + TKO_CACHE_LINE - 1) & ~(uintptr_t)(TKO_CACHE_LINE - 1);
+  l->base = (unsigned char *)p;
+  atomic_init(&l->closed, false);
+  atomic_init(&l->pending, 0);
+  atomic_init(&l->runners, 0);
+  pthread_condattr_t ca;
+  int bad = pthread_condattr_init(&ca);
+  if (!bad) {
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    bad = pthread_cond_init(&l->idle_cv, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  if (!bad && pthread_mutex_init(&l->idle_mu, NULL)) {
+    pthread_cond_destroy(&l->idle_cv);
+    bad = 1;
+  }
+  unsigned made = 0;
+  for (; !bad && made < o.lanes; made++) {
+    lane *ln = lane_at(l, made);
+    memset(ln, 0, sizeof *ln);
+    ln->index = made;
+    ln->owner = l;
+    if (pthread_mutex_init(&ln->mu, NULL)) bad = 1;
+  }
+  if (bad) {
+    for (unsigned i = 0; i + 1 < made; i++) pthread_mutex_destroy(&lane_at(l, i)->mu);
+    if (made) {
+      pthread_mutex_destroy(&l->idle_mu);
+      pthread_cond_destroy(&l->idle_cv);
+    }
+    tko__mem_free(a, l->raw);
+    tko__mem_free(a, l);
+    return -ENOMEM;
+  }
+  *out = l;
+  return 0;
+}
+
+unsigned tko_lanes_index(const tko_lanes *l, uint64_t key) {
+  return l ? (unsigned)(mix64(key) & l->mask) : 0;
+}
+
+/* pending -= n; the thread that brings it to zero wakes wait_idle. The
+ * caller keeps the table alive (it is a runner still counted, or a caller
+ * of the API that destroy may not race with). */
+static void pending_sub(tko_lanes *l, uint64_t n) {
+  if (!n) return;
+  /* seq_cst: the zero-crossing is then broadcast under idle_mu, and
+   * wait_idle reads pending under idle_mu: the mutex orders them. */
+  if (tko__sub_seq(&l->pending, n) == n) {
+    pthread_mutex_lock(&l->idle_mu);
+    pthread_cond_broadcast(&l->idle_cv);
+    pthread_mutex_unlock(&l->idle_mu);
+  }
+}
+
+/* A runner is back (finished, or dropped and disposed of). The table's last
+ * access by that runner: destroy may free it as soon as idle_mu is released. */
+static void runner_done(tko_lanes *l) {
+  pthread_mutex_lock(&l->idle_mu);
+  if (tko__sub_seq(&l->runners, 1) == 1) pthread_cond_broadcast(&l->idle_cv);
+  pthread_mutex_unlock(&l->idle_mu);
+}
+
+/* Moves the ring into a new allocation twice its size, oldest first. */
+static int ring_grow(tko_lanes *l, lane *ln) {
+  const tko_allocator *a = l->opts.allocator;
+  size_t ncap = ln->cap ? ln->cap * 2 : l->opts.lane_capacity;
+  if (ncap < ln->cap || ncap > SIZE_MAX / sizeof(tko_lane_task)) return -ENOMEM;
+  if (!ln->scratch) {
+    ln->scratch = tko__mem_alloc(a, (size_t)l->opts.max_drain * sizeof(tko_lane_task));
+    if (!ln->scratch) return -ENOMEM;
+  }
+  tko_lane_task *nr = tko__mem_alloc(a, ncap * sizeof *nr);
+  if (!nr) return -ENOMEM;
+  for (size_t i = 0; i < ln->count; i++) nr[i] = ln->ring[(ln->head + i) % ln->cap];
+  tko__mem_free(a, ln->ring);
+  ln->ring = nr;
+  ln->cap = ncap;
+  ln->head = 0;
+  return 0;
+}
+
+static int lane_runner(void *arg);
+
+/* Pops the ring's head into *t. Under ln->mu, count > 0. */
+static void ring_pop(lane *ln, tko_lane_task *t) {
+  *t = ln->ring[ln->head];
+  ln->head = ln->head + 1 == ln->cap ? 0 : ln->head + 1;
+  ln->count--;
+}
+
+int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight) {
+  if (!l || (!fn && !l->opts.batch)) return -EINVAL;
+  lane *ln = lane_at(l, (unsigned)(mix64(key) & l->mask));
+  pthread_mutex_lock(&ln->mu);
+  /* seq_cst: pairs with close's store, then its lock sweep over the lanes:
+   * a submit that misses the flag holds a lane mutex that close then waits
+   * for, so close returns only after it has finished. */
+  if (tko__load_seq(&l->closed)) {
+    pthread_mutex_unlock(&ln->mu);
+    return -ESHUTDOWN;
+  }
+  if (l->opts.max_queued && ln->count >= l->opts.max_queued) {
+    pthread_mutex_unlock(&ln->mu);
+    return -EAGAIN;
+  }
+  if (ln->count == ln->cap) {
+    int rc = ring_grow(l, ln);
+    if (rc) {
+      pthread_mutex_unlock(&ln->mu);
+      return rc;
+    }
+  }
+  size_t tail = ln->head + ln->count;
+  if (tail >= ln->cap) tail -= ln->cap;
+  ln->ring[tail] = (tko_lane_task){.key = key, .fn = fn, .arg = arg, .weight = weight};
+  ln->count++;
+  /* Relaxed: pending is only compared with zero under idle_mu, and every
+   * decrement of this task's unit happens after the runner's lock of ln->mu
+   * that follows this unlock. */
+  tko__add_relaxed(&l->pending, 1);
+  if (!ln->scheduled) {
+    tko__add_relaxed(&l->runners, 1); /* ordered by ln->mu, like pending */
+    int rc = tko_submit(l->pool, lane_runner, ln, weight);
+    if (rc) {
+      /* The lane was unscheduled, hence empty: ours is the only task. */
+      ln->count--;
+      tko__sub_relaxed(&l->runners, 1);
+      tko__sub_relaxed(&l->pending, 1);
+      pthread_mutex_unlock(&ln->mu);
+      return rc;
+    }
+    ln->scheduled = true;
+  }
+  ln->submitted++;
+  pthread_mutex_unlock(&ln->mu);
+  return 0;
+}
+
+/* Runs one taken batch with no lock held. Returns the failures. */
+static uint64_t run_batch(tko_lanes *l, lane *ln, size_t n) {
+  tko_lanes *saved = current_lanes;
+  current_lanes = l;
+  uint64_t failed = 0;
+  if (l->opts.batch) {
+    tko_lane_batch b = {.lane = ln->index, .count = n, .tasks = ln->scratch};
+    l->opts.batch(l->opts.user, &b);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      if (ln->scratch[i].fn(ln->scratch[i].arg)) failed++;
+  }
+  current_lanes = saved;
+  return failed;
+}
+
+static int lane_runner(void *arg) {
+  lane *ln = arg;
+  tko_lanes *l = ln->owner;
+  pthread_mutex_lock(&ln->mu);
+  for (;;) {
+    size_t n = ln->count < l->opts.max_drain ? ln->count : l->opts.max_drain;
+    for (size_t i = 0; i < n; i++) ring_pop(ln, &ln->scratch[i]);
+    pthread_mutex_unlock(&ln->mu);
+    uint64_t failed = n ? run_batch(l, ln, n) : 0;
+    pthread_mutex_lock(&ln->mu);
+    if (n) {
+      ln->visits++;
+      ln->completed += n;
+      ln->failed += failed;
+      if (n > ln->max_batch) ln->max_batch = n;
+      pending_sub(l, n); /* lane mu, then idle_mu: the documented order */
+    }
+    if (ln->count == 0) {
+      ln->scheduled = false;
+      pthread_mutex_unlock(&ln->mu);
+      runner_done(l);
+      return 0;
+    }
+    /* More queued: give the worker back to the pool's ordering, ranked by
+     * the new head. The new runner inherits this one's count in runners. */
+    if (tko_submit(l->pool, lane_runner, ln, ln->ring[ln->head].weight) == 0) {
+      pthread_mutex_unlock(&ln->mu);
+      return 0;
+    }
+    /* The pool is shutting down: finish the lane here, still under mu. */
+  }
+}
+
+/* Hands every task queued on ln to on_cancel, one at a time with the lane
+ * unlocked. If `unschedule`, the lane's runner was dropped by the pool and
+ * this caller owns its runner count: it clears the flag and returns the
+ * count. Returns whether it did. */
+static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
+  pthread_mutex_lock(&ln->mu);
+  bool owned = unschedule && ln->scheduled;
+  if (owned) ln->scheduled = false;
+  uint64_t n = 0;
+  while (ln->count) {
+    tko_lane_task t;
+    ring_pop(ln, &t);
+    ln->cancelled++;
+    n++;
+    if (l->opts.on_cancel) {
+      pthread_mutex_unlock(&ln->mu);
+      l->opts.on_cancel(l->opts.user, &t);
+      pthread_mutex_lock(&ln->mu);
+    }
+  }
+  pthread_mutex_unlock(&ln->mu);
+  pending_sub(l, n);
+  if (owned) runner_done(l);
+  return owned;
+}
+
+/* Waits, under no lock, for every submit that passed the closed check. */
+static void close_table(tko_lanes *l) {
+  tko__store_seq(&l->closed, true); /* seq_cst: see tko_lanes_submit */
+  for (unsigned i = 0; i <= l->mask; i++) {
+    lane *ln = lane_at(l, i);
+    pthread_mutex_lock(&ln->mu);
+    pthread_mutex_unlock(&ln->mu);
+  }
+}
+
+int tko_lanes_close(tko_lanes *l) {
+  if (!l) return -EINVAL;
+  close_table(l);
+  return 0;
+}
+
+int tko_lanes_cancel(tko_lanes *l) {
+  if (!l) return -EINVAL;
+  close_table(l);
+  for (unsigned i = 0; i <= l->mask; i++) lane_cancel(l, lane_at(l, i), false);
+  return 0;
+}
+
+int tko_lanes_pool_cancelled(const tko_task_info *task) {
+  if (!task || task->fn != lane_runner || !task->arg) return 0;
+  lane *ln = task->arg;
+  lane_cancel(ln->owner, ln, true);
+  return 1;
+}
+
+static void deadline_after(struct timespec *ts, long ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+/* True when the calling thread runs a task of the pool (the pool's own
+ * wait_idle says so with -EDEADLK) or a batch of these lanes. */
+static bool in_own_task(tko_lanes *l) {
+  return current_lanes == l || tko_pool_wait_idle(l->pool, 0) == -EDEADLK;
+}
+
+int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
+  if (!l || timeout_ms < -1) return -EINVAL;
+  if (in_own_task(l)) return -EDEADLK;
+  struct timespec deadline;
+  if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
+  int rc = 0;
+  pthread_mutex_lock(&l->idle_mu);
+  while (tko__load_seq(&l->pending) != 0) {
+    if (timeout_ms == 0) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+    if (timeout_ms < 0) {
+      pthread_cond_wait(&l->idle_cv, &l->idle_mu);
+    } else if (pthread_cond_timedwait(&l->idle_cv, &l->idle_mu, &deadline) == ETIMEDOUT) {
+      if (tko__load_seq(&l->pending) != 0) rc = -ETIMEDOUT;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&l->idle_mu);
+  return rc;
+}
+
+int tko_lanes_destroy(tko_lanes *l) {
+  if (!l) return -EINVAL;
+  if (in_own_task(l)) return -EDEADLK;
+  close_table(l);
+  pthread_mutex_lock(&l->idle_mu);
+  while (tko__load_seq(&l->runners) != 0) {
+    /* Runners are out. If the pool has nothing queued or running, they
+     * cannot be live: a live runner is queued or running, or has already
+     * counted itself out (the pool's idle check errs only towards "busy").
+     * Then the pool dropped them: dispose of their lanes here. */
+    pthread_mutex_unlock(&l->idle_mu);
+    bool pool_idle = tko_pool_wait_idle(l->pool, 0) == 0;
+    if (pool_idle && tko__load_seq(&l->runners) != 0) {
+      for (unsigned i = 0; i <= l->mask; i++) lane_cancel(l, lane_at(l, i), true);
+    }
+    pthread_mutex_lock(&l->idle_mu);
+    if (!pool_idle && tko__load_seq(&l->runners) != 0) pthread_cond_wait(&l->idle_cv, &l->idle_mu);
+  }
+  pthread_mutex_unlock(&l->idle_mu);
+  const tko_allocator *a = l->opts.allocator;
+  for (unsigned i = 0; i <= l->mask; i++) {
+    lane *ln = lane_at(l, i);
+    pthread_mutex_destroy(&ln->mu);
+    tko__mem_free(a, ln->ring);
+    tko__mem_free(a, ln->scratch);
+  }
+  pthread_mutex_destroy(&l->idle_mu);
+  pthread_cond_destroy(&l->idle_cv);
+  tko__mem_free(a, l->raw);
+  tko__mem_free(a, l);
+  return 0;
+}
+
+void tko_lanes_stats(tko_lanes *l, tko_lane_stats *out) {
+  if (!l || !out) return;
+  memset(out, 0, sizeof *out);
+  for (unsigned i = 0; i <= l->mask; i++) {
+    lane *ln = lane_at(l, i);
+    pthread_mutex_lock(&ln->mu);
+    out->submitted += ln->submitted;
+    out->completed += ln->completed;
+    out->failed += ln->failed;
+    out->cancelled += ln->cancelled;
+    out->queued += ln->count;
+    out->visits += ln->visits;
+    if (ln->max_batch > out->max_batch) out->max_batch = ln->max_batch;
+    if (ln->ring) out->lanes_used++;
+    pthread_mutex_unlock(&ln->mu);
+  }
+}
