@@ -219,6 +219,34 @@ TKO_API int tko_group_status(tko_group *group);
  * or a negative errno. */
 TKO_API long tko_group_cancel(tko_group *group);
 
+/* Delayed and periodic tasks. A timer is caller-owned storage that must
+ * stay valid while armed (until it fires, for a one-shot timer, or until
+ * tko_timer_cancel returns). One deadline heap and one timer thread per pool
+ * (started on first use) serve every timer; nothing is allocated per timer
+ * beyond the heap's geometric growth. When a timer is due its task is
+ * submitted with its weight and runs like any other. At shutdown, timers
+ * not yet due are handed to on_cancel (id 0) and count as cancelled.
+ * -EINVAL: NULL argument or negative delay; -EBUSY: the timer is armed;
+ * -ESHUTDOWN; -ENOMEM; -EAGAIN: the timer thread could not start. */
+typedef struct tko_timer {
+  _Alignas(16) unsigned char opaque[64]; /* private */
+} tko_timer;
+
+/* Makes a timer ready to arm (zero-filling it does the same). */
+TKO_API void tko_timer_init(tko_timer *timer);
+TKO_API int tko_submit_after(tko_pool *pool, tko_timer *timer, long delay_ms, tko_task_fn fn,
+                             void *arg, int weight);
+/* Submits fn every period_ms (> 0), first after one period, until
+ * cancelled. Deadlines advance by whole periods from the first (no drift);
+ * if the timer thread falls behind, missed deadlines are skipped, not
+ * submitted in a burst. */
+TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, tko_task_fn fn,
+                             void *arg, int weight);
+/* Disarms a timer: 0 if it was armed (a one-shot task will not be
+ * submitted; a periodic one stops), -ENOENT if it was not armed (already
+ * fired, cancelled, or never armed). Safe from any thread, tasks included. */
+TKO_API int tko_timer_cancel(tko_timer *timer);
+
 /* Blocks, without polling, until nothing is queued or running, or until
  * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
  * -EDEADLK when called from one of this pool's tasks. */

@@ -90,6 +90,15 @@ struct tko_pool {
   atomic_uint_fast64_t caller_runs; /* CALLER_RUNS tasks: part of submitted */
   atomic_uint blocking;             /* workers inside a blocking hint */
 
+  /* Delayed tasks (timer.c). */
+  pthread_mutex_t timer_mu; /* guards the heap, every timer's state and the
+                               timer thread's start and stop */
+  pthread_cond_t timer_cv;  /* the timer thread waits here for the earliest deadline */
+  struct tko__timer **timers; /* min-heap by deadline */
+  uint32_t timers_len, timers_cap;
+  pthread_t timer_thread;
+  bool timer_started, timer_stop;
+
   atomic_uint_fast64_t cancelled;
   tko__worker caller; /* counts tasks run on a caller's thread (shutdown) */
 
@@ -131,6 +140,9 @@ static inline uint64_t tko__submitted(tko_pool *pool) {
 /* worker.c */
 void *tko__worker_main(void *arg);
 int tko__thread_start(tko_pool *pool, tko__worker *w);
+/* Starts a pool thread: default scheduling policy (not the creator's) and
+ * asynchronous signals blocked. 0 or -EAGAIN. */
+int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg);
 /* Runs one task with hooks and counting, on the calling thread. */
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item);
 void tko__cancel_item(tko_pool *pool, const tko__item *item);
@@ -138,6 +150,9 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item);
  * false if none could be taken. */
 bool tko__help_one(tko_pool *pool, tko__worker *w);
 void tko__notify_idle(tko_pool *pool);
+
+/* timer.c: disarms every timer (each to on_cancel) and joins the thread. */
+void tko__timers_close(tko_pool *pool);
 
 /* elastic.c */
 void tko__elastic_spawn(tko_pool *pool);

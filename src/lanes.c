@@ -73,8 +73,12 @@ struct tko_lanes {
   void *raw;               /* allocation holding the lanes */
   unsigned char *base;     /* cache-line aligned start of the lanes */
   atomic_bool closed;      /* submits fail once set (see tko_lanes_close) */
-  TKO_CACHE_ALIGNED atomic_uint_fast64_t pending; /* accepted, not finished or cancelled */
-  TKO_CACHE_ALIGNED atomic_uint_fast64_t runners; /* runners out; decremented under idle_mu */
+  /* Padding, not _Alignas: the struct comes from a plain allocator. Every
+   * submit writes pending; runners changes once per lane burst. */
+  char pad0[TKO_CACHE_LINE];
+  atomic_uint_fast64_t pending; /* accepted, not finished or cancelled */
+  char pad1[TKO_CACHE_LINE - sizeof(atomic_uint_fast64_t)];
+  atomic_uint_fast64_t runners; /* runners out; decremented under idle_mu */
   pthread_mutex_t idle_mu; /* orders the zero-crossings of pending and runners
                               with their waiters */
   pthread_cond_t idle_cv;  /* broadcast when pending or runners reaches zero */
@@ -251,23 +255,25 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
   if (tail >= ln->cap) tail -= ln->cap;
   ln->ring[tail] = (tko_lane_task){.key = key, .fn = fn, .arg = arg, .weight = weight};
   ln->count++;
-  /* Relaxed: pending is only compared with zero under idle_mu, and every
-   * decrement of this task's unit happens after the runner's lock of ln->mu
-   * that follows this unlock. */
-  tko__add_relaxed(&l->pending, 1);
   if (!ln->scheduled) {
-    tko__add_relaxed(&l->runners, 1); /* ordered by ln->mu, like pending */
+    /* Relaxed: destroy reads runners only after close_table has taken this
+     * lane's mutex, and the decrement comes from the runner, after its own
+     * lock of ln->mu follows this unlock. */
+    tko__add_relaxed(&l->runners, 1);
     int rc = tko_submit(l->pool, lane_runner, ln, weight);
     if (rc) {
-      /* The lane was unscheduled, hence empty: ours is the only task. */
+      /* The lane was unscheduled, hence empty: ours is the only task. No
+       * one else has seen it, nor the runner count (destroy cannot run). */
       ln->count--;
       tko__sub_relaxed(&l->runners, 1);
-      tko__sub_relaxed(&l->pending, 1);
       pthread_mutex_unlock(&ln->mu);
       return rc;
     }
     ln->scheduled = true;
   }
+  /* Relaxed: every decrement of this unit comes after a lock of ln->mu that
+   * follows this unlock; zero is only acted on under idle_mu. */
+  tko__add_relaxed(&l->pending, 1);
   ln->submitted++;
   pthread_mutex_unlock(&ln->mu);
   return 0;

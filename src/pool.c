@@ -72,6 +72,9 @@ static void free_pool(tko_pool *pool) {
   pthread_mutex_destroy(&pool->shutdown_mu);
   pthread_mutex_destroy(&pool->space_mu);
   pthread_cond_destroy(&pool->space_cv);
+  pthread_mutex_destroy(&pool->timer_mu);
+  pthread_cond_destroy(&pool->timer_cv);
+  tko__mem_free(a, pool->timers);
   tko__mem_free(a, pool);
 }
 
@@ -83,7 +86,8 @@ static int init_sync(tko_pool *pool) {
   int bad = pthread_mutex_init(&pool->spawn_mu, NULL) |
             pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
             pthread_mutex_init(&pool->shutdown_mu, NULL) | pthread_mutex_init(&pool->space_mu, NULL) |
-            pthread_cond_init(&pool->space_cv, &ca);
+            pthread_cond_init(&pool->space_cv, &ca) | pthread_mutex_init(&pool->timer_mu, NULL) |
+            pthread_cond_init(&pool->timer_cv, &ca);
   pthread_condattr_destroy(&ca);
   if (bad) return -ENOMEM;
   return tko__idle_init(&pool->idle);
@@ -225,6 +229,7 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
     return 0;
   }
   shutting_down = pool;
+  tko__timers_close(pool); /* first, so no due timer meets a closed pool */
   tko__lock_acquire(&pool->lock);
   /* Release: pairs with the acquire in run_batch. */
   if (mode == TKO_CANCEL) tko__store_release(&pool->cancelling, true);

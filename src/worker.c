@@ -244,8 +244,7 @@ void *tko__worker_main(void *arg) {
   return NULL;
 }
 
-int tko__thread_start(tko_pool *pool, tko__worker *w) {
-  (void)pool;
+int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
   pthread_attr_t attr;
   if (pthread_attr_init(&attr)) return -EAGAIN;
   /* Workers get the default policy and priority, not the creating thread's
@@ -265,11 +264,17 @@ int tko__thread_start(tko_pool *pool, tko__worker *w) {
   sigdelset(&all, SIGILL);
   sigdelset(&all, SIGTRAP);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  int rc = pthread_create(&t, &attr, tko__worker_main, w);
+  int rc = pthread_create(out, &attr, main_fn, arg);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
-  if (rc) return -EAGAIN;
+  return rc ? -EAGAIN : 0;
+}
+
+int tko__thread_start(tko_pool *pool, tko__worker *w) {
+  (void)pool;
+  pthread_t t;
+  int rc = tko__thread_create(&t, tko__worker_main, w);
+  if (rc) return rc;
   w->thread = t;
   w->has_thread = true;
   return 0;

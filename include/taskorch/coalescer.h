@@ -1,0 +1,125 @@
+/* taskorch coalescer: a dirty set plus one periodic sweeper.
+ *
+ * Hosts that must persist "the latest state of key K" (a stream's metadata
+ * sidecar, a stream head) mark K with its latest value on every change;
+ * once per interval one sweep, run as a pool task, passes every key marked
+ * since the previous sweep to the flush callback, once each, with its
+ * latest value, in a single call. A mark is O(1): a hash-table update under
+ * one mutex, with no allocation once the table has grown to the number of
+ * keys dirty at once, and never a task or a timer per mark.
+ *
+ * Guarantees:
+ * - Every accepted mark (mark returned 0) is passed to flush_fn in some sweep
+ *   with its value or a later one of the same key: at the latest by the
+ *   first sweep that starts after it, by tko_coalescer_flush, or by the final
+ *   flush of close/destroy.
+ * - A sweep passes each key at most once (latest value wins); sweeps never
+ *   overlap, and a sweep that flushes K finishes before the next sweep that
+ *   flushes K starts, so a key's flushed values follow its marks' order.
+ * - Marks racing with close are either flushed by the final flush or
+ *   rejected with -ESHUTDOWN, never silently lost.
+ *
+ * Timing: one dedicated thread per coalescer sleeps on a condition variable
+ * (CLOCK_MONOTONIC deadline) and, once per interval, submits one sweep task
+ * to the pool if anything is dirty and no sweep is queued or running (a
+ * tick that finds one is skipped). If the pool refuses the task (shut
+ * down), that thread sweeps itself, so marks keep being flushed.
+ *
+ * Cancellation: if the pool is shut down with TKO_CANCEL while a sweep task
+ * is queued, the pool's on_cancel hook sees that task (internal fn; never
+ * free its arg): call tko_coalescer_pool_cancelled(task) there first. The
+ * keys stay dirty and are flushed by the next tick (on the timer thread) or
+ * the final flush. A dropped sweep task is also noticed on its own once the
+ * pool has nothing queued or running.
+ *
+ * Lifetime: destroy the coalescer before the pool. */
+#ifndef TASKORCH_COALESCER_H
+#define TASKORCH_COALESCER_H
+
+#include <taskorch.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TKO_MAX_COALESCE_INTERVAL_MS 3600000u /* one hour */
+
+typedef struct tko_coalescer tko_coalescer; /* opaque */
+
+/* One dirty key and its latest value. */
+typedef struct tko_coalescer_entry {
+  uint64_t key;
+  uint64_t value;
+} tko_coalescer_entry;
+
+/* Flushes one sweep: `count` (>= 1) distinct keys, in first-marked order.
+ * Runs on a pool worker (a timer tick), on the thread that called
+ * tko_coalescer_flush / close / destroy, or on the timer thread when the
+ * pool refused the sweep. No lock is held: it may call tko_coalescer_mark
+ * (those marks go to the next sweep), not flush, close or destroy
+ * (-EDEADLK). The array is valid only during the call. */
+typedef void (*tko_coalescer_flush_fn)(void *user, const tko_coalescer_entry *entries,
+                                       size_t count);
+
+/* Options (NULL = defaults; zero fields mean the defaults beside them). */
+typedef struct tko_coalescer_options {
+  size_t initial_keys;            /* dirty keys held before the table grows; 0 = 64 */
+  int weight;                     /* weight of the sweep task; default 0 */
+  const tko_allocator *allocator; /* NULL = malloc/realloc/free */
+} tko_coalescer_options;
+
+/* A snapshot of the counters. */
+typedef struct tko_coalescer_stats {
+  uint64_t marks;          /* marks accepted */
+  uint64_t rejected;       /* marks refused with -ESHUTDOWN */
+  uint64_t sweeps;         /* sweeps that flushed at least one key */
+  uint64_t flushed;        /* entries passed to flush_fn, all sweeps together */
+  uint64_t max_sweep;      /* most entries in one sweep */
+  uint64_t skipped_ticks;  /* ticks that found a sweep still queued or running */
+  uint64_t inline_sweeps;  /* sweeps the timer thread ran because the pool refused */
+  uint64_t dirty;          /* keys marked and not yet taken by a sweep */
+} tko_coalescer_stats;
+
+/* Creates a coalescer sweeping every `interval_ms` on `pool` (0 = never on
+ * its own: only tko_coalescer_flush and the final flush), and starts its
+ * timer thread (none when interval_ms is 0). -EINVAL: NULL out, pool or
+ * flush, or interval over TKO_MAX_COALESCE_INTERVAL_MS; -ENOMEM; -EAGAIN:
+ * the timer thread could not start. */
+TKO_API int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_ms,
+                                 tko_coalescer_flush_fn flush, void *user,
+                                 const tko_coalescer_options *opts);
+
+/* Marks `key` dirty with `value` (replacing the value of an earlier mark not
+ * yet flushed). O(1); allocates only when the dirty table must grow.
+ * -EINVAL: NULL; -ESHUTDOWN: closed; -ENOMEM: the table could not grow (the
+ * mark is not recorded). */
+TKO_API int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value);
+
+/* Flushes now, on the calling thread: waits for a sweep in progress to end,
+ * then sweeps. Returns once every mark that happened before the call has
+ * been passed to flush_fn. -EINVAL: NULL; -EDEADLK: called from flush_fn. */
+TKO_API int tko_coalescer_flush(tko_coalescer *c);
+
+/* Closes: later marks fail with -ESHUTDOWN; stops and joins the timer
+ * thread; runs the final flush on the calling thread. Marks racing with it
+ * are flushed or rejected. Idempotent. -EINVAL: NULL; -EDEADLK: called from
+ * flush_fn. */
+TKO_API int tko_coalescer_close(tko_coalescer *c);
+
+/* Closes (final flush), waits for a sweep task still queued in the pool to
+ * run (or to be found dropped), then frees. No other call may race with it.
+ * -EINVAL: NULL; -EDEADLK, doing nothing, when called from flush_fn or from
+ * a task of the coalescer's pool. */
+TKO_API int tko_coalescer_destroy(tko_coalescer *c);
+
+/* For the pool's on_cancel hook: returns 1 if `task` is a sweep task of any
+ * coalescer (then ignore it: its keys stay dirty), 0 otherwise. */
+TKO_API int tko_coalescer_pool_cancelled(const tko_task_info *task);
+
+/* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
+TKO_API void tko_coalescer_stats(tko_coalescer *c, tko_coalescer_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TASKORCH_COALESCER_H */
