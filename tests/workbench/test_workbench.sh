@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# Tests of the taskorch-workbench CLI, run by CTest as one entry per group:
+#   test_workbench.sh BINARY args|json|csv|svg|seed|progress
+# Every run is tiny (a few hundred short tasks) so that the TSan and ASan
+# builds get through it quickly too.
+set -u
+bin=$1
+group=$2
+py=${PYTHON3:-python3}
+[ -n "$py" ] || py=python3
+xmllint=${XMLLINT:-xmllint}
+[ -n "$xmllint" ] || xmllint=xmllint
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# expect_usage_error ARGS...: exit 2, exactly one line on stderr, nothing on stdout.
+expect_usage_error() {
+  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? lines
+  lines=$(wc -l <"$tmp/err")
+  if [ "$rc" -ne 2 ]; then
+    fail "'$*': exit $rc, expected 2"
+  elif [ "$lines" -ne 1 ] || ! grep -q "taskorch-workbench: " "$tmp/err"; then
+    fail "'$*': expected one error line, got $lines:"; cat "$tmp/err"
+  elif [ -s "$tmp/out" ]; then
+    fail "'$*': wrote to stdout on a usage error"
+  else
+    echo "ok: '$*' -> $(cat "$tmp/err")"
+  fi
+}
+
+expect_ok() {
+  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -ne 0 ]; then
+    fail "'$*': exit $rc"; cat "$tmp/err"
+    return 1
+  fi
+  return 0
+}
+
+# Small loads that finish in well under a second, sanitizers included.
+small="--tasks 200 --task-us 20 --io-ms 1 --tail-ms 0 --quiet"
+
+case $group in
+args)
+  expect_usage_error
+  expect_usage_error frob
+  expect_usage_error list extra
+  expect_usage_error run
+  expect_usage_error run --quiet
+  expect_usage_error run --scenario nope
+  expect_usage_error run --scenario
+  expect_usage_error run --scenario demo --frob
+  expect_usage_error run --scenario demo -x
+  expect_usage_error run --scenario demo extra
+  expect_usage_error run --scenario demo --tasks abc
+  expect_usage_error run --scenario demo --tasks 12x
+  expect_usage_error run --scenario demo --tasks -5
+  expect_usage_error run --scenario demo --tasks 0
+  expect_usage_error run --scenario demo --tasks 99999999999999999999999
+  expect_usage_error run --scenario demo --tasks
+  expect_usage_error run --scenario demo --tasks --quiet
+  expect_usage_error run --scenario demo --workers -1
+  expect_usage_error run --scenario demo --producers 0
+  expect_usage_error run --scenario demo --io-pct 150
+  expect_usage_error run --scenario demo --io-pct x
+  expect_usage_error run --scenario demo --fail-pct -1
+  expect_usage_error run --scenario demo --seed x
+  expect_usage_error run --scenario demo --quiet=yes
+  expect_usage_error run --scenario demo --pool fancy
+  expect_usage_error run --scenario cpu --workers 0
+  expect_usage_error run --scenario demo --pool basic --workers 0
+  expect_usage_error run --scenario cpu --max-elastic 3
+  expect_usage_error run --scenario cpu --idle-ms 100
+  expect_usage_error run --scenario demo --pool elastic --workers 0 --max-elastic 0
+  expect_usage_error run --scenario demo --workers 5000
+  expect_usage_error run --scenario demo --weights 5:1
+  expect_usage_error run --scenario demo --weights=-1:-3
+  expect_usage_error run --scenario demo --weights 1:x
+  expect_usage_error run --scenario demo --weights 1:2:3
+  expect_usage_error run --scenario demo --weights 1:99999999999
+  expect_usage_error run --scenario demo --tasks 10 --bursts 11
+  expect_usage_error run --scenario demo --json "$tmp/no/such/dir/out.json"
+  # Nothing is started or written on bad input.
+  expect_usage_error run --scenario demo --json "$tmp/never.json" --tasks abc
+  [ -e "$tmp/never.json" ] && fail "a usage error created the --json file"
+  # Help and list succeed and say what they should.
+  expect_ok --help && grep -q "usage: taskorch-workbench run" "$tmp/out" ||
+    fail "--help shows no usage"
+  expect_ok run --help && grep -q -- "--weights LO:HI" "$tmp/out" ||
+    fail "run --help shows no options"
+  expect_ok --version && grep -q "^taskorch-workbench [0-9]" "$tmp/out" || fail "--version"
+  if expect_ok list; then
+    for s in demo cpu io mixed concurrent stress burst; do
+      grep -q "^$s\$" "$tmp/out" || fail "list does not describe scenario $s"
+    done
+  fi
+  # Forms that must be accepted: --name=VALUE, negative weights, hex seeds.
+  expect_ok run --scenario cpu $small --weights=-3:-1 --seed 0x2a --workers=2 &&
+    grep -q "weights -3..-1\|weight -1" "$tmp/out" || fail "--weights=-3:-1 not applied"
+  ;;
+json)
+  if expect_ok run --scenario mixed $small --json "$tmp/out.json"; then
+    grep -q "^queue wait" "$tmp/out" || fail "no summary table on stdout"
+    grep -q "^allocations" "$tmp/out" || fail "no allocations line"
+    [ -s "$tmp/err" ] && fail "stderr is not a terminal, yet something was drawn: $(cat "$tmp/err")"
+    "$py" - "$tmp/out.json" <<'PY' || fail "JSON check"
+import json, sys
+d = json.load(open(sys.argv[1]))
+def need(obj, keys, where):
+    for k in keys:
+        assert k in obj, f"{where}: missing {k}"
+need(d, ["version", "scenario", "seed", "mix_checksum", "config", "wall_s", "active_s",
+         "throughput_per_s", "tasks", "wait_ns", "run_ns", "weight_classes", "elastic",
+         "allocations", "timeline"], "top level")
+need(d["config"], ["pool", "workers", "max_elastic", "idle_ms", "tasks", "producers",
+                   "weight_lo", "weight_hi", "task_us", "io_ms", "io_pct", "fail_pct",
+                   "bursts", "gap_ms", "tail_ms"], "config")
+need(d["tasks"], ["submitted", "completed", "failed", "cancelled", "submit_errors"], "tasks")
+need(d["elastic"], ["peak", "spawned", "retired", "tasks_run"], "elastic")
+need(d["allocations"], ["source", "total", "per_task"], "allocations")
+need(d["timeline"], ["samples", "period_ms"], "timeline")
+assert d["scenario"] == "mixed" and d["config"]["pool"] == "elastic"
+assert d["config"]["tasks"] == 200 and d["tasks"]["completed"] == 200, d["tasks"]
+assert d["tasks"]["submitted"] == 200 and d["tasks"]["submit_errors"] == 0
+assert 0 <= d["tasks"]["failed"] <= 200
+assert d["mix_checksum"].startswith("0x") and len(d["mix_checksum"]) == 18
+assert d["wall_s"] > 0 and d["throughput_per_s"] > 0
+for dist in [d["wait_ns"], d["run_ns"]] + [c["wait_ns"] for c in d["weight_classes"]]:
+    need(dist, ["count", "mean", "p50", "p90", "p99", "max"], "distribution")
+    assert dist["p50"] <= dist["p90"] <= dist["p99"] <= dist["max"], dist
+assert d["wait_ns"]["count"] == 200
+classes = d["weight_classes"]
+assert len(classes) == 8, classes                       # weights 0..7: one class each
+assert [c["lo"] for c in classes] == list(range(7, -1, -1))
+assert sum(c["wait_ns"]["count"] for c in classes) == 200
+assert d["elastic"]["peak"] <= d["config"]["max_elastic"]
+if d["allocations"]["source"] == "none":
+    assert d["allocations"]["total"] is None and d["allocations"]["per_task"] is None
+else:
+    assert d["allocations"]["total"] >= 0
+assert d["timeline"]["samples"] >= 1
+PY
+  fi
+  # A basic pool: no elastic workers, and a wide weight range in 8 classes.
+  if expect_ok run --scenario cpu $small --workers 2 --weights -1000:1000 --json "$tmp/b.json"; then
+    "$py" - "$tmp/b.json" <<'PY' || fail "JSON check (basic pool)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["config"]["pool"] == "basic" and d["config"]["max_elastic"] == 0
+assert d["elastic"]["spawned"] == 0
+c = d["weight_classes"]
+assert len(c) == 8 and c[0]["hi"] == 1000 and c[-1]["lo"] == -1000, c
+assert all(c[i]["lo"] == c[i + 1]["hi"] + 1 for i in range(7)), c
+PY
+  fi
+  ;;
+csv)
+  if expect_ok run --scenario burst --tasks 100 --task-us 20 --io-ms 2 --gap-ms 40 \
+      --idle-ms 20 --quiet --timeline "$tmp/t.csv"; then
+    "$py" - "$tmp/t.csv" <<'PY' || fail "CSV check"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+header = "t_ms,submitted,completed,queued,running,basic_workers,elastic_workers"
+assert lines[0] == header, lines[0]
+rows = [l.split(",") for l in lines[1:]]
+assert len(rows) >= 5, f"only {len(rows)} samples"
+assert all(len(r) == 7 for r in rows)
+t = [float(r[0]) for r in rows]
+assert all(b > a for a, b in zip(t, t[1:])), "timestamps not increasing"
+assert t[0] >= 0
+for r in rows:
+    assert all(x.isdigit() for x in r[1:]), r
+    assert int(r[5]) == 2          # the burst scenario's two basic workers
+done = [int(r[2]) for r in rows]
+assert all(b >= a for a, b in zip(done, done[1:]))
+assert done[-1] == 100, done[-1]
+PY
+  fi
+  ;;
+svg)
+  if expect_ok run --scenario demo --tasks 80 --bursts 2 --gap-ms 30 --idle-ms 20 \
+      --task-us 50 --io-ms 1 --tail-ms 40 --quiet --plot "$tmp/p.svg"; then
+    "$xmllint" --noout "$tmp/p.svg" || fail "SVG is not well-formed XML"
+    for want in "<svg xmlns=\"http://www.w3.org/2000/svg\"" "queued tasks" "running tasks" \
+        "basic workers" "elastic workers" "time since start (s)" "Queue wait by weight" \
+        "weight 3" "p99"; do
+      grep -q "$want" "$tmp/p.svg" || fail "SVG lacks '$want'"
+    done
+    grep -q "<script\|href=" "$tmp/p.svg" && fail "SVG is not self-contained"
+  fi
+  ;;
+seed)
+  for n in 1 2 3; do
+    seed=7
+    extra=""
+    [ $n = 2 ] && extra="--producers 2"
+    [ $n = 3 ] && seed=8
+    expect_ok run --scenario mixed $small --seed $seed $extra --json "$tmp/s$n.json" || continue
+  done
+  "$py" - "$tmp/s1.json" "$tmp/s2.json" "$tmp/s3.json" <<'PY' || fail "seed check"
+import json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:])
+assert a["mix_checksum"] == b["mix_checksum"], "same seed, different mix"
+assert a["mix_checksum"] != c["mix_checksum"], "different seed, same mix"
+# The same mix also means the same weight spread.
+assert [k["wait_ns"]["count"] for k in a["weight_classes"]] == \
+       [k["wait_ns"]["count"] for k in b["weight_classes"]]
+print("seed 7:", a["mix_checksum"], " seed 8:", c["mix_checksum"])
+PY
+  # The summary table prints the checksum too.
+  expect_ok run --scenario cpu $small --seed 7 && grep -q "task mix checksum: 0x" "$tmp/out" ||
+    fail "no checksum in the summary"
+  ;;
+progress)
+  # With a terminal on stderr the line is drawn and then erased. `script`
+  # supplies the terminal; without it this check is skipped.
+  if ! command -v script >/dev/null 2>&1; then
+    echo "skipped: no script(1)"
+    exit 0
+  fi
+  # Only stderr goes to the terminal; script(1) copies what it shows to $tmp/tty.
+  script -qec "'$bin' run --scenario io --tasks 60 --io-ms 5 --max-elastic 2 --tail-ms 0 >'$tmp/out'" \
+    /dev/null >"$tmp/tty" </dev/null
+  grep -q "tasks/s" "$tmp/tty" || fail "no progress line on a terminal"
+  grep -q "queue wait" "$tmp/out" || fail "no summary under script(1)"
+  "$py" - "$tmp/tty" <<'PY' || fail "progress line not erased at the end"
+import sys
+tty = open(sys.argv[1], "rb").read()
+assert tty.endswith(b"\r\x1b[K"), tty[-40:]
+assert b"\n" not in tty, "the progress line must stay on one line"
+PY
+  script -qec "'$bin' run --scenario io --tasks 60 --io-ms 5 --max-elastic 2 --tail-ms 0 --quiet >'$tmp/out'" \
+    /dev/null >"$tmp/tty" </dev/null
+  [ -s "$tmp/tty" ] && fail "progress drawn on a terminal despite --quiet"
+  "$bin" run --scenario io --tasks 60 --io-ms 5 --max-elastic 2 --tail-ms 0 2>"$tmp/q" >/dev/null
+  [ -s "$tmp/q" ] && fail "progress drawn although stderr is not a terminal"
+  ;;
+*)
+  echo "unknown group '$group'"
+  exit 2
+  ;;
+esac
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed in group $group"
+  exit 1
+fi
+echo "group $group: all checks passed"

@@ -1,0 +1,306 @@
+/* Command-line options of `taskorch-workbench run`: one table drives parsing,
+ * checking and --help, so a new option is one row plus a wb_config field.
+ *
+ * Parsing has two passes. The first reads every option into a scratch
+ * wb_config and notes which ones were given; the second starts from the
+ * scenario's defaults and copies over just the given fields, then checks the
+ * combination. Every error is one line on stderr naming the problem, with a
+ * hint, and exit status 2, before anything is started or written. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wb.h"
+
+typedef enum wb_opt_type {
+  OPT_FLAG,      /* bool, takes no value */
+  OPT_UINT,      /* unsigned, in [min, max] */
+  OPT_U64,       /* uint64_t, in [min, max]; decimal or 0x hex */
+  OPT_LONG,      /* long, in [min, max] */
+  OPT_PCT,       /* double percentage, 0..100 */
+  OPT_RANGE,     /* wb_range, "LO:HI" (or "N" for N:N), any int */
+  OPT_POOL,      /* wb_pool_kind, "basic" or "elastic" */
+  OPT_PATH,      /* const char *, an output file */
+  OPT_SCENARIO   /* const wb_scenario *, by name */
+} wb_opt_type;
+
+typedef struct wb_option {
+  const char *name;     /* without the leading "--" */
+  const char *metavar;  /* NULL for flags */
+  wb_opt_type type;
+  size_t offset;        /* of the field in wb_config */
+  uint64_t min, max;    /* bounds for the integer types */
+  const char *help;
+} wb_option;
+
+#define FIELD(f) offsetof(wb_config, f)
+
+/* Later features (groups, lanes, delayed tasks) add rows here. */
+static const wb_option options[] = {
+    {"scenario", "NAME", OPT_SCENARIO, FIELD(scenario), 0, 0,
+     "scenario to run (required; `list` shows them)"},
+    {"pool", "KIND", OPT_POOL, FIELD(pool), 0, 0, "basic or elastic"},
+    {"workers", "N", OPT_UINT, FIELD(workers), 0, TKO_MAX_WORKERS,
+     "basic workers (0 = elastic workers only)"},
+    {"max-elastic", "N", OPT_UINT, FIELD(max_elastic), 0, TKO_MAX_ELASTIC,
+     "most elastic workers (elastic pools)"},
+    {"idle-ms", "MS", OPT_UINT, FIELD(idle_ms), 1, TKO_MAX_IDLE_MS,
+     "elastic worker idle timeout (elastic pools)"},
+    {"tasks", "N", OPT_U64, FIELD(tasks), 1, WB_MAX_TASKS, "tasks in all"},
+    {"producers", "N", OPT_UINT, FIELD(producers), 1, WB_MAX_PRODUCERS,
+     "threads submitting tasks"},
+    {"weights", "LO:HI", OPT_RANGE, FIELD(weights), 0, 0,
+     "task weights, uniform in LO..HI (higher runs first)"},
+    {"task-us", "US", OPT_UINT, FIELD(task_us), 0, 10000000,
+     "CPU work per CPU-bound task, microseconds (varies 0.5x-1.5x)"},
+    {"io-ms", "MS", OPT_UINT, FIELD(io_ms), 0, 60000,
+     "sleep per blocking task, milliseconds (varies 0.5x-1.5x)"},
+    {"io-pct", "P", OPT_PCT, FIELD(io_pct), 0, 0, "percent of tasks that block"},
+    {"fail-pct", "P", OPT_PCT, FIELD(fail_pct), 0, 0,
+     "percent of tasks that return a failure status"},
+    {"bursts", "N", OPT_UINT, FIELD(bursts), 1, WB_MAX_BURSTS,
+     "submit the tasks in N floods..."},
+    {"gap-ms", "MS", OPT_UINT, FIELD(gap_ms), 0, 600000,
+     "...each after the pool has idled MS"},
+    {"tail-ms", "MS", OPT_LONG, FIELD(tail_ms), 0, 600000,
+     "idle time after the last task (default: elastic idle + 150 ms)"},
+    {"seed", "N", OPT_U64, FIELD(seed), 0, UINT64_MAX,
+     "task mix seed; the same seed gives the same mix"},
+    {"quiet", NULL, OPT_FLAG, FIELD(quiet), 0, 0, "no progress bar"},
+    {"json", "FILE", OPT_PATH, FIELD(json_path), 0, 0, "write the summary as JSON"},
+    {"timeline", "FILE.csv", OPT_PATH, FIELD(timeline_path), 0, 0,
+     "write pool samples every 10 ms as CSV"},
+    {"plot", "FILE.svg", OPT_PATH, FIELD(plot_path), 0, 0,
+     "draw the timeline and latency by weight as SVG"},
+};
+#define NOPTIONS (sizeof options / sizeof options[0])
+_Static_assert(NOPTIONS <= 64, "the given-mask is one uint64_t");
+
+static uint64_t bit_of(const char *name) {
+  for (size_t i = 0; i < NOPTIONS; i++)
+    if (!strcmp(options[i].name, name)) return UINT64_C(1) << i;
+  return 0;
+}
+
+static size_t size_of(wb_opt_type t) {
+  switch (t) {
+    case OPT_FLAG: return sizeof(bool);
+    case OPT_UINT: return sizeof(unsigned);
+    case OPT_U64: return sizeof(uint64_t);
+    case OPT_LONG: return sizeof(long);
+    case OPT_PCT: return sizeof(double);
+    case OPT_RANGE: return sizeof(wb_range);
+    case OPT_POOL: return sizeof(wb_pool_kind);
+    case OPT_PATH: return sizeof(const char *);
+    case OPT_SCENARIO: return sizeof(const wb_scenario *);
+  }
+  return 0;
+}
+
+/* Prints the one-line error with its hint; returns the usage exit status. */
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", WB_PROG);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " (see '%s run --help')\n", WB_PROG);
+  va_end(ap);
+  return WB_EXIT_USAGE;
+}
+
+/* Parses an unsigned integer; base 0 allows 0x hex (for seeds). */
+static int parse_u64(const wb_option *o, const char *s, int base, uint64_t *out) {
+  if (s[0] == '-' && s[1] >= '0' && s[1] <= '9')
+    return usage_error("--%s must not be negative (got '%s')", o->name, s);
+  if (!(s[0] >= '0' && s[0] <= '9'))
+    return usage_error("--%s: '%s' is not a number", o->name, s);
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, base);
+  if (*end) return usage_error("--%s: '%s' is not a number", o->name, s);
+  if (errno == ERANGE || v > o->max)
+    return usage_error("--%s must be at most %" PRIu64 " (got '%s')", o->name, o->max, s);
+  if (v < o->min)
+    return usage_error("--%s must be at least %" PRIu64 " (got '%s')", o->name, o->min, s);
+  *out = v;
+  return 0;
+}
+
+/* Parses one int of a weight range; *end is where it stopped. */
+static bool parse_int(const char *s, int *out, const char **end) {
+  char *e;
+  errno = 0;
+  if (!((s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9')))
+    return false;
+  long v = strtol(s, &e, 10);
+  if (errno == ERANGE || v < INT32_MIN || v > INT32_MAX) return false;
+  *out = (int)v;
+  *end = e;
+  return true;
+}
+
+static int parse_value(const wb_option *o, const char *v, wb_config *user) {
+  void *field = (char *)user + o->offset;
+  uint64_t u;
+  int rc;
+  switch (o->type) {
+    case OPT_FLAG:
+      *(bool *)field = true;
+      return 0;
+    case OPT_UINT:
+      if ((rc = parse_u64(o, v, 10, &u))) return rc;
+      *(unsigned *)field = (unsigned)u;
+      return 0;
+    case OPT_U64:
+      if ((rc = parse_u64(o, v, o->max == UINT64_MAX ? 0 : 10, &u))) return rc;
+      *(uint64_t *)field = u;
+      return 0;
+    case OPT_LONG:
+      if ((rc = parse_u64(o, v, 10, &u))) return rc;
+      *(long *)field = (long)u;
+      return 0;
+    case OPT_PCT: {
+      char *end;
+      double d = strtod(v, &end);
+      if (!*v || *end || !isfinite(d) || !((v[0] >= '0' && v[0] <= '9') || v[0] == '.' ||
+                                           v[0] == '-'))
+        return usage_error("--%s: '%s' is not a number", o->name, v);
+      if (d < 0) return usage_error("--%s must not be negative (got '%s')", o->name, v);
+      if (d > 100) return usage_error("--%s is a percentage, at most 100 (got '%s')", o->name, v);
+      *(double *)field = d;
+      return 0;
+    }
+    case OPT_RANGE: {
+      wb_range r;
+      const char *end;
+      if (!parse_int(v, &r.lo, &end))
+        return usage_error("--%s: '%s' is not LO:HI with integers LO and HI", o->name, v);
+      if (*end == '\0') {
+        r.hi = r.lo;
+      } else if (*end != ':' || !parse_int(end + 1, &r.hi, &end) || *end) {
+        return usage_error("--%s: '%s' is not LO:HI with integers LO and HI", o->name, v);
+      }
+      if (r.lo > r.hi)
+        return usage_error("--%s: weight range %d:%d is backwards (LO must be <= HI)", o->name,
+                           r.lo, r.hi);
+      *(wb_range *)field = r;
+      return 0;
+    }
+    case OPT_POOL:
+      if (!strcmp(v, "basic")) {
+        *(wb_pool_kind *)field = WB_POOL_BASIC;
+      } else if (!strcmp(v, "elastic")) {
+        *(wb_pool_kind *)field = WB_POOL_ELASTIC;
+      } else {
+        return usage_error("--%s must be basic or elastic (got '%s')", o->name, v);
+      }
+      return 0;
+    case OPT_PATH:
+      if (!*v) return usage_error("--%s needs a file name", o->name);
+      *(const char **)field = v;
+      return 0;
+    case OPT_SCENARIO: {
+      const wb_scenario *s = wb_scenario_find(v);
+      if (!s)
+        return usage_error("unknown scenario '%s'; '%s list' shows them", v, WB_PROG);
+      *(const wb_scenario **)field = s;
+      return 0;
+    }
+  }
+  return usage_error("--%s: internal error", o->name);
+}
+
+void wb_cli_usage(FILE *f) {
+  fprintf(f,
+          "usage: %s run --scenario NAME [options]   run a scenario and print a summary\n"
+          "       %s list                           describe the scenarios\n"
+          "       %s --help | --version\n"
+          "\n"
+          "run options (defaults come from the scenario; see `list`):\n",
+          WB_PROG, WB_PROG, WB_PROG);
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    char left[40];
+    snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].metavar ? " " : "",
+             options[i].metavar ? options[i].metavar : "");
+    fprintf(f, "  %-22s %s\n", left, options[i].help);
+  }
+  fprintf(f,
+          "\nOptions also take the form --name=VALUE. A progress line is drawn on stderr\n"
+          "when it is a terminal. Bad input exits with status 2 and starts nothing.\n");
+}
+
+int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
+  wb_config user;
+  memset(&user, 0, sizeof user);
+  uint64_t given = 0;
+
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) return -1;
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+      if (arg[0] == '-') return usage_error("unknown option '%s'", arg);
+      return usage_error("unexpected argument '%s'", arg);
+    }
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const wb_option *o = NULL;
+    size_t idx = 0;
+    for (; idx < NOPTIONS; idx++) {
+      if (strlen(options[idx].name) == len && !strncmp(options[idx].name, name, len)) {
+        o = &options[idx];
+        break;
+      }
+    }
+    if (!o) return usage_error("unknown option '%.*s'", (int)(len + 2), arg);
+    const char *value = NULL;
+    if (o->type == OPT_FLAG) {
+      if (eq) return usage_error("--%s takes no value", o->name);
+    } else if (eq) {
+      value = eq + 1;
+    } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+      value = argv[++i];
+    } else {
+      return usage_error("--%s needs a value (%s)", o->name, o->metavar);
+    }
+    int rc = parse_value(o, value, &user);
+    if (rc) return rc;
+    given |= UINT64_C(1) << idx;
+  }
+
+  if (!(given & bit_of("scenario")))
+    return usage_error("run needs --scenario NAME; '%s list' shows them", WB_PROG);
+
+  /* Pass two: the scenario's defaults, then the given fields over them. */
+  *cfg = user.scenario->defaults;
+  cfg->scenario = user.scenario;
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    if (given & (UINT64_C(1) << i))
+      memcpy((char *)cfg + options[i].offset, (const char *)&user + options[i].offset,
+             size_of(options[i].type));
+  }
+
+  if (cfg->pool == WB_POOL_BASIC) {
+    if ((given & bit_of("max-elastic")) && cfg->max_elastic > 0)
+      return usage_error("--max-elastic needs --pool elastic (this pool is basic)");
+    if (given & bit_of("idle-ms"))
+      return usage_error("--idle-ms needs --pool elastic (this pool is basic)");
+    cfg->max_elastic = 0;
+  }
+  if (!(given & bit_of("workers")) && cfg->workers == 0) cfg->workers = wb_cpu_count();
+  if (cfg->pool == WB_POOL_BASIC && cfg->workers == 0)
+    return usage_error("a basic pool needs at least one worker (got --workers 0)");
+  if (cfg->pool == WB_POOL_ELASTIC && cfg->workers == 0 && cfg->max_elastic == 0)
+    return usage_error("the pool would have no workers at all: raise --workers or --max-elastic");
+  if (cfg->bursts > cfg->tasks)
+    return usage_error("--bursts %u is more than --tasks %" PRIu64, cfg->bursts, cfg->tasks);
+  if (cfg->tail_ms < 0) {
+    bool retire_visible = cfg->pool == WB_POOL_ELASTIC && cfg->max_elastic > 0 &&
+                          cfg->idle_ms <= 2000;
+    cfg->tail_ms = retire_visible ? (long)cfg->idle_ms + 150 : 0;
+  }
+  return 0;
+}

@@ -1,0 +1,169 @@
+/* taskorch-workbench: the types its files share. A run goes
+ * cli (argv -> wb_config) -> scenarios (defaults, task mix) -> run (pool,
+ * producers, sampler) -> stats (percentiles) -> report / plot. */
+#ifndef TKO_WORKBENCH_WB_H
+#define TKO_WORKBENCH_WB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "taskorch.h"
+
+#define WB_PROG "taskorch-workbench"
+#define WB_EXIT_USAGE 2
+#define WB_MAX_TASKS 50000000u   /* per-task arrays take ~40 bytes each */
+#define WB_MAX_PRODUCERS 256u
+#define WB_MAX_BURSTS 100000u
+#define WB_MAX_CLASSES 8u        /* weight classes in the latency table */
+#define WB_SAMPLE_NS 10000000u   /* timeline sampling period: 10 ms */
+
+typedef enum wb_pool_kind { WB_POOL_BASIC = 0, WB_POOL_ELASTIC = 1 } wb_pool_kind;
+
+typedef struct wb_range {
+  int lo, hi;
+} wb_range;
+
+/* Everything a run needs. A scenario supplies the defaults; options given on
+ * the command line replace them field by field (cli.c). */
+typedef struct wb_config {
+  const struct wb_scenario *scenario;
+  wb_pool_kind pool;
+  unsigned workers;       /* basic workers; 0 in a scenario's defaults = CPU count */
+  unsigned max_elastic;   /* elastic pools only */
+  unsigned idle_ms;       /* elastic idle timeout */
+  uint64_t tasks;
+  unsigned producers;     /* submitting threads */
+  wb_range weights;       /* task weights, uniform in [lo, hi] */
+  unsigned task_us;       /* CPU work per CPU-bound task (varies 0.5x..1.5x) */
+  unsigned io_ms;         /* sleep per blocking task (varies 0.5x..1.5x) */
+  double io_pct;          /* share of blocking tasks, percent */
+  double fail_pct;        /* share of tasks that return a failure status */
+  unsigned bursts;        /* the tasks arrive in this many floods... */
+  unsigned gap_ms;        /* ...each after the pool has idled this long */
+  long tail_ms;           /* idle time after the last task; -1 = auto */
+  uint64_t seed;
+  bool quiet;             /* no progress bar */
+  const char *json_path;
+  const char *timeline_path;
+  const char *plot_path;
+} wb_config;
+
+typedef struct wb_scenario {
+  const char *name;
+  const char *about;      /* one line for `list` */
+  bool lead_idle;         /* idle gap_ms before the first flood, too */
+  wb_config defaults;
+} wb_scenario;
+
+/* One task of the mix, stored by value in one array; its address is the
+ * task's argument, so no task allocates. */
+enum { WB_TASK_CPU = 0, WB_TASK_IO = 1 };
+typedef struct wb_task {
+  int32_t weight;
+  uint32_t work_us;  /* CPU spin or sleep, microseconds */
+  uint8_t kind;      /* WB_TASK_CPU or WB_TASK_IO */
+  uint8_t fail;      /* returns 1 instead of 0 */
+} wb_task;
+
+/* One timeline sample, relative to the run's start. */
+typedef struct wb_sample {
+  uint64_t t_ns;
+  uint64_t submitted, completed, queued, running;
+  unsigned basic, elastic;
+} wb_sample;
+
+typedef struct wb_timeline {
+  wb_sample *s;       /* preallocated; halved in resolution when full */
+  size_t n, cap;
+  uint64_t period_ns; /* spacing of kept samples: 10 ms, doubled on each halving */
+} wb_timeline;
+
+typedef struct wb_dist {
+  uint64_t count;
+  uint64_t p50, p90, p99, max;
+  double mean;
+} wb_dist;
+
+typedef struct wb_class {
+  int lo, hi;        /* weights in this class */
+  wb_dist wait;
+} wb_class;
+
+/* What a finished run leaves behind. */
+typedef struct wb_result {
+  wb_config cfg;              /* as resolved */
+  wb_task *tasks;
+  uint64_t *wait_ns;          /* per task, UINT64_MAX = never ran */
+  uint64_t *run_ns;
+  uint8_t *on_elastic;        /* ran on an elastic worker */
+  uint64_t mix_checksum;
+  double wall_s;              /* first submit to last task done, gaps included */
+  double active_s;            /* the same, gaps between floods left out */
+  uint64_t submit_errors;
+  int first_submit_error;
+  tko_stats stats;            /* after shutdown */
+  tko_stats before_shutdown;  /* elastic counts after the tail */
+  bool allocs_known;
+  uint64_t allocs;            /* heap allocations from first submit to shutdown */
+  wb_timeline timeline;
+  /* Filled by wb_summarize. */
+  wb_dist wait, run;
+  wb_class classes[WB_MAX_CLASSES];
+  unsigned nclasses;
+  uint64_t ran_on_elastic;
+} wb_result;
+
+/* cli.c: 0 = parsed, -1 = --help asked, WB_EXIT_USAGE = bad input (reported). */
+int wb_cli_parse_run(int argc, char **argv, wb_config *cfg);
+void wb_cli_usage(FILE *f);
+
+/* scenarios.c */
+const wb_scenario *wb_scenario_find(const char *name);
+const wb_scenario *wb_scenario_at(size_t i); /* NULL past the end */
+void wb_scenario_describe(FILE *f, const wb_scenario *s);
+void wb_config_describe(FILE *f, const wb_config *c, const char *indent);
+uint64_t wb_mix_generate(const wb_config *cfg, wb_task *out);
+unsigned wb_cpu_count(void);
+
+/* run.c */
+int wb_run(const wb_config *cfg, wb_result *res);
+void wb_result_free(wb_result *res);
+
+/* timeline.c */
+typedef struct wb_sampler wb_sampler;
+typedef struct wb_progress wb_progress;
+int wb_sampler_start(wb_sampler **out, tko_pool *pool, wb_timeline *tl,
+                     uint64_t t0_ns, wb_progress *progress);
+void wb_sampler_stop(wb_sampler *s); /* takes a last sample, joins, frees */
+int wb_timeline_alloc(wb_timeline *tl, size_t cap);
+void wb_timeline_free(wb_timeline *tl);
+int wb_timeline_write_csv(FILE *f, const wb_timeline *tl);
+
+/* progress.c: the live line on stderr, drawn by the sampler thread. */
+wb_progress *wb_progress_new(uint64_t total); /* NULL when off or on error */
+void wb_progress_update(wb_progress *p, const wb_sample *s);
+void wb_progress_clear(wb_progress *p);
+void wb_progress_free(wb_progress *p);
+
+/* alloc.c */
+bool wb_allocs_read(uint64_t *total); /* false when not built with jemalloc */
+const char *wb_allocs_source(void);
+
+/* stats.c */
+int wb_summarize(wb_result *res);
+
+/* report.c */
+void wb_report_table(FILE *f, const wb_result *res);
+int wb_report_json(FILE *f, const wb_result *res);
+void wb_fmt_ns(char *buf, size_t len, double ns);
+
+/* plot.c */
+int wb_plot_svg(FILE *f, const wb_result *res);
+
+/* util */
+uint64_t wb_now_ns(void);
+void wb_sleep_ns(uint64_t ns);
+
+#endif
