@@ -109,6 +109,8 @@ typedef struct tko_options {
   tko_full_policy full_policy; /* when queue_capacity is reached; default BLOCK */
   unsigned aging_ms;         /* anti-starvation: a queued task gains one unit of
                                 weight per aging_ms waited; 0 = off */
+  unsigned max_async_inflight; /* async tasks started and not completed at
+                                  once; the rest stay queued by weight; 0 = no limit */
   const char *name;          /* thread name prefix, up to 10 chars; NULL = "tko" */
   tko_hooks hooks;
   const tko_allocator *allocator; /* NULL = malloc/realloc/free */
@@ -132,6 +134,7 @@ typedef struct tko_stats {
   uint64_t caller_runs;      /* tasks run on submitting threads (CALLER_RUNS) */
   uint64_t lock_contended;   /* times a worker or full-inbox submitter waited
                                 for the queue lock (a contention gauge) */
+  unsigned async_inflight;   /* async tasks started, not yet completed */
 } tko_stats;
 
 /* Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */
@@ -246,6 +249,28 @@ TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, t
  * submitted; a periodic one stops), -ENOENT if it was not armed (already
  * fired, cancelled, or never armed). Safe from any thread, tasks included. */
 TKO_API int tko_timer_cancel(tko_timer *timer);
+
+/* Async (completion-based) tasks. fn starts some work and returns 0; the
+ * task stays running until tko_async_complete(op, status) is called, from
+ * any thread, exactly once. If fn returns non-zero, the task completes at
+ * once with that status and fn must not complete op itself. In-flight async
+ * tasks count as running for wait_idle, stats, groups and the after_run /
+ * on_failure hooks (run_ns spans start to completion); max_async_inflight
+ * bounds how many are in flight, the rest waiting queued by weight.
+ * Shutdown, in either mode, waits for in-flight async tasks to complete. */
+typedef struct tko_async tko_async; /* an in-flight task, owned by the pool */
+typedef int (*tko_async_fn)(tko_async *op, void *arg);
+
+TKO_API int tko_submit_async(tko_pool *pool, tko_async_fn fn, void *arg, int weight);
+/* An async member of a group. */
+TKO_API int tko_group_submit_async(tko_pool *pool, tko_group *group, tko_async_fn fn, void *arg,
+                                   int weight);
+/* Completes op with status (0 = success). -EINVAL: NULL; -EALREADY: op is
+ * not in flight (completed twice - op may then already belong to another
+ * task, so that is a caller bug the pool catches only at best). */
+TKO_API int tko_async_complete(tko_async *op, int status);
+/* The arg the async task was submitted with. */
+TKO_API void *tko_async_arg(const tko_async *op);
 
 /* Blocks, without polling, until nothing is queued or running, or until
  * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;

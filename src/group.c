@@ -77,6 +77,11 @@ void tko__group_finished(void *group, int status) {
 }
 
 int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg, int weight) {
+  return tko__group_submit_ctx(pool, group, 0, fn, arg, weight);
+}
+
+int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_task_fn fn,
+                          void *arg, int weight) {
   tko__group *g = get(group);
   if (!pool || !g || !fn) return -EINVAL;
   pthread_mutex_lock(&g->mu);
@@ -87,7 +92,7 @@ int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg
   g->pool = pool;
   g->pending++;
   pthread_mutex_unlock(&g->mu);
-  int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP, weight, -1);
+  int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP | tag, weight, -1);
   if (rc) {
     pthread_mutex_lock(&g->mu);
     if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
@@ -187,9 +192,12 @@ long tko_group_cancel(tko_group *group) {
   for (;;) {
     tko__lock_acquire(&pool->lock);
     tko__pool_drain_locked(pool);
-    size_t n = tko__queue_remove_ctx(&pool->queue, (uintptr_t)g | TKO__CTX_GROUP, batch,
-                                     TKO__GRAB_MAX);
-    tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
+    uintptr_t ctx = (uintptr_t)g | TKO__CTX_GROUP;
+    size_t n = tko__queue_remove_ctx(&pool->queue, ctx, batch, TKO__GRAB_MAX);
+    if (n < TKO__GRAB_MAX)
+      n += tko__queue_remove_ctx(&pool->async_queue, ctx | TKO__CTX_ASYNC, batch + n,
+                                 TKO__GRAB_MAX - n);
+    tko__refresh_backlog(pool);
     tko__unlock(&pool->lock);
     tko__release_room(pool, n);
     if (!n) return total;

@@ -23,7 +23,7 @@ void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc) {
   in->slots = NULL;
 }
 
-int tko__inbox_drain(tko__inbox *in, tko__queue *q) {
+int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
   uint64_t h = tko__load_relaxed(&in->head); /* only the lock holder writes it */
   uint64_t t = tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
   if (h == t) return 0;
@@ -40,7 +40,7 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q) {
     }
     tko__item item = {.fn = s->fn, .arg = s->arg, .ctx = s->ctx, .id = h + 1, .enq_ns = s->enq_ns,
                       .weight = s->weight};
-    rc = tko__queue_push(q, &item);
+    rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
     if (rc) break; /* cannot happen after the reserve above, but stay safe */
   }
   /* Release: pairs with the acquire in tko__inbox_reserve. */

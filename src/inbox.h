@@ -96,9 +96,10 @@ static inline void tko__inbox_close(tko__inbox *in) {
   atomic_fetch_or_explicit(&in->tail, TKO__INBOX_CLOSED, memory_order_seq_cst);
 }
 
-/* Moves published tasks, in position order, into q. Caller holds the queue
- * lock. Waits (yielding) for a submitter that reserved but has not yet
- * published. Returns 0, or -ENOMEM if q could not grow (the rest stay). */
-int tko__inbox_drain(tko__inbox *in, tko__queue *q);
+/* Moves published tasks, in position order, into q (async ones, tagged by
+ * async_tag in ctx, into aq). Caller holds the queue lock. Waits (yielding)
+ * for a submitter that reserved but has not yet published. Returns 0, or
+ * -ENOMEM if a queue could not grow (the rest stay). */
+int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t async_tag);
 
 #endif

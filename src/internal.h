@@ -52,7 +52,13 @@ struct tko_pool {
    * whose inbox is full) take it. */
   TKO_CACHE_ALIGNED tko__lock lock;
   tko__queue queue;
-  atomic_size_t backlog;  /* queue.len, stored under lock, read lock-free */
+  tko__queue async_queue; /* async tasks waiting for an in-flight slot */
+  unsigned async_running; /* async tasks in flight; guarded by lock */
+  /* Work a worker could take now (queue.len, plus async_queue.len when an
+   * in-flight slot is free), and async tasks waiting; stored under lock,
+   * read lock-free. */
+  atomic_size_t backlog;
+  atomic_size_t async_waiting;
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */
   atomic_bool cancelling; /* TKO_CANCEL in progress */
   atomic_bool paused;     /* tko_pool_pause: no task starts */
@@ -99,6 +105,14 @@ struct tko_pool {
   pthread_t timer_thread;
   bool timer_started, timer_stop;
 
+  /* Async records (async.c): handed out from a free list, allocated in
+   * chunks that live until destroy, so op pointers stay valid. */
+  pthread_mutex_t async_mu; /* guards async_free and async_chunks */
+  struct tko_async *async_free;
+  void *async_chunks;
+  atomic_uint async_inflight; /* async_running, readable lock-free */
+  atomic_uint completers;     /* threads inside tko_async_complete */
+
   atomic_uint_fast64_t cancelled;
   tko__worker caller; /* counts tasks run on a caller's thread (shutdown) */
 
@@ -118,10 +132,14 @@ extern _Thread_local tko__worker *tko__current_worker;
 
 /* Tags in the low bits of tko__item.ctx (records are 8-byte aligned). */
 #define TKO__CTX_GROUP ((uintptr_t)1)
+#define TKO__CTX_ASYNC ((uintptr_t)2)
 #define TKO__CTX_TAGS ((uintptr_t)7)
 
 /* group.c: a member finished (or was cancelled, status -ECANCELED). */
 void tko__group_finished(void *group, int status);
+/* Submits a group member whose ctx also carries tag (TKO__CTX_ASYNC). */
+int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_task_fn fn,
+                          void *arg, int weight);
 
 /* submit.c: moves the inbox into the queue and refreshes backlog; caller
  * holds lock. */
@@ -139,6 +157,9 @@ static inline uint64_t tko__submitted(tko_pool *pool) {
 
 /* worker.c */
 void *tko__worker_main(void *arg);
+/* Bumps one of w's counters: a plain store for the owning worker, an RMW
+ * for the shared caller slot. */
+void tko__count(tko_pool *pool, tko__worker *w, atomic_uint_fast64_t *c);
 int tko__thread_start(tko_pool *pool, tko__worker *w);
 /* Starts a pool thread: default scheduling policy (not the creator's) and
  * asynchronous signals blocked. 0 or -EAGAIN. */
@@ -151,6 +172,12 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item);
 bool tko__help_one(tko_pool *pool, tko__worker *w);
 void tko__notify_idle(tko_pool *pool);
 
+/* async.c: starts an async item on worker w (the record is taken here). */
+int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item);
+/* Waits for in-flight async tasks (shutdown) and for completers to leave. */
+void tko__async_quiesce(tko_pool *pool);
+void tko__async_fini(tko_pool *pool);
+
 /* timer.c: disarms every timer (each to on_cancel) and joins the thread. */
 void tko__timers_close(tko_pool *pool);
 
@@ -158,6 +185,14 @@ void tko__timers_close(tko_pool *pool);
 void tko__elastic_spawn(tko_pool *pool);
 bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w);
 void tko__elastic_close_and_join(tko_pool *pool);
+
+/* Refreshes backlog and async_waiting; caller holds lock. */
+static inline void tko__refresh_backlog(tko_pool *pool) {
+  unsigned max = pool->opts.max_async_inflight;
+  size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
+  tko__store_relaxed(&pool->backlog, pool->queue.len + runnable_async); /* under lock */
+  tko__store_relaxed(&pool->async_waiting, pool->async_queue.len);
+}
 
 /* Whether any task waits, in the inbox or the queue. The seq_cst form is
  * step (2) of signal.c's essay; the relaxed form is a searching worker's
@@ -175,6 +210,11 @@ static inline bool tko__has_work_hint(tko_pool *pool) {
  * seq_cst for the sleep re-check (pairs with tko_pool_resume's store). */
 static inline bool tko__runnable_seq(tko_pool *pool) {
   return !tko__load_seq(&pool->paused) && tko__has_work_seq(pool);
+}
+
+/* Shutdown may let workers go: nothing queued anywhere, async included. */
+static inline bool tko__nothing_left(tko_pool *pool) {
+  return !tko__has_work_seq(pool) && tko__load_seq(&pool->async_waiting) == 0;
 }
 
 /* Called after new work is queued: wakes a sleeper if nobody is searching,

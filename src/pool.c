@@ -64,6 +64,9 @@ static void free_pool(tko_pool *pool) {
   for (unsigned i = 0; i < pool->nslots; i++) tko__parker_fini(&pool->slots[i].sleeper.parker);
   tko__mem_free(a, pool->slots);
   tko__queue_fini(&pool->queue);
+  tko__queue_fini(&pool->async_queue);
+  tko__async_fini(pool);
+  pthread_mutex_destroy(&pool->async_mu);
   tko__inbox_fini(&pool->inbox, a);
   tko__idle_fini(&pool->idle);
   pthread_mutex_destroy(&pool->spawn_mu);
@@ -87,7 +90,7 @@ static int init_sync(tko_pool *pool) {
             pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
             pthread_mutex_init(&pool->shutdown_mu, NULL) | pthread_mutex_init(&pool->space_mu, NULL) |
             pthread_cond_init(&pool->space_cv, &ca) | pthread_mutex_init(&pool->timer_mu, NULL) |
-            pthread_cond_init(&pool->timer_cv, &ca);
+            pthread_cond_init(&pool->timer_cv, &ca) | pthread_mutex_init(&pool->async_mu, NULL);
   pthread_condattr_destroy(&ca);
   if (bad) return -ENOMEM;
   return tko__idle_init(&pool->idle);
@@ -116,7 +119,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   rc = init_sync(pool);
   if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);
   if (rc == 0) rc = tko__queue_init(&pool->queue, opts->initial_capacity ? opts->initial_capacity : 256, a);
-  pool->queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
+  if (rc == 0) rc = tko__queue_init(&pool->async_queue, 16, a);
+  pool->queue.aging_ns = pool->async_queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
   if (rc == 0) {
     pool->slots = tko__mem_alloc(a, (size_t)pool->nslots * sizeof *pool->slots);
     if (!pool->slots) rc = -ENOMEM;
@@ -209,7 +213,14 @@ static void empty_queue(tko_pool *pool, bool run) {
     tko__lock_acquire(&pool->lock);
     tko__pool_drain_locked(pool);
     size_t n = tko__queue_pop(&pool->queue, batch, TKO__GRAB_MAX);
-    tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
+    /* Async tasks started here still count against the in-flight limit
+     * only loosely: with every worker gone, shutdown starts what is left. */
+    if (n == 0) {
+      n = tko__queue_pop(&pool->async_queue, batch, TKO__GRAB_MAX);
+      pool->async_running += (unsigned)n;
+      tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+    }
+    tko__refresh_backlog(pool);
     tko__unlock(&pool->lock);
     tko__release_room(pool, n);
     if (!n) return;
@@ -252,6 +263,7 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
   /* With every worker gone, anything still queued (an elastic-only pool
    * whose spawn failed) is run or cancelled here, so nothing is lost. */
   empty_queue(pool, mode == TKO_DRAIN);
+  tko__async_quiesce(pool); /* in-flight async tasks finish, as running ones did */
   pool->shut_down = true;
   shutting_down = NULL;
   pthread_mutex_unlock(&pool->shutdown_mu);
@@ -314,4 +326,5 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   out->blocking = tko__load_relaxed(&pool->blocking);
   out->caller_runs = tko__load_relaxed(&pool->caller_runs);
   out->lock_contended = tko__load_relaxed(&pool->lock.contended);
+  out->async_inflight = tko__load_relaxed(&pool->async_inflight);
 }

@@ -34,13 +34,23 @@
 
 static bool bucket_in_table(const tko__bucket *b) { return b->heap_pos != FREE_MARK; }
 
+static bool item_before(uint64_t aging_ns, const tko__item *ia, const tko__item *ib) {
+  __int128 ka = (__int128)ia->weight * aging_ns - (aging_ns ? ia->enq_ns : 0);
+  __int128 kb = (__int128)ib->weight * aging_ns - (aging_ns ? ib->enq_ns : 0);
+  if (!aging_ns) ka = ia->weight, kb = ib->weight;
+  return ka != kb ? ka > kb : ia->id < ib->id;
+}
+
 static bool bucket_before(const tko__queue *q, uint32_t a, uint32_t b) {
   const tko__bucket *ba = &q->buckets[a], *bb = &q->buckets[b];
   if (!q->aging_ns) return ba->weight > bb->weight; /* weights are distinct */
-  const tko__item *ia = &q->items[ba->head], *ib = &q->items[bb->head];
-  __int128 ka = (__int128)ia->weight * q->aging_ns - ia->enq_ns;
-  __int128 kb = (__int128)ib->weight * q->aging_ns - ib->enq_ns;
-  return ka != kb ? ka > kb : ia->id < ib->id;
+  return item_before(q->aging_ns, &q->items[ba->head], &q->items[bb->head]);
+}
+
+bool tko__queue_top_before(const tko__queue *a, const tko__queue *b) {
+  const tko__item *ia = &a->items[a->buckets[a->heap[0]].head];
+  const tko__item *ib = &b->items[b->buckets[b->heap[0]].head];
+  return item_before(a->aging_ns, ia, ib);
 }
 
 static void heap_place(tko__queue *q, uint32_t pos, uint32_t bucket) {

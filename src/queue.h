@@ -5,6 +5,7 @@
 #ifndef TKO_QUEUE_H
 #define TKO_QUEUE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,6 +66,8 @@ int tko__queue_reserve_buckets(tko__queue *q, size_t k);
 int tko__queue_push(tko__queue *q, const tko__item *item);
 /* Moves up to max items, highest priority first, into out; returns how many. */
 size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max);
+/* True if a's highest-priority item goes before b's; both non-empty. */
+bool tko__queue_top_before(const tko__queue *a, const tko__queue *b);
 /* Moves up to max items whose ctx equals ctx into out, wherever they are
  * queued (cancelling a group); returns how many. O(queued). */
 size_t tko__queue_remove_ctx(tko__queue *q, uintptr_t ctx, tko__item *out, size_t max);

@@ -7,8 +7,8 @@
 #include "internal.h"
 
 int tko__pool_drain_locked(tko_pool *pool) {
-  int rc = tko__inbox_drain(&pool->inbox, &pool->queue);
-  tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
+  int rc = tko__inbox_drain(&pool->inbox, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
+  tko__refresh_backlog(pool);
   return rc;
 }
 
@@ -170,7 +170,7 @@ static int submit_big_batch(tko_pool *pool, const tko_task *tasks, size_t n, uin
     }
     /* Release: pairs with the acquire in tko__inbox_reserve. */
     tko__store_release(&in->head, t + n);
-    tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
+    tko__refresh_backlog(pool);
   }
   tko__unlock(&pool->lock);
   return rc;

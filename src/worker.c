@@ -26,7 +26,7 @@ static void count_own(atomic_uint_fast64_t *c) {
 }
 
 /* The caller slot is shared by any thread that runs tasks outside a worker. */
-static void count(tko_pool *pool, tko__worker *w, atomic_uint_fast64_t *c) {
+void tko__count(tko_pool *pool, tko__worker *w, atomic_uint_fast64_t *c) {
   if (w == &pool->caller) tko__add_seq(c, 1);
   else count_own(c);
 }
@@ -38,17 +38,18 @@ static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item
 
 /* Tells the task's group, if any, that it is done. */
 static void ctx_done(const tko__item *item, int status) {
-  if (item->ctx & TKO__CTX_GROUP) tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status);
+  if (item->ctx & ~TKO__CTX_TAGS) tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status);
 }
 
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
+  if (item->ctx & TKO__CTX_ASYNC) return tko__async_start(pool, w, item);
   const tko_hooks *h = &pool->opts.hooks;
-  count(pool, w, &w->started);
+  tko__count(pool, w, &w->started);
   if (!pool->timing) {
     int status = item->fn(item->arg);
-    if (status) count(pool, w, &w->failed);
+    if (status) tko__count(pool, w, &w->failed);
     if (item->ctx) ctx_done(item, status);
-    count(pool, w, &w->finished);
+    tko__count(pool, w, &w->finished);
     return status;
   }
   tko_task_info info;
@@ -61,10 +62,10 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (h->after_run) h->after_run(h->user, &info);
   if (info.status) {
     if (h->on_failure) h->on_failure(h->user, &info);
-    count(pool, w, &w->failed);
+    tko__count(pool, w, &w->failed);
   }
   if (item->ctx) ctx_done(item, info.status);
-  count(pool, w, &w->finished);
+  tko__count(pool, w, &w->finished);
   return info.status;
 }
 
@@ -97,7 +98,16 @@ static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
   size_t len = pool->queue.len, n = 0;
   /* Relaxed: a pause racing with this take may let one batch start; pause
    * promises only that tasks taken after it returns wait. */
-  if (len && !tko__load_relaxed(&pool->paused)) {
+  bool paused = tko__load_relaxed(&pool->paused);
+  unsigned max_async = pool->opts.max_async_inflight;
+  if (!paused && pool->async_queue.len && (!max_async || pool->async_running < max_async) &&
+      (!len || tko__queue_top_before(&pool->async_queue, &pool->queue))) {
+    /* The best task is async: take it alone, inside the in-flight limit. */
+    n = tko__queue_pop(&pool->async_queue, batch, 1);
+    pool->async_running++;
+    tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+    tko__refresh_backlog(pool);
+  } else if (len && !paused) {
     /* Share by the workers there could be, elastic ones included, so one
      * worker does not hoard tasks that an elastic worker could have run
      * (blocking tasks above all). */
@@ -106,7 +116,7 @@ static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
     if (share < 1) share = 1;
     if (share > max) share = max;
     n = tko__queue_pop(&pool->queue, batch, share);
-    tko__store_relaxed(&pool->backlog, pool->queue.len); /* under lock */
+    tko__refresh_backlog(pool);
   }
   tko__unlock(&pool->lock);
   tko__release_room(pool, n);
@@ -158,9 +168,8 @@ bool tko__help_one(tko_pool *pool, tko__worker *w) {
  * The loads are hints; take_batch decides under the lock. */
 static bool spin_for_work(tko_pool *pool) {
   for (unsigned i = 0; i < pool->opts.spin_yields; i++) {
-    if ((tko__has_work_hint(pool) && !tko__load_relaxed(&pool->paused)) ||
-        tko__load_relaxed(&pool->closing))
-      return true;
+    if (tko__has_work_hint(pool) && !tko__load_relaxed(&pool->paused)) return true;
+    if (tko__load_relaxed(&pool->closing) && tko__nothing_left(pool)) return true;
     sched_yield();
   }
   return false;
@@ -175,7 +184,7 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   /* Step (2) of signal.c's essay: seq_cst, after sleep_prepare's RMW; pairs
    * with tko_submit's seq_cst inbox reservation. closing is stored seq_cst
    * before shutdown wakes every sleeper. */
-  if (tko__runnable_seq(pool) || tko__load_seq(&pool->closing)) {
+  if (tko__runnable_seq(pool) || (tko__load_seq(&pool->closing) && tko__nothing_left(pool))) {
     if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper))
       tko__parker_park(&w->sleeper.parker, UINT64_MAX);
     return WOKEN;
@@ -221,7 +230,7 @@ void *tko__worker_main(void *arg) {
     }
     /* Exit once closed and nothing is left; a reservation made just before
      * the close is still pending in the inbox and is taken first. */
-    if (tko__load_acquire(&pool->closing) && !tko__has_work_seq(pool)) break;
+    if (tko__load_acquire(&pool->closing) && tko__nothing_left(pool)) break;
     tko__notify_idle(pool);
     if (!searching) {
       searching = true;

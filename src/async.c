@@ -1,0 +1,188 @@
+/* Async (completion-based) tasks: the worker starts them, any thread
+ * completes them.
+ *
+ * Records: an in-flight task needs somewhere to keep its id, group and
+ * times until completion. Records come from a free list under async_mu and
+ * are allocated 64 at a time, in chunks that live until destroy, so op
+ * pointers stay valid and steady traffic allocates nothing.
+ *
+ * Limit: async tasks wait in their own weighted queue, and a worker takes
+ * one only while fewer than max_async_inflight are in flight (the count is
+ * kept under the queue lock, where the take is decided). A completion frees
+ * a slot and wakes a worker if async tasks wait.
+ *
+ * Lifetime: completion runs on a thread the pool does not own, so it
+ * counts itself in `completers` and destroy waits for that count to drop to
+ * zero; the decrement is its last touch of the pool. */
+#include <errno.h>
+#include <sched.h>
+
+#include "internal.h"
+#include "mem.h"
+
+#define CHUNK_RECORDS 64
+
+struct tko_async {
+  tko_pool *pool;
+  struct tko_async *next_free;
+  tko_async_fn fn;
+  void *arg;
+  uintptr_t ctx;
+  uint64_t id, enq_ns, start_ns;
+  int weight;
+  unsigned worker;
+  tko_worker_kind kind;
+  atomic_int in_flight; /* 1 from start to completion: catches a double complete */
+};
+
+typedef struct chunk {
+  struct chunk *next;
+  struct tko_async records[CHUNK_RECORDS];
+} chunk;
+
+static struct tko_async *take_record(tko_pool *pool) {
+  pthread_mutex_lock(&pool->async_mu);
+  struct tko_async *r = pool->async_free;
+  if (!r) {
+    chunk *c = tko__mem_alloc(pool->opts.allocator, sizeof *c);
+    if (c) {
+      c->next = pool->async_chunks;
+      pool->async_chunks = c;
+      for (int i = CHUNK_RECORDS - 1; i >= 0; i--) {
+        c->records[i].next_free = pool->async_free;
+        atomic_init(&c->records[i].in_flight, 0);
+        pool->async_free = &c->records[i];
+      }
+      r = pool->async_free;
+    }
+  }
+  if (r) pool->async_free = r->next_free;
+  pthread_mutex_unlock(&pool->async_mu);
+  return r;
+}
+
+static void give_record(tko_pool *pool, struct tko_async *r) {
+  pthread_mutex_lock(&pool->async_mu);
+  r->next_free = pool->async_free;
+  pool->async_free = r;
+  pthread_mutex_unlock(&pool->async_mu);
+}
+
+/* Async functions travel in the task slot and are cast back before the
+ * call; C allows the round trip, and going through void (*)(void) tells the
+ * compiler it is deliberate. */
+#define AS_TASK(fn) ((tko_task_fn)(void (*)(void))(fn))
+#define AS_ASYNC(fn) ((tko_async_fn)(void (*)(void))(fn))
+
+static int submit_async(tko_pool *pool, uintptr_t group, tko_async_fn fn, void *arg, int weight) {
+  return tko__submit_item(pool, AS_TASK(fn), arg, group | TKO__CTX_ASYNC, weight, -1);
+}
+
+int tko_submit_async(tko_pool *pool, tko_async_fn fn, void *arg, int weight) {
+  if (!pool || !fn) return -EINVAL;
+  return submit_async(pool, 0, fn, arg, weight);
+}
+
+int tko_group_submit_async(tko_pool *pool, tko_group *group, tko_async_fn fn, void *arg,
+                           int weight) {
+  if (!fn) return -EINVAL;
+  return tko__group_submit_ctx(pool, group, TKO__CTX_ASYNC, AS_TASK(fn), arg, weight);
+}
+
+void *tko_async_arg(const tko_async *op) { return op ? op->arg : NULL; }
+
+/* Frees an in-flight slot; wakes a worker if async tasks wait for one. */
+static void release_slot(tko_pool *pool) {
+  tko__lock_acquire(&pool->lock);
+  pool->async_running--;
+  tko__store_relaxed(&pool->async_inflight, pool->async_running);
+  tko__refresh_backlog(pool);
+  tko__unlock(&pool->lock);
+  if (tko__runnable_seq(pool)) tko__signal_work(pool);
+  /* Closing: sleeping workers may now have nothing left and can exit. */
+  if (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) tko__idle_wake_all(&pool->idle);
+}
+
+static void finish(struct tko_async *op, int status) {
+  tko_pool *pool = op->pool;
+  const tko_hooks *h = &pool->opts.hooks;
+  tko__worker *c = &pool->caller;
+  if (pool->timing) {
+    tko_task_info info = {.id = op->id, .fn = AS_TASK(op->fn), .arg = op->arg,
+                          .weight = op->weight, .status = status, .worker = op->worker,
+                          .kind = op->kind};
+    info.wait_ns = op->start_ns > op->enq_ns ? op->start_ns - op->enq_ns : 0;
+    info.run_ns = tko__now_ns() - op->start_ns;
+    if (h->after_run) h->after_run(h->user, &info);
+    if (status && h->on_failure) h->on_failure(h->user, &info);
+  }
+  uintptr_t ctx = op->ctx;
+  give_record(pool, op);
+  if (ctx & ~TKO__CTX_TAGS) tko__group_finished((void *)(ctx & ~TKO__CTX_TAGS), status);
+  release_slot(pool);
+  if (status) tko__add_seq(&c->failed, 1);
+  tko__add_seq(&c->finished, 1); /* seq_cst: before notify_idle's load */
+  tko__notify_idle(pool);
+}
+
+int tko_async_complete(tko_async *op, int status) {
+  if (!op) return -EINVAL;
+  tko_pool *pool = op->pool;
+  int one = 1;
+  if (!pool || !atomic_compare_exchange_strong(&op->in_flight, &one, 0)) return -EALREADY;
+  tko__add_seq(&pool->completers, 1);
+  finish(op, status);
+  tko__sub_seq(&pool->completers, 1); /* the last touch of the pool */
+  return 0;
+}
+
+int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
+  const tko_hooks *h = &pool->opts.hooks;
+  tko__count(pool, w, &w->started);
+  struct tko_async *op = take_record(pool);
+  if (!op) {
+    /* No memory for a record: the task fails to start, visibly. */
+    if (item->ctx & ~TKO__CTX_TAGS)
+      tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), -ENOMEM);
+    release_slot(pool);
+    tko__count(pool, w, &w->failed);
+    tko__count(pool, w, &w->finished);
+    return -ENOMEM;
+  }
+  *op = (struct tko_async){.pool = pool, .fn = AS_ASYNC(item->fn), .arg = item->arg,
+                           .ctx = item->ctx, .id = item->id, .enq_ns = item->enq_ns,
+                           .weight = item->weight, .worker = w->index, .kind = w->kind};
+  atomic_init(&op->in_flight, 1);
+  if (pool->timing) {
+    op->start_ns = tko__now_ns();
+    if (h->before_run) {
+      tko_task_info info = {.id = op->id, .fn = item->fn, .arg = op->arg, .weight = op->weight,
+                            .worker = w->index, .kind = w->kind};
+      info.wait_ns = op->start_ns > op->enq_ns ? op->start_ns - op->enq_ns : 0;
+      h->before_run(h->user, &info);
+    }
+  }
+  int rc = op->fn(op, op->arg);
+  if (rc) tko_async_complete(op, rc);
+  return rc;
+}
+
+void tko__async_quiesce(tko_pool *pool) {
+  tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify */
+  pthread_mutex_lock(&pool->idle_mu);
+  while (tko__load_seq(&pool->async_inflight) > 0) pthread_cond_wait(&pool->idle_cv, &pool->idle_mu);
+  pthread_mutex_unlock(&pool->idle_mu);
+  tko__sub_seq(&pool->idle_waiters, 1);
+  /* A completer past its notify is a few instructions from leaving. */
+  while (tko__load_seq(&pool->completers) > 0) sched_yield();
+}
+
+void tko__async_fini(tko_pool *pool) {
+  for (chunk *c = pool->async_chunks; c;) {
+    chunk *next = c->next;
+    tko__mem_free(pool->opts.allocator, c);
+    c = next;
+  }
+  pool->async_chunks = NULL;
+  pool->async_free = NULL;
+}
