@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)" >/dev/null
-exec build/workbench/taskorch-workbench run --scenario demo "$@"
+exec build/workbench/taskorch-workbench run --scenario demo --plot demo.svg "$@"
