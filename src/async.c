@@ -92,7 +92,7 @@ int tko_group_submit_async(tko_pool *pool, tko_group *group, tko_async_fn fn, vo
 void *tko_async_arg(const tko_async *op) { return op ? op->arg : NULL; }
 
 /* Frees an in-flight slot; wakes a worker if async tasks wait for one. */
-static void release_slot(tko_pool *pool) {
+void tko__async_release_slot(tko_pool *pool) {
   tko__lock_acquire(&pool->lock);
   pool->async_running--;
   tko__store_relaxed(&pool->async_inflight, pool->async_running);
@@ -119,7 +119,7 @@ static void finish(struct tko_async *op, int status) {
   uintptr_t ctx = op->ctx;
   give_record(pool, op);
   if (ctx & ~TKO__CTX_TAGS) tko__group_finished((void *)(ctx & ~TKO__CTX_TAGS), status);
-  release_slot(pool);
+  tko__async_release_slot(pool);
   if (status) tko__add_seq(&c->failed, 1);
   tko__add_seq(&c->finished, 1); /* seq_cst: before notify_idle's load */
   tko__notify_idle(pool);
@@ -144,7 +144,7 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
     /* No memory for a record: the task fails to start, visibly. */
     if (item->ctx & ~TKO__CTX_TAGS)
       tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), -ENOMEM);
-    release_slot(pool);
+    tko__async_release_slot(pool);
     tko__count(pool, w, &w->failed);
     tko__count(pool, w, &w->finished);
     return -ENOMEM;

@@ -174,6 +174,9 @@ void tko__notify_idle(tko_pool *pool);
 
 /* async.c: starts an async item on worker w (the record is taken here). */
 int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item);
+/* Gives back the in-flight slot an async task took (completed, failed to
+ * start, or cancelled after being taken). */
+void tko__async_release_slot(tko_pool *pool);
 /* Waits for in-flight async tasks (shutdown) and for completers to leave. */
 void tko__async_quiesce(tko_pool *pool);
 void tko__async_fini(tko_pool *pool);

@@ -217,7 +217,7 @@ static void empty_queue(tko_pool *pool, bool run) {
      * only loosely: with every worker gone, shutdown starts what is left. */
     if (n == 0) {
       n = tko__queue_pop(&pool->async_queue, batch, TKO__GRAB_MAX);
-      pool->async_running += (unsigned)n;
+      if (run) pool->async_running += (unsigned)n; /* each start holds a slot */
       tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
     }
     tko__refresh_backlog(pool);

@@ -128,7 +128,11 @@ static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, si
     /* Acquire: pairs with the release in tko_pool_shutdown, so tasks this
      * worker had taken are cancelled rather than run once TKO_CANCEL began. */
     if (tko__load_acquire(&pool->cancelling)) {
-      for (; i < n; i++) tko__cancel_item(pool, &batch[i]);
+      for (; i < n; i++) {
+        tko__cancel_item(pool, &batch[i]);
+        /* An async task taken here holds an in-flight slot: give it back. */
+        if (batch[i].ctx & TKO__CTX_ASYNC) tko__async_release_slot(pool);
+      }
       break;
     }
     tko__run_item(pool, w, &batch[i]);
