@@ -294,6 +294,11 @@ TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
 TKO_API int tko_pool_pause(tko_pool *pool);
 TKO_API int tko_pool_resume(tko_pool *pool);
 
+/* fork(): a child process gets a copy of the pool without its threads. In
+ * the child every call on such a pool returns -ECHILD, except
+ * tko_pool_destroy, which frees the child's copy of the memory without
+ * touching threads or locks. Create new pools in the child instead. */
+
 /* Shuts down with TKO_DRAIN if not yet shut down, then frees the pool.
  * Returns 0, or -EDEADLK (freeing nothing) when called from one of this
  * pool's own threads, or -EINVAL for NULL. */

@@ -14,7 +14,10 @@ const char *tko_strerror(int err) {
   case -EDEADLK: return "would deadlock: called from the pool's own thread";
   case -ECANCELED: return "the task was cancelled";
   case -EBUSY: return "busy: the object is still in use";
-  case -ENOENT: return "not found";
+  case -ENOENT: return "not found (the timer is not armed)";
+  case -EPERM: return "not permitted: must be called from a pool's worker thread";
+  case -EALREADY: return "already done: the async task was completed before";
+  case -ECHILD: return "the pool was created before fork(): unusable in the child process";
   default: return "unknown taskorch error";
   }
 }

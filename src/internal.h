@@ -119,6 +119,7 @@ struct tko_pool {
   pthread_mutex_t shutdown_mu; /* serialises shutdown; guards shut_down */
   bool shut_down;
 
+  unsigned fork_gen; /* tko__fork_generation() at create */
   tko_options opts;
   char name[10];
   bool timing;     /* some hook needs wait/run times */
@@ -195,6 +196,12 @@ static inline void tko__refresh_backlog(tko_pool *pool) {
   size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
   tko__store_relaxed(&pool->backlog, pool->queue.len + runnable_async); /* under lock */
   tko__store_relaxed(&pool->async_waiting, pool->async_queue.len);
+}
+
+/* True in a child process forked after the pool was created: its threads
+ * do not exist there, so every call refuses with -ECHILD. */
+static inline bool tko__pool_forked(const tko_pool *pool) {
+  return pool->fork_gen != tko__fork_generation();
 }
 
 /* Whether any task waits, in the inbox or the queue. The seq_cst form is

@@ -21,9 +21,15 @@
  * in ring (submit) order, and each runner's unlock happens-before the next
  * runner's lock: each task happens-before the next one.
  *
- * If the pool refuses the resubmission (it is shutting down), the runner
- * keeps draining on the spot; the pool waits for running tasks, so the lane
- * is finished before shutdown returns. A queued runner that the pool
+ * If the pool refuses the resubmission (it is shutting down, or a bounded
+ * queue is full), the runner keeps draining on the spot; the pool waits for
+ * running tasks, so the lane is finished before shutdown returns. A bounded
+ * pool with TKO_FULL_CALLER_RUNS may run a runner at once on the thread that
+ * submits it, which holds the lane's mutex: that runner sees the
+ * thread-local starting_lane, does nothing but say so, and the submitting
+ * thread, still owning the lane, drives it itself (drive()). So the mutex is
+ * never taken twice by one thread, and still at most one thread drives a
+ * lane. A queued runner that the pool
  * cancels is reported through tko_lanes_pool_cancelled, or found by destroy
  * once the pool is idle; either way the one party that clears `scheduled`
  * under the mutex hands the ring's tasks to on_cancel.
@@ -229,6 +235,91 @@ static void ring_pop(lane *ln, tko_lane_task *t) {
   ln->count--;
 }
 
+/* Set while this thread submits ln's runner, so that a runner the pool
+ * runs at once on this very thread (TKO_FULL_CALLER_RUNS) can tell: it then
+ * only reports that it ran, and the submitting thread, which holds ln->mu
+ * and the runner token, drives the lane itself. */
+static _Thread_local lane *starting_lane;
+static _Thread_local bool caller_ran;
+
+/* Submits ln's runner; ln->mu held, runner token owned. Returns 0 when the
+ * runner is out in the pool (the token goes with it), 1 when the pool ran it
+ * on this thread and the caller still owns the token, or a negative errno
+ * (the caller still owns the token). */
+static int submit_runner(tko_lanes *l, lane *ln, int weight) {
+  lane *saved = starting_lane;
+  bool saved_ran = caller_ran;
+  starting_lane = ln;
+  caller_ran = false;
+  int rc = tko_submit(l->pool, lane_runner, ln, weight);
+  bool ran = caller_ran;
+  starting_lane = saved;
+  caller_ran = saved_ran;
+  if (rc) return rc;
+  return ran ? 1 : 0;
+}
+
+/* Runs one taken batch with no lock held. Returns the failures. */
+static uint64_t run_batch(tko_lanes *l, lane *ln, size_t n) {
+  tko_lanes *saved = current_lanes;
+  current_lanes = l;
+  uint64_t failed = 0;
+  if (l->opts.batch) {
+    tko_lane_batch b = {.lane = ln->index, .count = n, .tasks = ln->scratch};
+    l->opts.batch(l->opts.user, &b);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      if (ln->scratch[i].fn(ln->scratch[i].arg)) failed++;
+  }
+  current_lanes = saved;
+  return failed;
+}
+
+/* Drives the lane: entered with ln->mu held by the owner of the runner
+ * token; returns with the mutex released and the token either passed to a
+ * new runner in the pool or given back (scheduled cleared, runner_done). */
+static void drive(tko_lanes *l, lane *ln) {
+  for (;;) {
+    size_t n = ln->count < l->opts.max_drain ? ln->count : l->opts.max_drain;
+    for (size_t i = 0; i < n; i++) ring_pop(ln, &ln->scratch[i]);
+    pthread_mutex_unlock(&ln->mu);
+    uint64_t failed = n ? run_batch(l, ln, n) : 0;
+    pthread_mutex_lock(&ln->mu);
+    if (n) {
+      ln->visits++;
+      ln->completed += n;
+      ln->failed += failed;
+      if (n > ln->max_batch) ln->max_batch = n;
+      pending_sub(l, n); /* lane mu, then idle_mu: the documented order */
+    }
+    if (ln->count == 0) {
+      ln->scheduled = false;
+      pthread_mutex_unlock(&ln->mu);
+      runner_done(l);
+      return;
+    }
+    /* More queued: give the worker back to the pool's ordering, ranked by
+     * the new head. The new runner inherits this one's count in runners. */
+    if (submit_runner(l, ln, ln->ring[ln->head].weight) == 0) {
+      pthread_mutex_unlock(&ln->mu);
+      return;
+    }
+    /* The pool refused (shutting down, or a full bounded queue) or ran the
+     * runner on this thread: keep draining here, still owning the lane. */
+  }
+}
+
+static int lane_runner(void *arg) {
+  lane *ln = arg;
+  if (starting_lane == ln) { /* run at once by the pool on the submitting thread */
+    caller_ran = true;
+    return 0;
+  }
+  pthread_mutex_lock(&ln->mu);
+  drive(ln->owner, ln);
+  return 0;
+}
+
 int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight) {
   if (!l || (!fn && !l->opts.batch)) return -EINVAL;
   lane *ln = lane_at(l, (unsigned)(mix64(key) & l->mask));
@@ -255,77 +346,33 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
   if (tail >= ln->cap) tail -= ln->cap;
   ln->ring[tail] = (tko_lane_task){.key = key, .fn = fn, .arg = arg, .weight = weight};
   ln->count++;
+  int started = 0;
   if (!ln->scheduled) {
     /* Relaxed: destroy reads runners only after close_table has taken this
-     * lane's mutex, and the decrement comes from the runner, after its own
-     * lock of ln->mu follows this unlock. */
+     * lane's mutex, and the decrement comes after a later lock of ln->mu. */
     tko__add_relaxed(&l->runners, 1);
-    int rc = tko_submit(l->pool, lane_runner, ln, weight);
-    if (rc) {
-      /* The lane was unscheduled, hence empty: ours is the only task. No
-       * one else has seen it, nor the runner count (destroy cannot run). */
+    ln->scheduled = true;
+    started = submit_runner(l, ln, weight);
+    if (started < 0) {
+      /* The lane was unscheduled, hence empty, and we held its mutex
+       * throughout: ours is the only task, and no one has seen it. */
       ln->count--;
+      ln->scheduled = false;
       tko__sub_relaxed(&l->runners, 1);
       pthread_mutex_unlock(&ln->mu);
-      return rc;
+      return started;
     }
-    ln->scheduled = true;
   }
   /* Relaxed: every decrement of this unit comes after a lock of ln->mu that
-   * follows this unlock; zero is only acted on under idle_mu. */
+   * follows this point; zero is only acted on under idle_mu. */
   tko__add_relaxed(&l->pending, 1);
   ln->submitted++;
+  if (started == 1) {
+    drive(l, ln); /* the pool ran our runner here: this thread runs the lane */
+    return 0;
+  }
   pthread_mutex_unlock(&ln->mu);
   return 0;
-}
-
-/* Runs one taken batch with no lock held. Returns the failures. */
-static uint64_t run_batch(tko_lanes *l, lane *ln, size_t n) {
-  tko_lanes *saved = current_lanes;
-  current_lanes = l;
-  uint64_t failed = 0;
-  if (l->opts.batch) {
-    tko_lane_batch b = {.lane = ln->index, .count = n, .tasks = ln->scratch};
-    l->opts.batch(l->opts.user, &b);
-  } else {
-    for (size_t i = 0; i < n; i++)
-      if (ln->scratch[i].fn(ln->scratch[i].arg)) failed++;
-  }
-  current_lanes = saved;
-  return failed;
-}
-
-static int lane_runner(void *arg) {
-  lane *ln = arg;
-  tko_lanes *l = ln->owner;
-  pthread_mutex_lock(&ln->mu);
-  for (;;) {
-    size_t n = ln->count < l->opts.max_drain ? ln->count : l->opts.max_drain;
-    for (size_t i = 0; i < n; i++) ring_pop(ln, &ln->scratch[i]);
-    pthread_mutex_unlock(&ln->mu);
-    uint64_t failed = n ? run_batch(l, ln, n) : 0;
-    pthread_mutex_lock(&ln->mu);
-    if (n) {
-      ln->visits++;
-      ln->completed += n;
-      ln->failed += failed;
-      if (n > ln->max_batch) ln->max_batch = n;
-      pending_sub(l, n); /* lane mu, then idle_mu: the documented order */
-    }
-    if (ln->count == 0) {
-      ln->scheduled = false;
-      pthread_mutex_unlock(&ln->mu);
-      runner_done(l);
-      return 0;
-    }
-    /* More queued: give the worker back to the pool's ordering, ranked by
-     * the new head. The new runner inherits this one's count in runners. */
-    if (tko_submit(l->pool, lane_runner, ln, ln->ring[ln->head].weight) == 0) {
-      pthread_mutex_unlock(&ln->mu);
-      return 0;
-    }
-    /* The pool is shutting down: finish the lane here, still under mu. */
-  }
 }
 
 /* Hands every task queued on ln to on_cancel, one at a time with the lane

@@ -106,6 +106,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   if (!pool) return -ENOMEM;
   memset(pool, 0, sizeof *pool);
   pool->opts = *opts;
+  tko__fork_watch();
+  pool->fork_gen = tko__fork_generation();
   if (!pool->opts.elastic_idle_ms) pool->opts.elastic_idle_ms = 1000;
   if (!pool->opts.spin_yields) pool->opts.spin_yields = 8;
   /* Thread names are limited to 15 characters: "<name>-e1023" fits a
@@ -182,6 +184,7 @@ static void deadline_after(struct timespec *ts, long ms) {
 
 int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
   if (!pool || timeout_ms < -1) return -EINVAL;
+  if (tko__pool_forked(pool)) return -ECHILD;
   if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
   struct timespec deadline;
   if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
@@ -233,6 +236,7 @@ static void empty_queue(tko_pool *pool, bool run) {
 
 int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
   if (!pool || (mode != TKO_DRAIN && mode != TKO_CANCEL)) return -EINVAL;
+  if (tko__pool_forked(pool)) return -ECHILD;
   if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
   pthread_mutex_lock(&pool->shutdown_mu);
   if (pool->shut_down) {
@@ -275,12 +279,14 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
 
 int tko_pool_pause(tko_pool *pool) {
   if (!pool) return -EINVAL;
+  if (tko__pool_forked(pool)) return -ECHILD;
   tko__store_seq(&pool->paused, true);
   return 0;
 }
 
 int tko_pool_resume(tko_pool *pool) {
   if (!pool) return -EINVAL;
+  if (tko__pool_forked(pool)) return -ECHILD;
   /* seq_cst store, then signal_work's seq_cst load of idle.state: a worker
    * that announced its sleep either is seen here and woken, or re-checks
    * paused after this store (worker_sleep). One wake is enough: each worker
@@ -292,6 +298,12 @@ int tko_pool_resume(tko_pool *pool) {
 
 int tko_pool_destroy(tko_pool *pool) {
   if (!pool) return -EINVAL;
+  if (tko__pool_forked(pool)) {
+    /* The threads stayed in the parent: free this copy's memory only. The
+     * locks may have been copied held, so none is taken. */
+    free_pool(pool);
+    return 0;
+  }
   if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
   tko_pool_shutdown(pool, TKO_DRAIN);
   free_pool(pool);

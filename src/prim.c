@@ -50,6 +50,26 @@ void tko__thread_set_name(const char *name) {
 #endif
 }
 
+/* Process-wide by nature: a fork affects every pool of the process alike,
+ * so this counter makes no pool depend on another. */
+static atomic_uint fork_generation;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void) {
+  atomic_fetch_add_explicit(&fork_generation, 1, memory_order_relaxed);
+}
+
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+void tko__fork_watch(void) { pthread_once(&fork_once, register_fork_handler); }
+
+unsigned tko__fork_generation(void) {
+  /* Relaxed: the child runs on the forking thread, which made the change. */
+  return atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
+
+_Atomic int tko__test_thread_create_errno;
+
 unsigned tko__cpu_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n < 1 ? 1u : (unsigned)n;

@@ -23,6 +23,15 @@ void tko__futex_wake_one(atomic_uint *word);
 /* Names the calling thread (truncated to the platform's limit). */
 void tko__thread_set_name(const char *name);
 
+/* fork() detection: the generation goes up in every child. The first call
+ * to tko__fork_watch registers the atfork handler (once per process). */
+void tko__fork_watch(void);
+unsigned tko__fork_generation(void);
+
+/* Test seam: when set, thread creation fails with this errno (tests of
+ * thread-creation failure; never set by the library itself). */
+extern _Atomic int tko__test_thread_create_errno;
+
 /* Online CPU count, at least 1. */
 unsigned tko__cpu_count(void);
 

@@ -113,6 +113,7 @@ static int run_here(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, in
 
 int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
                      long timeout_ms) {
+  if (tko__pool_forked(pool)) return -ECHILD;
   int rc = admit(pool, 1, timeout_ms);
   if (rc == RUN_HERE) return run_here(pool, fn, arg, ctx, weight);
   if (rc) return rc;
@@ -178,6 +179,7 @@ static int submit_big_batch(tko_pool *pool, const tko_task *tasks, size_t n, uin
 
 int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   if (!pool || !tasks || n == 0) return -EINVAL;
+  if (tko__pool_forked(pool)) return -ECHILD;
   for (size_t i = 0; i < n; i++)
     if (!tasks[i].fn) return -EINVAL;
   int rc = admit(pool, n, -1);

@@ -258,6 +258,7 @@ void *tko__worker_main(void *arg) {
 }
 
 int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
+  if (atomic_load_explicit(&tko__test_thread_create_errno, memory_order_relaxed)) return -EAGAIN;
   pthread_attr_t attr;
   if (pthread_attr_init(&attr)) return -EAGAIN;
   /* Workers get the default policy and priority, not the creating thread's

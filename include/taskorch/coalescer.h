@@ -47,10 +47,10 @@ extern "C" {
 typedef struct tko_coalescer tko_coalescer; /* opaque */
 
 /* One dirty key and its latest value. */
-typedef struct tko_coalescer_entry {
+typedef struct tko_coalesce_entry {
   uint64_t key;
   uint64_t value;
-} tko_coalescer_entry;
+} tko_coalesce_entry;
 
 /* Flushes one sweep: `count` (>= 1) distinct keys, in first-marked order.
  * Runs on a pool worker (a timer tick), on the thread that called
@@ -58,18 +58,18 @@ typedef struct tko_coalescer_entry {
  * pool refused the sweep. No lock is held: it may call tko_coalescer_mark
  * (those marks go to the next sweep), not flush, close or destroy
  * (-EDEADLK). The array is valid only during the call. */
-typedef void (*tko_coalescer_flush_fn)(void *user, const tko_coalescer_entry *entries,
+typedef void (*tko_coalesce_flush_fn)(void *user, const tko_coalesce_entry *entries,
                                        size_t count);
 
 /* Options (NULL = defaults; zero fields mean the defaults beside them). */
-typedef struct tko_coalescer_options {
+typedef struct tko_coalesce_options {
   size_t initial_keys;            /* dirty keys held before the table grows; 0 = 64 */
   int weight;                     /* weight of the sweep task; default 0 */
   const tko_allocator *allocator; /* NULL = malloc/realloc/free */
-} tko_coalescer_options;
+} tko_coalesce_options;
 
 /* A snapshot of the counters. */
-typedef struct tko_coalescer_stats {
+typedef struct tko_coalesce_stats {
   uint64_t marks;          /* marks accepted */
   uint64_t rejected;       /* marks refused with -ESHUTDOWN */
   uint64_t sweeps;         /* sweeps that flushed at least one key */
@@ -78,7 +78,7 @@ typedef struct tko_coalescer_stats {
   uint64_t skipped_ticks;  /* ticks that found a sweep still queued or running */
   uint64_t inline_sweeps;  /* sweeps the timer thread ran because the pool refused */
   uint64_t dirty;          /* keys marked and not yet taken by a sweep */
-} tko_coalescer_stats;
+} tko_coalesce_stats;
 
 /* Creates a coalescer sweeping every `interval_ms` on `pool` (0 = never on
  * its own: only tko_coalescer_flush and the final flush), and starts its
@@ -86,8 +86,8 @@ typedef struct tko_coalescer_stats {
  * flush, or interval over TKO_MAX_COALESCE_INTERVAL_MS; -ENOMEM; -EAGAIN:
  * the timer thread could not start. */
 TKO_API int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_ms,
-                                 tko_coalescer_flush_fn flush, void *user,
-                                 const tko_coalescer_options *opts);
+                                 tko_coalesce_flush_fn flush, void *user,
+                                 const tko_coalesce_options *opts);
 
 /* Marks `key` dirty with `value` (replacing the value of an earlier mark not
  * yet flushed). O(1); allocates only when the dirty table must grow.
@@ -117,7 +117,7 @@ TKO_API int tko_coalescer_destroy(tko_coalescer *c);
 TKO_API int tko_coalescer_pool_cancelled(const tko_task_info *task);
 
 /* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
-TKO_API void tko_coalescer_stats(tko_coalescer *c, tko_coalescer_stats *out);
+TKO_API void tko_coalescer_stats(tko_coalescer *c, tko_coalesce_stats *out);
 
 #ifdef __cplusplus
 }
