@@ -111,7 +111,8 @@ typedef struct tko_options {
                                 weight per aging_ms waited; 0 = off */
   unsigned max_async_inflight; /* async tasks started and not completed at
                                   once; the rest stay queued by weight; 0 = no limit */
-  const char *name;          /* thread name prefix, up to 10 chars; NULL = "tko" */
+  const char *name;          /* thread name prefix, NULL = "tko"; cut to 9 chars so
+                                "<name>-e1023" fits Linux's 15 */
   tko_hooks hooks;
   const tko_allocator *allocator; /* NULL = malloc/realloc/free */
 } tko_options;

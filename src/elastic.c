@@ -16,7 +16,10 @@
  * Threads: max_elastic slots, each holding at most one thread handle. A
  * retiring worker marks its slot RETIRING; the next spawn into that slot
  * joins the old thread first, and shutdown joins whatever is left, so no
- * handle leaks and destroy joins every thread it started. */
+ * handle leaks and destroy joins every thread it started. Joins and thread
+ * creation happen outside spawn_mu (a retiring thread's stop hook may
+ * submit, and so spawn); a slot being spawned into is marked `spawning` so
+ * nobody else claims it, and shutdown waits for spawns in flight. */
 #include <errno.h>
 
 #include "internal.h"
@@ -40,6 +43,7 @@ static bool reserve_count(tko_pool *pool) {
 static tko__worker *claim_slot(tko_pool *pool) {
   for (unsigned i = pool->opts.workers; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
+    if (w->spawning) continue; /* its spawner has not recorded the thread yet */
     int state = tko__load_acquire(&w->slot_state);
     /* seq_cst CAS: races with a retiring worker taking its slot back. Its
      * acquire half pairs with the release in tko__elastic_try_retire, so the
@@ -52,28 +56,41 @@ static tko__worker *claim_slot(tko_pool *pool) {
 
 void tko__elastic_spawn(tko_pool *pool) {
   if (!reserve_count(pool)) return;
-
-  if (pthread_mutex_trylock(&pool->spawn_mu) != 0) {
-    tko__sub_seq(&pool->elastic_count, 1);
-    return;
-  }
+  pthread_mutex_lock(&pool->spawn_mu);
   /* A slot is free unless a retiring worker is between releasing its count
    * and marking its slot; then this spawn is dropped, and that worker's
    * re-check of the inbox picks up the work. */
   tko__worker *w = pool->spawn_closed ? NULL : claim_slot(pool);
-  int rc = -ESHUTDOWN;
+  pthread_t old;
+  bool join_old = false;
   if (w) {
-    if (w->has_thread) {
-      pthread_join(w->thread, NULL);
-      w->has_thread = false;
-    }
-    tko__idle_search_begin(&pool->idle); /* the new worker starts searching */
-    rc = tko__thread_start(pool, w);
-    if (rc) {
-      tko__idle_search_end(&pool->idle);
-      tko__store_relaxed(&w->slot_state, TKO__SLOT_EMPTY);
-    }
+    join_old = w->has_thread;
+    old = w->thread;
+    w->has_thread = false;
+    w->spawning = true; /* no other spawner may claim it until we are done */
+    pool->spawns_active++;
   }
+  pthread_mutex_unlock(&pool->spawn_mu);
+  if (!w) {
+    tko__sub_seq(&pool->elastic_count, 1);
+    return;
+  }
+  /* Outside spawn_mu: the old thread may be running its thread_stop hook,
+   * and that hook may submit (and so spawn) itself. */
+  if (join_old) pthread_join(old, NULL);
+  tko__idle_search_begin(&pool->idle); /* the new worker starts searching */
+  pthread_t t;
+  int rc = tko__thread_create(&t, tko__worker_main, w);
+  if (rc) tko__idle_search_end(&pool->idle);
+  pthread_mutex_lock(&pool->spawn_mu);
+  if (rc == 0) {
+    w->thread = t;
+    w->has_thread = true;
+  } else {
+    tko__store_relaxed(&w->slot_state, TKO__SLOT_EMPTY); /* still ours: spawning */
+  }
+  w->spawning = false;
+  if (--pool->spawns_active == 0) pthread_cond_broadcast(&pool->spawn_cv);
   pthread_mutex_unlock(&pool->spawn_mu);
   if (rc) {
     tko__sub_seq(&pool->elastic_count, 1);
@@ -117,13 +134,19 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
 void tko__elastic_close_and_join(tko_pool *pool) {
   pthread_mutex_lock(&pool->spawn_mu);
   pool->spawn_closed = true;
+  while (pool->spawns_active) pthread_cond_wait(&pool->spawn_cv, &pool->spawn_mu);
   for (unsigned i = pool->opts.workers; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
-    if (w->has_thread) {
-      pthread_join(w->thread, NULL);
-      w->has_thread = false;
-    }
+    bool join = w->has_thread;
+    pthread_t t = w->thread;
+    w->has_thread = false;
     tko__store_relaxed(&w->slot_state, TKO__SLOT_EMPTY);
+    if (!join) continue;
+    /* Join without the lock: a worker still draining may try to spawn,
+     * find spawn_closed, and must not block on spawn_mu meanwhile. */
+    pthread_mutex_unlock(&pool->spawn_mu);
+    pthread_join(t, NULL);
+    pthread_mutex_lock(&pool->spawn_mu);
   }
   pthread_mutex_unlock(&pool->spawn_mu);
 }

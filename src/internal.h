@@ -38,6 +38,7 @@ typedef struct tko__worker {
   tko__sleeper sleeper;
   pthread_t thread; /* guarded by spawn_mu for elastic slots */
   bool has_thread;  /* started and not yet joined; guarded by spawn_mu for elastic */
+  bool spawning;    /* elastic: a spawner owns the slot; guarded by spawn_mu */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,
    * together with releasing its elastic count. */
@@ -72,12 +73,12 @@ struct tko_pool {
   atomic_uint elastic_peak;
   atomic_uint_fast64_t elastic_spawned, elastic_retired;
   atomic_uint basic_alive;
-  /* Guards slot threads and spawn_closed; held across a whole spawn (join of
-   * the slot's retired thread, then create). Submit paths only trylock it:
-   * a spawn already in progress brings a searching worker anyway, and a
-   * retiring worker's thread_stop hook may submit while a spawner joins it. */
+  /* Guards slot threads (thread, has_thread, spawning), spawn_closed and
+   * spawns_active. Never held while joining or creating a thread. */
   pthread_mutex_t spawn_mu;
+  pthread_cond_t spawn_cv; /* spawns_active dropped to 0 */
   bool spawn_closed;
+  unsigned spawns_active;
 
   /* wait_idle: waiters count themselves in idle_waiters, then sleep on
    * idle_cv under idle_mu; workers that find the queue empty broadcast. */

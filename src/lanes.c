@@ -29,10 +29,10 @@
  * thread-local starting_lane, does nothing but say so, and the submitting
  * thread, still owning the lane, drives it itself (drive()). So the mutex is
  * never taken twice by one thread, and still at most one thread drives a
- * lane. A queued runner that the pool
- * cancels is reported through tko_lanes_pool_cancelled, or found by destroy
- * once the pool is idle; either way the one party that clears `scheduled`
- * under the mutex hands the ring's tasks to on_cancel.
+ * lane. A queued runner that the pool cancels is reported through
+ * tko_lanes_pool_cancelled, or found by destroy once the pool is idle;
+ * either way the one party that clears `scheduled` under the mutex hands
+ * the ring's tasks to on_cancel.
  *
  * Lifetime: `runners` counts runners out across the table and is decremented
  * only under idle_mu, as the runner's very last access to the table; destroy
@@ -53,16 +53,16 @@
 #include <string.h>
 #include <time.h>
 
-#include "taskorch/lanes.h"
 #include "atomics.h"
 #include "mem.h"
+#include "taskorch/lanes.h"
 
 typedef struct lane {
   pthread_mutex_t mu;     /* protects every field below */
   tko_lane_task *ring;    /* cap slots, count queued from head; NULL until first use */
   tko_lane_task *scratch; /* max_drain slots: the batch being run (runner only) */
   size_t cap, head, count;
-  bool scheduled;         /* a runner for this lane is out */
+  bool scheduled; /* a runner for this lane is out */
   unsigned index;
   struct tko_lanes *owner;
   uint64_t submitted, completed, failed, cancelled, visits, max_batch;
@@ -71,29 +71,33 @@ typedef struct lane {
 /* Lanes are padded to whole cache lines so that neighbours' mutexes and
  * counters, written by different runners, never share a line. */
 #define LANE_STRIDE (((sizeof(lane) + TKO_CACHE_LINE - 1) / TKO_CACHE_LINE) * TKO_CACHE_LINE)
+_Static_assert(LANE_STRIDE % TKO_CACHE_LINE == 0 && LANE_STRIDE >= sizeof(lane),
+               "lanes must start on cache lines");
 
 struct tko_lanes {
   tko_pool *pool;
   tko_lane_options opts;
-  unsigned mask;           /* lanes - 1 */
-  void *raw;               /* allocation holding the lanes */
-  unsigned char *base;     /* cache-line aligned start of the lanes */
-  atomic_bool closed;      /* submits fail once set (see tko_lanes_close) */
+  unsigned mask;       /* lanes - 1 */
+  void *raw;           /* allocation holding the lanes */
+  unsigned char *base; /* cache-line aligned start of the lanes */
+  atomic_bool closed;  /* submits fail once set (see tko_lanes_close) */
   /* Padding, not _Alignas: the struct comes from a plain allocator. Every
    * submit writes pending; runners changes once per lane burst. */
   char pad0[TKO_CACHE_LINE];
   atomic_uint_fast64_t pending; /* accepted, not finished or cancelled */
   char pad1[TKO_CACHE_LINE - sizeof(atomic_uint_fast64_t)];
   atomic_uint_fast64_t runners; /* runners out; decremented under idle_mu */
-  pthread_mutex_t idle_mu; /* orders the zero-crossings of pending and runners
-                              with their waiters */
-  pthread_cond_t idle_cv;  /* broadcast when pending or runners reaches zero */
+  pthread_mutex_t idle_mu;      /* orders the zero-crossings of pending and runners
+                                   with their waiters */
+  pthread_cond_t idle_cv;       /* broadcast when pending or runners reaches zero */
 };
 
 /* The lane table whose batch is running on this thread (for -EDEADLK). */
 static _Thread_local tko_lanes *current_lanes;
 
-static lane *lane_at(tko_lanes *l, unsigned i) { return (lane *)(l->base + (size_t)i * LANE_STRIDE); }
+static lane *lane_at(tko_lanes *l, unsigned i) {
+  return (lane *)(l->base + (size_t)i * LANE_STRIDE);
+}
 
 /* splitmix64's finalizer: sequential keys land on unrelated lanes. */
 static uint64_t mix64(uint64_t x) {
@@ -116,7 +120,8 @@ tko_lane_options tko_lane_default_options(void) {
 
 static unsigned round_pow2(unsigned v) {
   unsigned p = 1;
-  while (p < v) p <<= 1;
+  while (p < v)
+    p <<= 1;
   return p;
 }
 
@@ -168,7 +173,8 @@ int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *op
     if (pthread_mutex_init(&ln->mu, NULL)) bad = 1;
   }
   if (bad) {
-    for (unsigned i = 0; i + 1 < made; i++) pthread_mutex_destroy(&lane_at(l, i)->mu);
+    for (unsigned i = 0; i + 1 < made; i++)
+      pthread_mutex_destroy(&lane_at(l, i)->mu);
     if (made) {
       pthread_mutex_destroy(&l->idle_mu);
       pthread_cond_destroy(&l->idle_cv);
@@ -218,7 +224,8 @@ static int ring_grow(tko_lanes *l, lane *ln) {
   }
   tko_lane_task *nr = tko__mem_alloc(a, ncap * sizeof *nr);
   if (!nr) return -ENOMEM;
-  for (size_t i = 0; i < ln->count; i++) nr[i] = ln->ring[(ln->head + i) % ln->cap];
+  for (size_t i = 0; i < ln->count; i++)
+    nr[i] = ln->ring[(ln->head + i) % ln->cap];
   tko__mem_free(a, ln->ring);
   ln->ring = nr;
   ln->cap = ncap;
@@ -281,7 +288,8 @@ static uint64_t run_batch(tko_lanes *l, lane *ln, size_t n) {
 static void drive(tko_lanes *l, lane *ln) {
   for (;;) {
     size_t n = ln->count < l->opts.max_drain ? ln->count : l->opts.max_drain;
-    for (size_t i = 0; i < n; i++) ring_pop(ln, &ln->scratch[i]);
+    for (size_t i = 0; i < n; i++)
+      ring_pop(ln, &ln->scratch[i]);
     pthread_mutex_unlock(&ln->mu);
     uint64_t failed = n ? run_batch(l, ln, n) : 0;
     pthread_mutex_lock(&ln->mu);
@@ -420,7 +428,8 @@ int tko_lanes_close(tko_lanes *l) {
 int tko_lanes_cancel(tko_lanes *l) {
   if (!l) return -EINVAL;
   close_table(l);
-  for (unsigned i = 0; i <= l->mask; i++) lane_cancel(l, lane_at(l, i), false);
+  for (unsigned i = 0; i <= l->mask; i++)
+    lane_cancel(l, lane_at(l, i), false);
   return 0;
 }
 
@@ -483,7 +492,8 @@ int tko_lanes_destroy(tko_lanes *l) {
     pthread_mutex_unlock(&l->idle_mu);
     bool pool_idle = tko_pool_wait_idle(l->pool, 0) == 0;
     if (pool_idle && tko__load_seq(&l->runners) != 0) {
-      for (unsigned i = 0; i <= l->mask; i++) lane_cancel(l, lane_at(l, i), true);
+      for (unsigned i = 0; i <= l->mask; i++)
+        lane_cancel(l, lane_at(l, i), true);
     }
     pthread_mutex_lock(&l->idle_mu);
     if (!pool_idle && tko__load_seq(&l->runners) != 0) pthread_cond_wait(&l->idle_cv, &l->idle_mu);

@@ -70,6 +70,7 @@ static void free_pool(tko_pool *pool) {
   tko__inbox_fini(&pool->inbox, a);
   tko__idle_fini(&pool->idle);
   pthread_mutex_destroy(&pool->spawn_mu);
+  pthread_cond_destroy(&pool->spawn_cv);
   pthread_mutex_destroy(&pool->idle_mu);
   pthread_cond_destroy(&pool->idle_cv);
   pthread_mutex_destroy(&pool->shutdown_mu);
@@ -90,7 +91,8 @@ static int init_sync(tko_pool *pool) {
             pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
             pthread_mutex_init(&pool->shutdown_mu, NULL) | pthread_mutex_init(&pool->space_mu, NULL) |
             pthread_cond_init(&pool->space_cv, &ca) | pthread_mutex_init(&pool->timer_mu, NULL) |
-            pthread_cond_init(&pool->timer_cv, &ca) | pthread_mutex_init(&pool->async_mu, NULL);
+            pthread_cond_init(&pool->timer_cv, &ca) | pthread_mutex_init(&pool->async_mu, NULL) |
+            pthread_cond_init(&pool->spawn_cv, &ca);
   pthread_condattr_destroy(&ca);
   if (bad) return -ENOMEM;
   return tko__idle_init(&pool->idle);

@@ -58,8 +58,7 @@ typedef struct tko_coalesce_entry {
  * pool refused the sweep. No lock is held: it may call tko_coalescer_mark
  * (those marks go to the next sweep), not flush, close or destroy
  * (-EDEADLK). The array is valid only during the call. */
-typedef void (*tko_coalesce_flush_fn)(void *user, const tko_coalesce_entry *entries,
-                                       size_t count);
+typedef void (*tko_coalesce_flush_fn)(void *user, const tko_coalesce_entry *entries, size_t count);
 
 /* Options (NULL = defaults; zero fields mean the defaults beside them). */
 typedef struct tko_coalesce_options {
@@ -70,14 +69,14 @@ typedef struct tko_coalesce_options {
 
 /* A snapshot of the counters. */
 typedef struct tko_coalesce_stats {
-  uint64_t marks;          /* marks accepted */
-  uint64_t rejected;       /* marks refused with -ESHUTDOWN */
-  uint64_t sweeps;         /* sweeps that flushed at least one key */
-  uint64_t flushed;        /* entries passed to flush_fn, all sweeps together */
-  uint64_t max_sweep;      /* most entries in one sweep */
-  uint64_t skipped_ticks;  /* ticks that found a sweep still queued or running */
-  uint64_t inline_sweeps;  /* sweeps the timer thread ran because the pool refused */
-  uint64_t dirty;          /* keys marked and not yet taken by a sweep */
+  uint64_t marks;         /* marks accepted */
+  uint64_t rejected;      /* marks refused with -ESHUTDOWN */
+  uint64_t sweeps;        /* sweeps that flushed at least one key */
+  uint64_t flushed;       /* entries passed to flush_fn, all sweeps together */
+  uint64_t max_sweep;     /* most entries in one sweep */
+  uint64_t skipped_ticks; /* ticks that found a sweep still queued or running */
+  uint64_t inline_sweeps; /* sweeps the timer thread ran because the pool refused */
+  uint64_t dirty;         /* keys marked and not yet taken by a sweep */
 } tko_coalesce_stats;
 
 /* Creates a coalescer sweeping every `interval_ms` on `pool` (0 = never on

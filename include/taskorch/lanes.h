@@ -29,6 +29,14 @@
  *   and a low-weight task drained in the same visit as a high-weight head
  *   runs with it. Set max_drain to 1 to re-rank the lane after every task.
  *
+ * Bounded pools (queue_capacity): a submit that must start a runner
+ * follows the pool's full policy: TKO_FULL_BLOCK waits for room (other
+ * submits to that lane wait with it), TKO_FULL_REJECT fails with -EAGAIN,
+ * and TKO_FULL_CALLER_RUNS makes the submitting thread run the lane itself
+ * (its queued tasks, up to the lane's end) before the submit returns. A
+ * runner that cannot requeue itself (full queue, or shutdown) keeps
+ * draining its lane on its worker.
+ *
  * Cancellation: the pool only ever sees runners, never lane tasks. If the
  * pool is shut down with TKO_CANCEL while a runner is queued, the pool's
  * on_cancel hook is called with the runner (its fn is internal and its arg
@@ -51,8 +59,8 @@
 extern "C" {
 #endif
 
-#define TKO_MAX_LANES (1u << 20)      /* lane table size limit */
-#define TKO_MAX_LANE_DRAIN 65536u     /* max_drain limit */
+#define TKO_MAX_LANES (1u << 20)  /* lane table size limit */
+#define TKO_MAX_LANE_DRAIN 65536u /* max_drain limit */
 
 typedef struct tko_lanes tko_lanes; /* opaque */
 
@@ -67,14 +75,14 @@ typedef struct tko_lane_task {
 /* One visit's worth of tasks of one lane, oldest first. The array lives in
  * the lane and is valid only during the callback. */
 typedef struct tko_lane_batch {
-  unsigned lane;              /* lane index (tko_lanes_index) */
-  size_t count;               /* 1 .. max_drain */
+  unsigned lane; /* lane index (tko_lanes_index) */
+  size_t count;  /* 1 .. max_drain */
   const tko_lane_task *tasks;
 } tko_lane_batch;
 
 /* Applies a whole drained batch at once (one lock, one flush). Called on a
- * pool worker with the lane held: no other batch or task of this lane runs
- * meanwhile. The library does not call the tasks' fn in batch mode; the
+ * pool worker (or a submitting thread, see bounded pools) with the lane
+ * held: no other batch or task of this lane runs meanwhile. The library does not call the tasks' fn in batch mode; the
  * callback owns their effects (it may call fn itself). */
 typedef void (*tko_lane_batch_fn)(void *user, const tko_lane_batch *batch);
 /* A queued lane task that will never run: free its arg here. */
@@ -83,14 +91,14 @@ typedef void (*tko_lane_cancel_fn)(void *user, const tko_lane_task *task);
 /* Lane table options. Fill with tko_lane_default_options, then adjust.
  * Zero-filled fields mean the defaults noted beside them. */
 typedef struct tko_lane_options {
-  unsigned lanes;         /* table size, rounded up to a power of two; 0 = 256;
-                             over TKO_MAX_LANES is -EINVAL */
-  unsigned max_drain;     /* tasks a runner takes per visit; 0 = 32; over
-                             TKO_MAX_LANE_DRAIN is -EINVAL */
-  size_t lane_capacity;   /* ring slots a lane allocates at first use; 0 = 16 */
-  size_t max_queued;      /* queued tasks per lane before submit fails with
-                             -EAGAIN; 0 = no limit (the ring grows) */
-  void *user;             /* passed to batch and on_cancel */
+  unsigned lanes;                 /* table size, rounded up to a power of two; 0 = 256;
+                                     over TKO_MAX_LANES is -EINVAL */
+  unsigned max_drain;             /* tasks a runner takes per visit; 0 = 32; over
+                                     TKO_MAX_LANE_DRAIN is -EINVAL */
+  size_t lane_capacity;           /* ring slots a lane allocates at first use; 0 = 16 */
+  size_t max_queued;              /* queued tasks per lane before submit fails with
+                                     -EAGAIN; 0 = no limit (the ring grows) */
+  void *user;                     /* passed to batch and on_cancel */
   tko_lane_batch_fn batch;        /* NULL: the runner calls each task's fn */
   tko_lane_cancel_fn on_cancel;   /* NULL: cancelled tasks are just dropped */
   const tko_allocator *allocator; /* NULL = malloc/realloc/free */
@@ -113,7 +121,7 @@ typedef struct tko_lane_stats {
 TKO_API tko_lane_options tko_lane_default_options(void);
 
 /* Creates a lane table on `pool` (opts NULL = defaults). Allocates the table
- * (about 128 bytes a lane); rings come at each lane's first use.
+ * (about 200 bytes a lane); rings come at each lane's first use.
  * -EINVAL: NULL out or pool, or an option over its limit; -ENOMEM. */
 TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts);
 
@@ -123,8 +131,7 @@ TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_opt
  * lanes are closed or cancelled, or the pool refused the runner (shut down);
  * -EAGAIN: the lane holds max_queued tasks; -ENOMEM: the ring could not grow,
  * or the pool's queue could not. On error the task is not queued. */
-TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, void *arg,
-                             int weight);
+TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, void *arg, int weight);
 
 /* The lane index of `key`: keys with equal indexes share a lane. */
 TKO_API unsigned tko_lanes_index(const tko_lanes *lanes, uint64_t key);
