@@ -1,0 +1,437 @@
+/* The coalescer: a dirty set of (key, latest value) and one periodic sweep.
+ *
+ * Two dirty tables, `active` and `spare`, each a dense entry array (in
+ * first-marked order, which is what flush_fn sees) plus an open-addressing
+ * index from key to entry. Marks insert into or update `active` under mu.
+ * A sweep is run by whoever holds the sweep token (`running`, under mu): it
+ * swaps the tables under mu, flushes the old active table with no lock held,
+ * clears it (only the slots it used) and gives the token back. Marks made
+ * during the flush go to the other table, for the next sweep. The token
+ * serializes sweeps, so a sweep that flushes key K ends before the next one
+ * that flushes K starts, and the spare table is only ever touched by the
+ * token holder. Tables keep their capacity across sweeps: once both have
+ * grown to the number of keys dirty at once, marks never allocate.
+ *
+ * Why no mark is lost: a mark accepted under mu sits in `active` until a
+ * token holder swaps it out, and every swap is followed by a flush of what
+ * it took. close sets `closed` under mu, so a mark either saw it (and was
+ * rejected) or is in a table that the final flush, which takes the token
+ * after closing, or a sweep already holding the token, will flush.
+ *
+ * The timer thread waits on tick_cv with a CLOCK_MONOTONIC deadline. Each
+ * tick that finds dirty keys and no sweep queued or running submits one
+ * sweep task (mu released around tko_submit: a bounded pool may block it,
+ * or run the task at once on this thread). If the pool refuses, the timer
+ * thread takes the token and sweeps itself. A sweep task that the pool
+ * dropped (TKO_CANCEL) leaves `queued` set; tko_coalescer_pool_cancelled
+ * clears it, and so does a tick or destroy that finds the pool with nothing
+ * queued or running while `queued` is still set (a live sweep task clears
+ * it when it starts, before the pool can count it finished).
+ *
+ * Lock order: mu only; no lock is held while flush_fn runs or while calling
+ * into the pool. The sweep task's last access to the coalescer is the
+ * unlock of mu after clearing `running` or `queued`; destroy waits for both
+ * under mu before freeing. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "mem.h"
+#include "taskorch/coalescer.h"
+
+typedef struct dirty_set {
+  tko_coalesce_entry *entries; /* cap entries, n used, first-marked order */
+  size_t *slot_of;             /* index slot of each entry (for clearing) */
+  uint32_t *index;             /* mask + 1 slots: 0 = empty, else entry + 1 */
+  size_t n, cap, mask;
+} dirty_set;
+
+struct tko_coalescer {
+  tko_pool *pool;
+  unsigned interval_ms;
+  tko_coalesce_flush_fn flush;
+  void *user;
+  int weight;
+  const tko_allocator *alloc;
+  pthread_mutex_t mu;     /* protects every field below */
+  pthread_cond_t cv;      /* broadcast when running, queued or close_done clears/sets */
+  pthread_cond_t tick_cv; /* wakes the timer thread early (stop) */
+  dirty_set sets[2];
+  dirty_set *active; /* marks go here */
+  dirty_set *spare;  /* empty; only the token holder touches it */
+  bool closed;       /* marks are rejected */
+  bool closing;      /* a close is under way or done */
+  bool close_done;   /* the final flush has been run */
+  bool stop;         /* the timer thread must exit */
+  bool running;      /* the sweep token is held */
+  bool queued;       /* a sweep task is in the pool, not yet started */
+  bool has_thread;
+  pthread_t thread;
+  tko_coalesce_stats st; /* all but dirty, which is active->n */
+};
+
+/* The coalescer whose flush_fn runs on this thread (for -EDEADLK). */
+static _Thread_local tko_coalescer *current_flush;
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+static void set_free(const tko_allocator *a, dirty_set *s) {
+  tko__mem_free(a, s->entries);
+  tko__mem_free(a, s->slot_of);
+  tko__mem_free(a, s->index);
+  memset(s, 0, sizeof *s);
+}
+
+/* Finds key's slot: the one holding it, or the empty slot ending its probe. */
+static size_t set_probe(const dirty_set *s, uint64_t key) {
+  size_t h = (size_t)mix64(key) & s->mask;
+  for (;;) {
+    uint32_t e = s->index[h];
+    if (!e || s->entries[e - 1].key == key) return h;
+    h = (h + 1) & s->mask;
+  }
+}
+
+/* Resizes to `cap` entries (>= n) and an index twice that, rounded up to a
+ * power of two, so the index is at most half full. All or nothing. */
+static int set_resize(const tko_allocator *a, dirty_set *s, size_t cap) {
+  size_t slots = 2;
+  while (slots < cap * 2) {
+    if (slots > (SIZE_MAX >> 2) / sizeof(uint32_t)) return -ENOMEM;
+    slots <<= 1;
+  }
+  if (cap > UINT32_MAX - 1 || cap > SIZE_MAX / sizeof(tko_coalesce_entry)) return -ENOMEM;
+  tko_coalesce_entry *e = tko__mem_alloc(a, cap * sizeof *e);
+  size_t *so = tko__mem_alloc(a, cap * sizeof *so);
+  uint32_t *ix = tko__mem_alloc(a, slots * sizeof *ix);
+  if (!e || !so || !ix) {
+    tko__mem_free(a, e);
+    tko__mem_free(a, so);
+    tko__mem_free(a, ix);
+    return -ENOMEM;
+  }
+  memset(ix, 0, slots * sizeof *ix);
+  if (s->n) memcpy(e, s->entries, s->n * sizeof *e);
+  tko__mem_free(a, s->entries);
+  tko__mem_free(a, s->slot_of);
+  tko__mem_free(a, s->index);
+  s->entries = e;
+  s->slot_of = so;
+  s->index = ix;
+  s->cap = cap;
+  s->mask = slots - 1;
+  for (size_t i = 0; i < s->n; i++) {
+    size_t h = set_probe(s, e[i].key);
+    ix[h] = (uint32_t)(i + 1);
+    so[i] = h;
+  }
+  return 0;
+}
+
+static int set_mark(const tko_allocator *a, dirty_set *s, uint64_t key, uint64_t value) {
+  size_t h = set_probe(s, key);
+  if (s->index[h]) {
+    s->entries[s->index[h] - 1].value = value; /* latest value wins */
+    return 0;
+  }
+  if (s->n == s->cap) {
+    if (s->cap > SIZE_MAX / 2) return -ENOMEM;
+    int rc = set_resize(a, s, s->cap * 2);
+    if (rc) return rc;
+    h = set_probe(s, key);
+  }
+  s->entries[s->n] = (tko_coalesce_entry){.key = key, .value = value};
+  s->index[h] = (uint32_t)(s->n + 1);
+  s->slot_of[s->n] = h;
+  s->n++;
+  return 0;
+}
+
+/* Empties the set in O(entries), keeping its capacity. */
+static void set_clear(dirty_set *s) {
+  for (size_t i = 0; i < s->n; i++)
+    s->index[s->slot_of[i]] = 0;
+  s->n = 0;
+}
+
+/* Sweeps: called by the token holder with mu released; returns the token
+ * (the last access to c by a sweep task). */
+static void sweep(tko_coalescer *c) {
+  pthread_mutex_lock(&c->mu);
+  dirty_set *s = c->active;
+  c->active = c->spare;
+  c->spare = s;
+  pthread_mutex_unlock(&c->mu);
+  size_t n = s->n;
+  if (n) {
+    tko_coalescer *saved = current_flush;
+    current_flush = c;
+    c->flush(c->user, s->entries, n);
+    current_flush = saved;
+    set_clear(s);
+  }
+  pthread_mutex_lock(&c->mu);
+  if (n) {
+    c->st.sweeps++;
+    c->st.flushed += n;
+    if (n > c->st.max_sweep) c->st.max_sweep = n;
+  }
+  c->running = false;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Takes the sweep token; mu held (released while waiting). */
+static void take_token(tko_coalescer *c) {
+  while (c->running)
+    pthread_cond_wait(&c->cv, &c->mu);
+  c->running = true;
+}
+
+static int sweep_task(void *arg) {
+  tko_coalescer *c = arg;
+  pthread_mutex_lock(&c->mu);
+  c->queued = false;
+  if (c->running) { /* a flush is under way on another thread: it covers us */
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+  }
+  c->running = true;
+  pthread_mutex_unlock(&c->mu);
+  sweep(c);
+  return 0;
+}
+
+/* With mu held and `queued` set: if the pool has nothing queued or running,
+ * the queued sweep task was dropped (a live one clears `queued` when it
+ * starts, before the pool can count it finished, and the pool's idle check
+ * errs only towards "busy"), so clear it. Releases mu meanwhile. */
+static void check_dropped(tko_coalescer *c) {
+  pthread_mutex_unlock(&c->mu);
+  bool idle = tko_pool_wait_idle(c->pool, 0) == 0;
+  pthread_mutex_lock(&c->mu);
+  if (idle && c->queued) {
+    c->queued = false;
+    pthread_cond_broadcast(&c->cv);
+  }
+}
+
+static void add_ms(struct timespec *ts, unsigned ms) {
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+static bool before(const struct timespec *a, const struct timespec *b) {
+  return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+static void *timer_main(void *arg) {
+  tko_coalescer *c = arg;
+  struct timespec next, now;
+  clock_gettime(CLOCK_MONOTONIC, &next);
+  add_ms(&next, c->interval_ms);
+  pthread_mutex_lock(&c->mu);
+  while (!c->stop) {
+    if (pthread_cond_timedwait(&c->tick_cv, &c->mu, &next) != ETIMEDOUT) continue;
+    /* Due. The next tick keeps the cadence, skipping ticks already missed. */
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    add_ms(&next, c->interval_ms);
+    if (before(&next, &now)) {
+      next = now;
+      add_ms(&next, c->interval_ms);
+    }
+    if (c->active->n == 0) continue;
+    if (c->queued && !c->running) check_dropped(c);
+    if (c->queued || c->running) {
+      c->st.skipped_ticks++;
+      continue;
+    }
+    c->queued = true;
+    pthread_mutex_unlock(&c->mu);
+    int rc = tko_submit(c->pool, sweep_task, c, c->weight);
+    pthread_mutex_lock(&c->mu);
+    if (rc == 0) continue;
+    /* The pool refused (shut down, full, out of memory): sweep here. */
+    c->queued = false;
+    pthread_cond_broadcast(&c->cv);
+    if (c->running) continue;
+    c->running = true;
+    c->st.inline_sweeps++;
+    pthread_mutex_unlock(&c->mu);
+    sweep(c);
+    pthread_mutex_lock(&c->mu);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_ms,
+                         tko_coalesce_flush_fn flush, void *user,
+                         const tko_coalesce_options *opts) {
+  if (!out) return -EINVAL;
+  *out = NULL;
+  if (!pool || !flush || interval_ms > TKO_MAX_COALESCE_INTERVAL_MS) return -EINVAL;
+  tko_coalesce_options o;
+  memset(&o, 0, sizeof o);
+  if (opts) o = *opts;
+  if (o.initial_keys > ((size_t)1 << 30)) return -EINVAL;
+  if (!o.initial_keys) o.initial_keys = 64;
+  const tko_allocator *a = o.allocator;
+  tko_coalescer *c = tko__mem_alloc(a, sizeof *c);
+  if (!c) return -ENOMEM;
+  memset(c, 0, sizeof *c);
+  c->pool = pool;
+  c->interval_ms = interval_ms;
+  c->flush = flush;
+  c->user = user;
+  c->weight = o.weight;
+  c->alloc = a;
+  c->active = &c->sets[0];
+  c->spare = &c->sets[1];
+  int rc = set_resize(a, &c->sets[0], o.initial_keys);
+  if (!rc) rc = set_resize(a, &c->sets[1], o.initial_keys);
+  pthread_condattr_t ca;
+  bool sync_ok = false;
+  if (!rc && !pthread_condattr_init(&ca)) {
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (!pthread_mutex_init(&c->mu, NULL)) {
+      if (!pthread_cond_init(&c->cv, NULL)) {
+        if (!pthread_cond_init(&c->tick_cv, &ca))
+          sync_ok = true;
+        else
+          pthread_cond_destroy(&c->cv);
+      }
+      if (!sync_ok) pthread_mutex_destroy(&c->mu);
+    }
+    pthread_condattr_destroy(&ca);
+    if (!sync_ok) rc = -ENOMEM;
+  }
+  if (!rc && interval_ms) {
+    if (pthread_create(&c->thread, NULL, timer_main, c))
+      rc = -EAGAIN;
+    else
+      c->has_thread = true;
+  }
+  if (rc) {
+    if (sync_ok) {
+      pthread_cond_destroy(&c->tick_cv);
+      pthread_cond_destroy(&c->cv);
+      pthread_mutex_destroy(&c->mu);
+    }
+    set_free(a, &c->sets[0]);
+    set_free(a, &c->sets[1]);
+    tko__mem_free(a, c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value) {
+  if (!c) return -EINVAL;
+  pthread_mutex_lock(&c->mu);
+  int rc;
+  if (c->closed) {
+    c->st.rejected++;
+    rc = -ESHUTDOWN;
+  } else {
+    rc = set_mark(c->alloc, c->active, key, value);
+    if (!rc) c->st.marks++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int tko_coalescer_flush(tko_coalescer *c) {
+  if (!c) return -EINVAL;
+  if (current_flush == c) return -EDEADLK;
+  pthread_mutex_lock(&c->mu);
+  take_token(c);
+  pthread_mutex_unlock(&c->mu);
+  sweep(c);
+  return 0;
+}
+
+int tko_coalescer_close(tko_coalescer *c) {
+  if (!c) return -EINVAL;
+  if (current_flush == c) return -EDEADLK;
+  pthread_mutex_lock(&c->mu);
+  c->closed = true;
+  if (c->closing) { /* another close runs the final flush: wait for it */
+    while (!c->close_done)
+      pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+  }
+  c->closing = true;
+  c->stop = true;
+  pthread_cond_signal(&c->tick_cv);
+  pthread_mutex_unlock(&c->mu);
+  if (c->has_thread) pthread_join(c->thread, NULL);
+  pthread_mutex_lock(&c->mu);
+  take_token(c);
+  pthread_mutex_unlock(&c->mu);
+  sweep(c); /* the final flush: every accepted mark is in a table by now */
+  pthread_mutex_lock(&c->mu);
+  c->close_done = true;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+int tko_coalescer_destroy(tko_coalescer *c) {
+  if (!c) return -EINVAL;
+  if (current_flush == c) return -EDEADLK;
+  if (tko_pool_wait_idle(c->pool, 0) == -EDEADLK) return -EDEADLK;
+  tko_coalescer_close(c);
+  pthread_mutex_lock(&c->mu);
+  while (c->queued || c->running) {
+    if (c->queued && !c->running) {
+      check_dropped(c);
+      if (!c->queued) continue;
+    }
+    pthread_cond_wait(&c->cv, &c->mu);
+  }
+  pthread_mutex_unlock(&c->mu);
+  pthread_cond_destroy(&c->tick_cv);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  set_free(c->alloc, &c->sets[0]);
+  set_free(c->alloc, &c->sets[1]);
+  tko__mem_free(c->alloc, c);
+  return 0;
+}
+
+int tko_coalescer_pool_cancelled(const tko_task_info *task) {
+  if (!task || task->fn != sweep_task || !task->arg) return 0;
+  tko_coalescer *c = task->arg;
+  pthread_mutex_lock(&c->mu);
+  c->queued = false;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  return 1;
+}
+
+void tko_coalescer_stats(tko_coalescer *c, tko_coalesce_stats *out) {
+  if (!c || !out) return;
+  pthread_mutex_lock(&c->mu);
+  *out = c->st;
+  out->dirty = c->active->n;
+  pthread_mutex_unlock(&c->mu);
+}

@@ -1,0 +1,764 @@
+/* Tests for keyed serial lanes: per-key FIFO order and mutual exclusion
+ * under 8 submitting threads (also across keys that share a lane), no task
+ * lost or run twice, parallelism across lanes, the weight rule, max_drain
+ * and the batch callback, the per-lane limit, every cancel path (lanes
+ * cancel, a pool TKO_CANCEL shutdown with and without forwarding), a pool
+ * DRAIN shutdown with runners in flight, a caller-runs bounded pool, and
+ * -EDEADLK / -ETIMEDOUT from wait_idle. Tasks never assert themselves: they
+ * count violations in atomics that the test thread checks. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <taskorch.h>
+#include <taskorch/lanes.h>
+
+#include "tko_test.h"
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define LT_SCALE(plain, sanitized) (sanitized)
+#else
+#define LT_SCALE(plain, sanitized) (plain)
+#endif
+#define LT_LONG_MS 60000L /* reaching it means a hang */
+
+/* A counter that threads can wait on (no sleeping: a condvar). */
+typedef struct lt_count {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  long v;
+} lt_count;
+
+static void lt_count_init(lt_count *c) {
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  c->v = 0;
+}
+
+static void lt_count_add(lt_count *c, long d) {
+  pthread_mutex_lock(&c->mu);
+  c->v += d;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits until v >= want; false on the (hang-detecting) deadline. */
+static bool lt_count_wait(lt_count *c, long want) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += LT_LONG_MS / 1000;
+  bool ok = true;
+  pthread_mutex_lock(&c->mu);
+  while (c->v < want && ok)
+    ok = pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT;
+  ok = c->v >= want;
+  pthread_mutex_unlock(&c->mu);
+  return ok;
+}
+
+static void lt_count_fini(lt_count *c) {
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+}
+
+static tko_pool *make_pool(unsigned workers) {
+  tko_pool *p = NULL;
+  tko_options o = tko_basic_options(workers);
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  return p;
+}
+
+/* Pins workers with tasks that block until released, so that what is
+ * submitted meanwhile stays queued. (Used instead of tko_pool_pause, whose
+ * promise these tests need not depend on.) Pins are submitted one at a
+ * time, each after the previous started, so each lands on its own worker. */
+typedef struct pin {
+  lt_count started, released;
+} pin;
+
+static int pin_task(void *arg) {
+  pin *g = arg;
+  lt_count_add(&g->started, 1);
+  lt_count_wait(&g->released, 1);
+  return 0;
+}
+
+static void pin_workers(tko_pool *p, pin *g, int n) {
+  lt_count_init(&g->started);
+  lt_count_init(&g->released);
+  for (int i = 1; i <= n; i++) {
+    cr_assert_eq(tko_submit(p, pin_task, g, 0), 0);
+    cr_assert(lt_count_wait(&g->started, i));
+  }
+}
+
+static void unpin(pin *g) {
+  lt_count_add(&g->released, 1);
+}
+
+/* Call once the pool is idle or destroyed. */
+static void pin_fini(pin *g) {
+  lt_count_fini(&g->started);
+  lt_count_fini(&g->released);
+}
+
+static int count_fn(void *arg) {
+  atomic_fetch_add_explicit((atomic_long *)arg, 1, memory_order_relaxed);
+  return 0;
+}
+
+/* Two keys on different lanes of l. */
+static void two_lanes(tko_lanes *l, uint64_t *a, uint64_t *b) {
+  *a = 1;
+  *b = 2;
+  while (tko_lanes_index(l, *b) == tko_lanes_index(l, *a))
+    (*b)++;
+}
+
+Test(lanes, invalid_arguments) {
+  tko_pool *p = make_pool(1);
+  tko_lanes *l = (tko_lanes *)&l;
+  cr_assert_eq(tko_lanes_create(NULL, p, NULL), -EINVAL);
+  cr_assert_eq(tko_lanes_create(&l, NULL, NULL), -EINVAL);
+  cr_assert_null(l);
+  tko_lane_options o = tko_lane_default_options();
+  cr_assert_eq(o.lanes, 256);
+  cr_assert_eq(o.max_drain, 32);
+  o.lanes = TKO_MAX_LANES + 1;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), -EINVAL);
+  o = tko_lane_default_options();
+  o.max_drain = TKO_MAX_LANE_DRAIN + 1;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), -EINVAL);
+  o = tko_lane_default_options();
+  o.lanes = 5; /* rounded up to 8 */
+  cr_assert_eq(tko_lanes_create(&l, p, &o), 0);
+  for (uint64_t k = 0; k < 1000; k++)
+    cr_assert_lt(tko_lanes_index(l, k), 8);
+  cr_assert_eq(tko_lanes_submit(NULL, 1, count_fn, NULL, 0), -EINVAL);
+  cr_assert_eq(tko_lanes_submit(l, 1, NULL, NULL, 0), -EINVAL); /* no batch callback */
+  cr_assert_eq(tko_lanes_wait_idle(NULL, 0), -EINVAL);
+  cr_assert_eq(tko_lanes_wait_idle(l, -2), -EINVAL);
+  cr_assert_eq(tko_lanes_wait_idle(l, 0), 0);
+  cr_assert_eq(tko_lanes_close(NULL), -EINVAL);
+  cr_assert_eq(tko_lanes_cancel(NULL), -EINVAL);
+  cr_assert_eq(tko_lanes_destroy(NULL), -EINVAL);
+  cr_assert_eq(tko_lanes_pool_cancelled(NULL), 0);
+  tko_task_info other = {.fn = count_fn};
+  cr_assert_eq(tko_lanes_pool_cancelled(&other), 0);
+  tko_lane_stats st;
+  tko_lanes_stats(l, &st);
+  cr_assert_eq(st.submitted, 0);
+  cr_assert_eq(st.lanes_used, 0);
+  tko_lanes_stats(NULL, &st);
+  tko_lanes_stats(l, NULL);
+  /* Closed: submits fail, nothing queued. */
+  cr_assert_eq(tko_lanes_close(l), 0);
+  cr_assert_eq(tko_lanes_close(l), 0);
+  atomic_long n = 0;
+  cr_assert_eq(tko_lanes_submit(l, 1, count_fn, &n, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_pool_destroy(p);
+}
+
+/* ---- order and exclusion under 8 submitting threads ---------------------- */
+
+#define OX_THREADS 8
+#define OX_KEYS 64
+
+typedef struct ox_item {
+  struct ox_ctx *ctx;
+  unsigned thread, key;
+  long seq; /* per (thread, key), from 0 */
+  atomic_int runs;
+} ox_item;
+
+typedef struct ox_ctx {
+  tko_lanes *lanes;
+  ox_item *items; /* OX_THREADS * per_thread */
+  long per_thread;
+  atomic_long next[OX_THREADS][OX_KEYS]; /* next seq expected per (thread, key) */
+  atomic_int in_key[OX_KEYS];            /* a task of this key is running */
+  atomic_int in_lane[16];                /* a task of this lane is running */
+  atomic_long order_violations, key_overlaps, lane_overlaps, ran;
+} ox_ctx;
+
+static int ox_task(void *arg) {
+  ox_item *it = arg;
+  ox_ctx *c = it->ctx;
+  unsigned lane = tko_lanes_index(c->lanes, it->key);
+  if (atomic_exchange(&c->in_key[it->key], 1)) atomic_fetch_add(&c->key_overlaps, 1);
+  if (atomic_exchange(&c->in_lane[lane], 1)) atomic_fetch_add(&c->lane_overlaps, 1);
+  /* Relaxed is enough if the lanes keep their promise (each task of a key
+   * happens-before the next); a broken promise shows up as a wrong seq,
+   * and under TSan as a race on the plain reads below. */
+  long want = atomic_load_explicit(&c->next[it->thread][it->key], memory_order_relaxed);
+  if (want != it->seq) atomic_fetch_add(&c->order_violations, 1);
+  atomic_store_explicit(&c->next[it->thread][it->key], it->seq + 1, memory_order_relaxed);
+  atomic_fetch_add(&it->runs, 1);
+  atomic_fetch_add(&c->ran, 1);
+  atomic_store(&c->in_lane[lane], 0);
+  atomic_store(&c->in_key[it->key], 0);
+  return 0;
+}
+
+typedef struct ox_thread {
+  ox_ctx *c;
+  unsigned t;
+  atomic_long rejected;
+} ox_thread;
+
+static void *ox_submitter(void *arg) {
+  ox_thread *th = arg;
+  ox_ctx *c = th->c;
+  long seq[OX_KEYS] = {0};
+  for (long i = 0; i < c->per_thread; i++) {
+    ox_item *it = &c->items[th->t * c->per_thread + i];
+    unsigned key = (unsigned)((i * 7 + th->t * 3) % OX_KEYS);
+    it->ctx = c;
+    it->thread = th->t;
+    it->key = key;
+    it->seq = seq[key]++;
+    atomic_init(&it->runs, 0);
+    if (tko_lanes_submit(c->lanes, key, ox_task, it, (int)(i % 5) - 2))
+      atomic_fetch_add(&th->rejected, 1);
+  }
+  return NULL;
+}
+
+Test(lanes, fifo_and_exclusion_under_8_submitters) {
+  tko_pool *p = make_pool(4);
+  ox_ctx *c = calloc(1, sizeof *c);
+  c->per_thread = LT_SCALE(5000, 800);
+  c->items = calloc((size_t)OX_THREADS * (size_t)c->per_thread, sizeof *c->items);
+  tko_lane_options o = tko_lane_default_options();
+  o.lanes = 16; /* 64 keys on 16 lanes: every lane is shared by 4 keys */
+  o.max_drain = 8;
+  o.lane_capacity = 2; /* make the rings grow while in use */
+  cr_assert_eq(tko_lanes_create(&c->lanes, p, &o), 0);
+  pthread_t th[OX_THREADS];
+  ox_thread args[OX_THREADS];
+  for (unsigned t = 0; t < OX_THREADS; t++) {
+    args[t].c = c;
+    args[t].t = t;
+    atomic_init(&args[t].rejected, 0);
+    cr_assert_eq(pthread_create(&th[t], NULL, ox_submitter, &args[t]), 0);
+  }
+  for (unsigned t = 0; t < OX_THREADS; t++) {
+    pthread_join(th[t], NULL);
+    cr_assert_eq(atomic_load(&args[t].rejected), 0);
+  }
+  cr_assert_eq(tko_lanes_wait_idle(c->lanes, LT_LONG_MS), 0);
+  long total = OX_THREADS * c->per_thread;
+  cr_assert_eq(atomic_load(&c->ran), total);
+  cr_assert_eq(atomic_load(&c->order_violations), 0);
+  cr_assert_eq(atomic_load(&c->key_overlaps), 0);
+  cr_assert_eq(atomic_load(&c->lane_overlaps), 0);
+  for (long i = 0; i < total; i++)
+    cr_assert_eq(atomic_load(&c->items[i].runs), 1);
+  tko_lane_stats st;
+  tko_lanes_stats(c->lanes, &st);
+  cr_assert_eq(st.submitted, (uint64_t)total);
+  cr_assert_eq(st.completed, (uint64_t)total);
+  cr_assert_eq(st.cancelled, 0);
+  cr_assert_eq(st.queued, 0);
+  cr_assert_leq(st.max_batch, 8);
+  cr_assert_geq(st.visits * 8, (uint64_t)total);
+  unsigned used = 0, seen[16] = {0};
+  for (unsigned k = 0; k < OX_KEYS; k++)
+    if (!seen[tko_lanes_index(c->lanes, k)]++) used++;
+  cr_assert_eq(st.lanes_used, used);
+  cr_assert_eq(tko_lanes_destroy(c->lanes), 0);
+  tko_pool_destroy(p);
+  free(c->items);
+  free(c);
+}
+
+/* ---- parallelism across lanes; serialization across a shared lane -------- */
+
+typedef struct meet {
+  lt_count a_in, b_in;
+  atomic_int a_saw_b, b_saw_a;
+} meet;
+
+static int meet_a(void *arg) {
+  meet *m = arg;
+  lt_count_add(&m->a_in, 1);
+  atomic_store(&m->a_saw_b, lt_count_wait(&m->b_in, 1));
+  return 0;
+}
+
+static int meet_b(void *arg) {
+  meet *m = arg;
+  lt_count_add(&m->b_in, 1);
+  atomic_store(&m->b_saw_a, lt_count_wait(&m->a_in, 1));
+  return 0;
+}
+
+Test(lanes, different_lanes_run_in_parallel) {
+  tko_pool *p = make_pool(2);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  uint64_t ka, kb;
+  two_lanes(l, &ka, &kb);
+  meet m;
+  lt_count_init(&m.a_in);
+  lt_count_init(&m.b_in);
+  atomic_init(&m.a_saw_b, 0);
+  atomic_init(&m.b_saw_a, 0);
+  /* Each task waits until the other has started: both finish only if the
+   * two lanes run at the same time. */
+  cr_assert_eq(tko_lanes_submit(l, ka, meet_a, &m, 0), 0);
+  cr_assert_eq(tko_lanes_submit(l, kb, meet_b, &m, 0), 0);
+  cr_assert_eq(tko_lanes_wait_idle(l, -1), 0);
+  cr_assert(atomic_load(&m.a_saw_b));
+  cr_assert(atomic_load(&m.b_saw_a));
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_pool_destroy(p);
+  lt_count_fini(&m.a_in);
+  lt_count_fini(&m.b_in);
+}
+
+typedef struct serial_ctx {
+  atomic_int inside;
+  atomic_long overlaps, pos;
+  int order[64];
+} serial_ctx;
+
+typedef struct serial_item {
+  serial_ctx *c;
+  int id;
+} serial_item;
+
+static int serial_task(void *arg) {
+  serial_item *it = arg;
+  if (atomic_exchange(&it->c->inside, 1)) atomic_fetch_add(&it->c->overlaps, 1);
+  it->c->order[atomic_fetch_add(&it->c->pos, 1)] = it->id;
+  atomic_store(&it->c->inside, 0);
+  return 0;
+}
+
+Test(lanes, colliding_keys_share_a_lane_in_submit_order) {
+  tko_pool *p = make_pool(2);
+  tko_lane_options o = tko_lane_default_options();
+  o.lanes = 1; /* every key collides */
+  o.max_drain = 3;
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), 0);
+  serial_ctx c;
+  memset(&c, 0, sizeof c);
+  serial_item items[64];
+  for (int i = 0; i < 64; i++) {
+    items[i] = (serial_item){.c = &c, .id = i};
+    cr_assert_eq(tko_lanes_index(l, (uint64_t)i * 977), 0);
+    cr_assert_eq(tko_lanes_submit(l, (uint64_t)i * 977, serial_task, &items[i], i % 4), 0);
+  }
+  cr_assert_eq(tko_lanes_wait_idle(l, LT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&c.overlaps), 0);
+  cr_assert_eq(atomic_load(&c.pos), 64);
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(c.order[i], i);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_pool_destroy(p);
+}
+
+/* ---- weights ------------------------------------------------------------- */
+
+/* order[] is atomic because p3 is a plain pool task: its write reaches
+ * this thread through tko_pool_wait_idle, which is the core's promise to
+ * keep, not the lanes'. */
+typedef struct rec_ctx {
+  atomic_int n;
+  atomic_int order[16];
+} rec_ctx;
+
+typedef struct rec_item {
+  rec_ctx *c;
+  int tag;
+} rec_item;
+
+static int rec_task(void *arg) {
+  rec_item *it = arg;
+  atomic_store(&it->c->order[atomic_fetch_add(&it->c->n, 1)], it->tag);
+  return 0;
+}
+
+/* One worker, pinned: lane A gets a5 then a1, lane B gets b10, and a
+ * plain pool task p3 sits between. The runner of A enters the pool with a5's
+ * weight; whether a1 rides along depends on max_drain. */
+static void weight_case(unsigned max_drain, const int *want) {
+  tko_pool *p = make_pool(1);
+  tko_lane_options o = tko_lane_default_options();
+  o.max_drain = max_drain;
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), 0);
+  uint64_t ka, kb;
+  two_lanes(l, &ka, &kb);
+  rec_ctx c;
+  memset(&c, 0, sizeof c);
+  rec_item a5 = {&c, 5}, a1 = {&c, 1}, p3 = {&c, 3}, b10 = {&c, 10};
+  pin g;
+  pin_workers(p, &g, 1);
+  cr_assert_eq(tko_lanes_submit(l, ka, rec_task, &a5, 5), 0);
+  cr_assert_eq(tko_lanes_submit(l, ka, rec_task, &a1, 1), 0);
+  cr_assert_eq(tko_submit(p, rec_task, &p3, 3), 0);
+  cr_assert_eq(tko_lanes_submit(l, kb, rec_task, &b10, 10), 0);
+  unpin(&g);
+  cr_assert_eq(tko_lanes_wait_idle(l, LT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, LT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&c.n), 4);
+  for (int i = 0; i < 4; i++) {
+    if (atomic_load(&c.order[i]) != want[i])
+      fprintf(stderr, "max_drain %u: ran %d %d %d %d\n", max_drain, atomic_load(&c.order[0]),
+              atomic_load(&c.order[1]), atomic_load(&c.order[2]), atomic_load(&c.order[3]));
+    cr_assert_eq(atomic_load(&c.order[i]), want[i]);
+  }
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_pool_destroy(p);
+  pin_fini(&g);
+}
+
+Test(lanes, runner_takes_the_weight_of_the_lane_head) {
+  /* max_drain 1: after a5 the runner re-enters the pool with a1's weight. */
+  static const int one[4] = {10, 5, 3, 1};
+  weight_case(1, one);
+  /* max_drain 32: a1 is drained in a5's visit, ahead of p3. */
+  static const int many[4] = {10, 5, 1, 3};
+  weight_case(32, many);
+}
+
+/* ---- max_drain and the batch callback ------------------------------------ */
+
+typedef struct batch_ctx {
+  atomic_long calls, tasks, bad;
+  long next; /* only touched under the lane: a plain long */
+  unsigned lane;
+} batch_ctx;
+
+static void batch_apply(void *user, const tko_lane_batch *b) {
+  batch_ctx *c = user;
+  atomic_fetch_add(&c->calls, 1);
+  if (b->count != 10 || b->lane != c->lane) atomic_fetch_add(&c->bad, 1);
+  for (size_t i = 0; i < b->count; i++) {
+    if ((long)(uintptr_t)b->tasks[i].arg != c->next || b->tasks[i].fn != NULL ||
+        b->tasks[i].key != 7 || b->tasks[i].weight != 2)
+      atomic_fetch_add(&c->bad, 1);
+    c->next++;
+  }
+  atomic_fetch_add(&c->tasks, (long)b->count);
+}
+
+Test(lanes, batch_callback_gets_max_drain_tasks_in_order) {
+  tko_pool *p = make_pool(2);
+  batch_ctx c;
+  memset(&c, 0, sizeof c);
+  tko_lane_options o = tko_lane_default_options();
+  o.max_drain = 10;
+  o.batch = batch_apply;
+  o.user = &c;
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), 0);
+  c.lane = tko_lanes_index(l, 7);
+  pin g;
+  pin_workers(p, &g, 2);
+  for (long i = 0; i < 100; i++)
+    cr_assert_eq(tko_lanes_submit(l, 7, NULL, (void *)(uintptr_t)i, 2), 0);
+  tko_lane_stats st;
+  tko_lanes_stats(l, &st);
+  cr_assert_eq(st.queued, 100);
+  cr_assert_eq(st.lanes_used, 1);
+  unpin(&g);
+  cr_assert_eq(tko_lanes_wait_idle(l, LT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&c.calls), 10);
+  cr_assert_eq(atomic_load(&c.tasks), 100);
+  cr_assert_eq(atomic_load(&c.bad), 0);
+  tko_lanes_stats(l, &st);
+  cr_assert_eq(st.visits, 10);
+  cr_assert_eq(st.max_batch, 10);
+  cr_assert_eq(st.completed, 100);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_pool_destroy(p);
+  pin_fini(&g);
+}
+
+Test(lanes, max_queued_gives_eagain) {
+  tko_pool *p = make_pool(1);
+  tko_lane_options o = tko_lane_default_options();
+  o.max_queued = 4;
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), 0);
+  atomic_long n = 0;
+  pin g;
+  pin_workers(p, &g, 1);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(tko_lanes_submit(l, 9, count_fn, &n, 0), 0);
+  cr_assert_eq(tko_lanes_submit(l, 9, count_fn, &n, 0), -EAGAIN);
+  uint64_t other = 10;
+  while (tko_lanes_index(l, other) == tko_lanes_index(l, 9))
+    other++;
+  cr_assert_eq(tko_lanes_submit(l, other, count_fn, &n, 0), 0); /* another lane has room */
+  unpin(&g);
+  cr_assert_eq(tko_lanes_wait_idle(l, LT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&n), 5);
+  cr_assert_eq(tko_lanes_submit(l, 9, count_fn, &n, 0), 0); /* room again */
+  cr_assert_eq(tko_lanes_destroy(l), 0);                    /* drains */
+  cr_assert_eq(atomic_load(&n), 6);
+  tko_pool_destroy(p);
+  pin_fini(&g);
+}
+
+/* ---- cancel paths --------------------------------------------------------- */
+
+typedef struct cancel_ctx {
+  atomic_long ran, cancelled, runners_forwarded, other_cancelled;
+  atomic_int bad_arg;
+  bool forward;
+  pin g; /* both workers, released by the first pool on_cancel (or by hand) */
+} cancel_ctx;
+
+static int cancel_ctx_task(void *arg) {
+  atomic_fetch_add(&((cancel_ctx *)arg)->ran, 1);
+  return 0;
+}
+
+static void lanes_on_cancel(void *user, const tko_lane_task *t) {
+  cancel_ctx *c = user;
+  if (t->arg != c || t->fn != cancel_ctx_task) atomic_store(&c->bad_arg, 1);
+  atomic_fetch_add(&c->cancelled, 1);
+}
+
+static void pool_on_cancel(void *user, const tko_task_info *t) {
+  cancel_ctx *c = user;
+  /* Shutdown waits for the pinned workers: let them go. Tasks they take
+   * from now on are cancelled too (the pool checks before running). */
+  unpin(&c->g);
+  if (c->forward && tko_lanes_pool_cancelled(t)) {
+    atomic_fetch_add(&c->runners_forwarded, 1);
+    return;
+  }
+  atomic_fetch_add(&c->other_cancelled, 1); /* a runner the host ignores */
+}
+
+static tko_lanes *cancel_setup(tko_pool **pp, cancel_ctx *c, bool forward) {
+  memset(c, 0, sizeof *c);
+  c->forward = forward;
+  tko_options po = tko_basic_options(2);
+  po.hooks.user = c;
+  po.hooks.on_cancel = pool_on_cancel;
+  cr_assert_eq(tko_pool_create(pp, &po), 0);
+  tko_lane_options o = tko_lane_default_options();
+  o.on_cancel = lanes_on_cancel;
+  o.user = c;
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, *pp, &o), 0);
+  pin_workers(*pp, &c->g, 2);
+  /* Three keys on three lanes, ten tasks each: three runners queued. */
+  uint64_t keys[3] = {1, 2, 3};
+  while (tko_lanes_index(l, keys[1]) == tko_lanes_index(l, keys[0]))
+    keys[1]++;
+  keys[2] = keys[1] + 1;
+  while (tko_lanes_index(l, keys[2]) == tko_lanes_index(l, keys[0]) ||
+         tko_lanes_index(l, keys[2]) == tko_lanes_index(l, keys[1]))
+    keys[2]++;
+  for (int i = 0; i < 30; i++)
+    cr_assert_eq(tko_lanes_submit(l, keys[i % 3], cancel_ctx_task, c, 0), 0);
+  return l;
+}
+
+Test(lanes, cancel_hands_queued_tasks_to_on_cancel) {
+  tko_pool *p;
+  cancel_ctx c;
+  tko_lanes *l = cancel_setup(&p, &c, true);
+  cr_assert_eq(tko_lanes_wait_idle(l, 0), -ETIMEDOUT);
+  cr_assert_eq(tko_lanes_cancel(l), 0);
+  cr_assert_eq(atomic_load(&c.cancelled), 30);
+  cr_assert_eq(tko_lanes_submit(l, 1, cancel_ctx_task, &c, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_lanes_wait_idle(l, 0), 0); /* nothing pending: all cancelled */
+  unpin(&c.g);                                /* the queued runners find empty lanes */
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(atomic_load(&c.ran), 0);
+  cr_assert_eq(atomic_load(&c.cancelled), 30);
+  cr_assert_eq(atomic_load(&c.bad_arg), 0);
+  tko_pool_destroy(p);
+  pin_fini(&c.g);
+}
+
+Test(lanes, pool_cancel_forwarded_runners_cancel_their_lanes) {
+  tko_pool *p;
+  cancel_ctx c;
+  tko_lanes *l = cancel_setup(&p, &c, true);
+  cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  cr_assert_eq(atomic_load(&c.runners_forwarded), 3);
+  cr_assert_eq(atomic_load(&c.other_cancelled), 0);
+  cr_assert_eq(atomic_load(&c.cancelled), 30);
+  cr_assert_eq(tko_lanes_wait_idle(l, 0), 0);
+  tko_lane_stats st;
+  tko_lanes_stats(l, &st);
+  cr_assert_eq(st.cancelled, 30);
+  cr_assert_eq(st.queued, 0);
+  /* The pool refuses runners now: submits fail and queue nothing. */
+  cr_assert_eq(tko_lanes_submit(l, 1, cancel_ctx_task, &c, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(atomic_load(&c.ran), 0);
+  cr_assert_eq(atomic_load(&c.cancelled), 30);
+  cr_assert_eq(atomic_load(&c.bad_arg), 0);
+  tko_pool_destroy(p);
+  pin_fini(&c.g);
+}
+
+Test(lanes, destroy_finds_runners_the_pool_dropped) {
+  tko_pool *p;
+  cancel_ctx c;
+  tko_lanes *l = cancel_setup(&p, &c, false);
+  cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  cr_assert_eq(atomic_load(&c.other_cancelled), 3); /* the host's hook saw 3 runners */
+  cr_assert_eq(atomic_load(&c.cancelled), 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(atomic_load(&c.cancelled), 30);
+  cr_assert_eq(atomic_load(&c.ran), 0);
+  tko_pool_destroy(p);
+  pin_fini(&c.g);
+}
+
+Test(lanes, pool_drain_shutdown_runs_every_lane_task) {
+  tko_pool *p = make_pool(2);
+  tko_lane_options o = tko_lane_default_options();
+  o.max_drain = 1; /* a resubmission per task: many refused during shutdown */
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), 0);
+  atomic_long n = 0;
+  long total = LT_SCALE(20000, 2000);
+  for (long i = 0; i < total; i++)
+    cr_assert_eq(tko_lanes_submit(l, (uint64_t)(i % 4), count_fn, &n, 0), 0);
+  cr_assert_eq(tko_pool_shutdown(p, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&n), total);
+  cr_assert_eq(tko_lanes_wait_idle(l, 0), 0);
+  cr_assert_eq(tko_lanes_submit(l, 1, count_fn, &n, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_pool_destroy(p);
+}
+
+/* ---- destroy drains; a caller-runs pool; deadlock and timeout ------------ */
+
+Test(lanes, destroy_drains_queued_tasks) {
+  tko_pool *p = make_pool(2);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  atomic_long n = 0;
+  for (int i = 0; i < 5000; i++)
+    cr_assert_eq(tko_lanes_submit(l, (uint64_t)(i % 50), count_fn, &n, 0), 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(atomic_load(&n), 5000);
+  tko_pool_destroy(p);
+}
+
+typedef struct where_ctx {
+  pthread_t submitter;
+  atomic_long on_submitter, elsewhere;
+} where_ctx;
+
+static int where_task(void *arg) {
+  where_ctx *w = arg;
+  if (pthread_equal(pthread_self(), w->submitter))
+    atomic_fetch_add(&w->on_submitter, 1);
+  else
+    atomic_fetch_add(&w->elsewhere, 1);
+  return 0;
+}
+
+static lt_count hold_released, hold_started;
+
+static int hold_task(void *arg) {
+  (void)arg;
+  lt_count_add(&hold_started, 1);
+  lt_count_wait(&hold_released, 1);
+  return 0;
+}
+
+Test(lanes, caller_runs_pool_runs_the_lane_on_the_submitter) {
+  lt_count_init(&hold_released);
+  lt_count_init(&hold_started);
+  tko_options po = tko_basic_options(1);
+  po.queue_capacity = 1;
+  po.full_policy = TKO_FULL_CALLER_RUNS;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &po), 0);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  /* Pin the only worker, then fill the one queue slot. */
+  cr_assert_eq(tko_submit(p, hold_task, NULL, 0), 0);
+  cr_assert(lt_count_wait(&hold_started, 1));
+  atomic_long filler = 0;
+  cr_assert_eq(tko_submit(p, count_fn, &filler, 0), 0);
+  where_ctx w = {.submitter = pthread_self()};
+  /* The runner cannot be queued: the pool runs it here, and the lane with
+   * it, before submit returns. */
+  for (int i = 0; i < 5; i++)
+    cr_assert_eq(tko_lanes_submit(l, 42, where_task, &w, 0), 0);
+  cr_assert_eq(atomic_load(&w.on_submitter), 5);
+  cr_assert_eq(atomic_load(&w.elsewhere), 0);
+  cr_assert_eq(tko_lanes_wait_idle(l, 0), 0);
+  lt_count_add(&hold_released, 1);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_pool_destroy(p);
+  cr_assert_eq(atomic_load(&filler), 1);
+  lt_count_fini(&hold_released);
+  lt_count_fini(&hold_started);
+}
+
+typedef struct self_ctx {
+  tko_lanes *l;
+  atomic_int wait_rc, destroy_rc;
+} self_ctx;
+
+static int self_task(void *arg) {
+  self_ctx *s = arg;
+  atomic_store(&s->wait_rc, tko_lanes_wait_idle(s->l, -1));
+  atomic_store(&s->destroy_rc, tko_lanes_destroy(s->l));
+  return 0;
+}
+
+static void self_batch(void *user, const tko_lane_batch *b) {
+  (void)b;
+  self_task(user);
+}
+
+Test(lanes, wait_and_destroy_from_a_lane_task_are_edeadlk) {
+  tko_pool *p = make_pool(2);
+  self_ctx s;
+  atomic_init(&s.wait_rc, 1);
+  atomic_init(&s.destroy_rc, 1);
+  cr_assert_eq(tko_lanes_create(&s.l, p, NULL), 0);
+  pin g;
+  pin_workers(p, &g, 2);
+  cr_assert_eq(tko_lanes_submit(s.l, 3, self_task, &s, 0), 0);
+  cr_assert_eq(tko_lanes_wait_idle(s.l, 0), -ETIMEDOUT);
+  cr_assert_eq(tko_lanes_wait_idle(s.l, 20), -ETIMEDOUT); /* a timed wait, not a sleep */
+  unpin(&g);
+  cr_assert_eq(tko_lanes_wait_idle(s.l, LT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&s.wait_rc), -EDEADLK);
+  cr_assert_eq(atomic_load(&s.destroy_rc), -EDEADLK);
+  cr_assert_eq(tko_lanes_destroy(s.l), 0);
+  /* The same from a batch callback, and from a plain task of the pool. */
+  tko_lane_options o = tko_lane_default_options();
+  o.batch = self_batch;
+  o.user = &s;
+  atomic_store(&s.wait_rc, 1);
+  cr_assert_eq(tko_lanes_create(&s.l, p, &o), 0);
+  cr_assert_eq(tko_lanes_submit(s.l, 3, NULL, NULL, 0), 0);
+  cr_assert_eq(tko_lanes_wait_idle(s.l, LT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&s.wait_rc), -EDEADLK);
+  atomic_store(&s.wait_rc, 1);
+  cr_assert_eq(tko_submit(p, self_task, &s, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, LT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&s.wait_rc), -EDEADLK);
+  cr_assert_eq(tko_lanes_destroy(s.l), 0);
+  tko_pool_destroy(p);
+  pin_fini(&g);
+}
