@@ -137,12 +137,10 @@ Test(elastic, count_never_above_max_with_eight_submitters, .timeout = 120) {
     /* Blocked tasks pile up behind the busy basic worker, so at least one
      * elastic worker must have started and taken one. */
     cr_assert(tt_count_wait_geq(&w.running, workers + 1), "round %d: no elastic worker", r);
-#ifdef TKO_KNOWN_BUG_ELASTIC_RAMP
-    /* With a backlog and every worker blocked, the pool should grow to all
-     * its threads. It can stall below max_elastic: see the test
-     * grows_to_max_under_backlog. */
+    /* With a backlog and every worker blocked, the pool grows to all its
+     * threads (a dropped spawn request once stalled it below max_elastic:
+     * see grows_to_max_under_backlog). */
     cr_assert(tt_count_wait_geq(&w.running, workers + max_elastic), "round %d: never reached max", r);
-#endif
     tt_gate_open(&w.gate);
     tko_stats s;
     wait_all_retired(&w, &s);
@@ -313,14 +311,11 @@ Test(elastic, counts_balance_under_concurrent_load, .timeout = 120) {
   cr_assert_eq(tko_pool_destroy(w.pool), 0);
 }
 
-#ifdef TKO_KNOWN_BUG_ELASTIC_RAMP
-/* Known core bug, reported: tko__elastic_spawn only trylocks spawn_mu. A
- * worker that was just spawned finds work, is the last searcher and asks
- * for one more worker while its spawner still holds spawn_mu; the trylock
- * fails, the request is dropped, and with no further submit the pool stays
- * below max_elastic with a backlog while every worker blocks. Tasks that
- * wait for each other then deadlock. This test needs the full ramp: every
- * round's blocked tasks must end up on 1 + max_elastic threads. */
+/* Regression: tko__elastic_spawn once only trylocked spawn_mu, so a worker
+ * that was just spawned, found work and asked for one more worker while its
+ * spawner still held spawn_mu had its request dropped; the pool then stayed
+ * below max_elastic with a backlog while every worker blocked. Every round's
+ * blocked tasks must end up on 1 + max_elastic threads. */
 Test(elastic, grows_to_max_under_backlog, .timeout = 300) {
   const unsigned max_elastic = 3, workers = 1;
   watch w;
@@ -347,4 +342,3 @@ Test(elastic, grows_to_max_under_backlog, .timeout = 300) {
   }
   cr_assert_eq(tko_pool_destroy(w.pool), 0);
 }
-#endif
