@@ -159,6 +159,9 @@ threadpool thpool_init(int num_threads) {
                          : tko_elastic_options(TKO_MAX_WORKERS, n - TKO_MAX_WORKERS,
                                                TKO_MAX_IDLE_MS);
   opts.name = "thpool";
+  /* C-Thread-Pool hands each job to a free thread; a worker holding a batch
+   * could sit on a job that an earlier one waits for. */
+  opts.max_batch = 1;
 
   struct thpool_ *tp = aligned_alloc(THPOOL__CACHE_LINE, sizeof *tp);
   if (!tp) return NULL;

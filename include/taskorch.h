@@ -103,6 +103,10 @@ typedef struct tko_options {
   unsigned elastic_idle_ms;  /* an elastic worker idle this long retires; 0 = 1000 */
   unsigned spin_yields;      /* yields a worker makes looking for work before it
                                 sleeps; 0 = 8 */
+  unsigned max_batch;        /* most queued tasks a worker takes at once, 1..16;
+                                0 = 16. Use 1 when tasks wait for each other
+                                (a worker never runs a task it took while an
+                                earlier one of its batch blocks). */
   size_t initial_capacity;   /* queue slots allocated up front; 0 = 256 */
   size_t queue_capacity;     /* most tasks queued (not started) at once; 0 = no
                                 limit. Memory is then bounded too. */
@@ -153,9 +157,9 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * weights run in submit order. Safe from any thread, tasks and hooks
  * included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
  * -ENOMEM: the queue could not grow.
- * A worker may take a few queued tasks at once (up to 16, fewer when the
- * queue is short), so a task submitted later with a higher weight can run
- * after tasks that a worker had already taken. */
+ * A worker may take a few queued tasks at once (up to max_batch, fewer when
+ * the queue is short), so a task submitted later with a higher weight can
+ * run after tasks that a worker had already taken. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
 /* Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits

@@ -43,6 +43,7 @@ static int check_options(const tko_options *o) {
   if (o->initial_capacity > ((size_t)1 << 30)) return -EINVAL;
   if (o->spin_yields > 1000000u) return -EINVAL;
   if (o->full_policy > TKO_FULL_CALLER_RUNS) return -EINVAL;
+  if (o->max_batch > TKO__GRAB_MAX) return -EINVAL;
   if (o->aging_ms > TKO_MAX_IDLE_MS) return -EINVAL;
   if (o->queue_capacity > ((size_t)1 << 31)) return -EINVAL;
   return 0;
@@ -112,6 +113,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   pool->fork_gen = tko__fork_generation();
   if (!pool->opts.elastic_idle_ms) pool->opts.elastic_idle_ms = 1000;
   if (!pool->opts.spin_yields) pool->opts.spin_yields = 8;
+  if (!pool->opts.max_batch) pool->opts.max_batch = TKO__GRAB_MAX;
   /* Thread names are limited to 15 characters: "<name>-e1023" fits a
    * 9-character prefix, so longer names are cut. */
   snprintf(pool->name, sizeof pool->name, "%s", opts->name ? opts->name : "tko");

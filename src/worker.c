@@ -220,7 +220,7 @@ void *tko__worker_main(void *arg) {
   bool retired = false;
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {
-    size_t n = take_batch(pool, batch, TKO__GRAB_MAX);
+    size_t n = take_batch(pool, batch, pool->opts.max_batch);
     if (n) {
       /* The last searcher to find work wakes (or spawns) the next worker if
        * work remains, so parallelism ramps up one worker at a time. */
