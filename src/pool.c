@@ -318,12 +318,14 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   if (!pool || !out) return;
   memset(out, 0, sizeof *out);
   uint64_t started = tko__load_relaxed(&pool->caller.started);
-  uint64_t finished = tko__load_relaxed(&pool->caller.finished);
+  uint64_t finished = tko__load_acquire(&pool->caller.finished);
   uint64_t failed = tko__load_relaxed(&pool->caller.failed);
   for (unsigned i = 0; i < pool->nslots; i++) {
-    /* Relaxed: a snapshot; each counter is read once and may lag its owner. */
+    /* A snapshot; each counter is read once and may lag its owner. finished
+     * is acquired (pairs with count_own's release) so a caller that sees a
+     * task counted also sees what it wrote. */
     tko__worker *w = &pool->slots[i];
-    finished += tko__load_relaxed(&w->finished);
+    finished += tko__load_acquire(&w->finished);
     failed += tko__load_relaxed(&w->failed);
     started += tko__load_relaxed(&w->started);
   }

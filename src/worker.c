@@ -18,11 +18,13 @@
 _Thread_local tko_pool *tko__current_pool;
 _Thread_local tko__worker *tko__current_worker;
 
-/* Owner-only counter bump: only this worker writes the slot, so a relaxed
- * load and store suffice; readers (stats, wait_idle) tolerate a stale value
- * until the seq_cst publish at the end of each batch. */
+/* Owner-only counter bump: only this worker writes the slot, so no RMW is
+ * needed. The store is a release (a plain store on x86): a waiter whose
+ * load reads it - wait_idle, a stats reader - then also sees everything the
+ * task wrote. The seq_cst publish at the end of each batch is what makes
+ * wait_idle's wake-up race-free (see run_batch). */
 static void count_own(atomic_uint_fast64_t *c) {
-  tko__store_relaxed(c, tko__load_relaxed(c) + 1);
+  tko__store_release(c, tko__load_relaxed(c) + 1);
 }
 
 /* The caller slot is shared by any thread that runs tasks outside a worker. */
@@ -96,9 +98,10 @@ static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
   tko__lock_acquire(&pool->lock);
   tko__pool_drain_locked(pool);
   size_t len = pool->queue.len, n = 0;
-  /* Relaxed: a pause racing with this take may let one batch start; pause
-   * promises only that tasks taken after it returns wait. */
-  bool paused = tko__load_relaxed(&pool->paused);
+  /* seq_cst (a plain load on x86): pairs with tko_pool_pause's store, so a
+   * take that follows the pause in the total order sees it even when the
+   * submitter never synchronised with the pausing thread. */
+  bool paused = tko__load_seq(&pool->paused);
   unsigned max_async = pool->opts.max_async_inflight;
   if (!paused && pool->async_queue.len && (!max_async || pool->async_running < max_async) &&
       (!len || tko__queue_top_before(&pool->async_queue, &pool->queue))) {
