@@ -1,0 +1,515 @@
+/* Tests for delayed and periodic tasks (tko_timer_init, tko_submit_after,
+ * tko_submit_every, tko_timer_cancel): a delayed task runs once and never
+ * before its delay; cancel before firing returns 0 and the task never runs;
+ * cancel after firing gives -ENOENT; re-arming an armed timer gives -EBUSY,
+ * a fired or cancelled one may be re-armed (even from its own task); a
+ * periodic timer fires until cancelled (also from its own task); timers
+ * fire in deadline order; the error codes; many timers armed and cancelled
+ * at once; a timer that fires into a full reject pool goes to on_cancel;
+ * and shutdown: timers not yet due go to on_cancel (id 0, not counted in
+ * stats.cancelled since they were never submitted), a fired task still
+ * queued is run by DRAIN and cancelled by CANCEL. Nothing is lost: runs +
+ * on_cancel calls == timers armed and not cancelled. No test sleeps to wait
+ * for something: completions are counted under a condition variable. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_feature.h"
+#include "tko_test_sync.h"
+
+typedef struct tctx {
+  tt_count runs;        /* timer tasks that ran */
+  tt_count cancels;     /* on_cancel calls */
+  tt_count cancels_id0; /* of those, with id 0 (a timer, never submitted) */
+  tt_count elastic_starts;
+  atomic_int bad;
+  tko_pool *pool;
+} tctx;
+
+static void tctx_init(tctx *c) {
+  memset(c, 0, sizeof *c);
+  tt_count_init(&c->runs);
+  tt_count_init(&c->cancels);
+  tt_count_init(&c->cancels_id0);
+  tt_count_init(&c->elastic_starts);
+  atomic_init(&c->bad, 0);
+}
+
+/* A timer's task: counts its runs and remembers when it started. */
+typedef struct tjob {
+  tctx *c;
+  int tag;
+  atomic_int ran, cancelled;
+  uint64_t start_ns; /* of the last run */
+  tko_timer timer;
+  /* Periodic / chaining behaviour. */
+  int cancel_at; /* cancel own timer on this run (0 = never) */
+  atomic_int cancel_ok;
+  int rearm_times; /* re-arm own timer this many times */
+  /* Deadline order: the run order is appended here. */
+  atomic_int *order_next;
+  int *order;
+} tjob;
+
+static void tjob_init(tjob *j, tctx *c, int tag) {
+  memset(j, 0, sizeof *j);
+  j->c = c;
+  j->tag = tag;
+  tko_timer_init(&j->timer);
+}
+
+static int tjob_fn(void *arg) {
+  tjob *j = arg;
+  j->start_ns = tt_now_ns();
+  int n = atomic_fetch_add(&j->ran, 1) + 1;
+  if (j->order) j->order[atomic_fetch_add(j->order_next, 1)] = j->tag;
+  if (j->cancel_at && n >= j->cancel_at) {
+    int rc = tko_timer_cancel(&j->timer);
+    if (n == j->cancel_at) {
+      if (rc == 0) atomic_fetch_add(&j->cancel_ok, 1);
+    } else if (n > j->cancel_at && rc != -ENOENT) {
+      atomic_fetch_add(&j->c->bad, 1);
+    }
+  }
+  if (j->rearm_times && n <= j->rearm_times) {
+    /* The timer fired, so it is no longer armed: re-arming must work. */
+    if (tko_submit_after(j->c->pool, &j->timer, 0, tjob_fn, j, 0) != 0)
+      atomic_fetch_add(&j->c->bad, 1);
+  }
+  tt_count_add(&j->c->runs, 1);
+  return 0;
+}
+
+static void on_cancel(void *user, const tko_task_info *t) {
+  tctx *c = user;
+  if (t->worker != UINT32_MAX) atomic_fetch_add(&c->bad, 1);
+  atomic_fetch_add(&((tjob *)t->arg)->cancelled, 1);
+  if (t->id == 0) tt_count_add(&c->cancels_id0, 1);
+  tt_count_add(&c->cancels, 1);
+}
+
+static void thread_start(void *user, unsigned index, tko_worker_kind kind) {
+  if (kind == TKO_WORKER_ELASTIC) tt_count_add(&((tctx *)user)->elastic_starts, 1);
+}
+
+static tko_pool *make_pool_opts(tctx *c, tko_options o) {
+  o.hooks.user = c;
+  o.hooks.on_cancel = on_cancel;
+  o.hooks.thread_start = thread_start;
+  tko_pool *p = NULL;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  c->pool = p;
+  return p;
+}
+
+static tko_pool *make_pool(tctx *c, unsigned workers) {
+  return make_pool_opts(c, tko_basic_options(workers));
+}
+
+static tko_stats stats_of(tko_pool *pool) {
+  tko_stats s;
+  tko_pool_stats(pool, &s);
+  return s;
+}
+
+static void finish(tctx *c, tko_pool *pool) {
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  cr_assert_eq(atomic_load(&c->bad), 0);
+}
+
+Test(timer, delayed_tasks_run_once_and_not_early) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 2);
+  static const long delays[] = {0, 1, 5, 25};
+  enum { N = sizeof delays / sizeof delays[0] };
+  tjob js[N];
+  uint64_t armed_at[N];
+  for (int i = 0; i < N; i++) {
+    tjob_init(&js[i], &c, i);
+    armed_at[i] = tt_now_ns();
+    cr_assert_eq(tko_submit_after(pool, &js[i].timer, delays[i], tjob_fn, &js[i], 0), 0);
+  }
+  cr_assert(tt_count_wait_eq(&c.runs, N));
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(atomic_load(&js[i].ran), 1);
+    /* A lower bound only, which a monotonic clock guarantees: the timer
+     * thread submits nothing before its deadline. */
+    cr_assert_geq(js[i].start_ns - armed_at[i], (uint64_t)delays[i] * 1000000u,
+                  "timer %d ran early", i);
+    cr_assert_eq(tko_timer_cancel(&js[i].timer), -ENOENT, "a fired timer is not armed");
+  }
+  tko_stats s = stats_of(pool);
+  cr_assert_eq(s.submitted, N);
+  cr_assert_eq(s.completed, N);
+  finish(&c, pool);
+}
+
+Test(timer, invalid_arguments) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  tjob j;
+  tjob_init(&j, &c, 0);
+  tko_timer_init(NULL); /* does nothing */
+  cr_assert_eq(tko_submit_after(NULL, &j.timer, 0, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_after(pool, NULL, 0, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_after(pool, &j.timer, 0, NULL, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_after(pool, &j.timer, -1, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_every(NULL, &j.timer, 5, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_every(pool, NULL, 5, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_every(pool, &j.timer, 5, NULL, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_every(pool, &j.timer, 0, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_every(pool, &j.timer, -3, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_timer_cancel(NULL), -EINVAL);
+  cr_assert_eq(tko_timer_cancel(&j.timer), -ENOENT, "never armed");
+  tko_timer zero;
+  memset(&zero, 0, sizeof zero);
+  cr_assert_eq(tko_timer_cancel(&zero), -ENOENT, "zero-filled = initialised");
+  /* Refused arms left nothing armed behind. */
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(tt_count_get(&c.runs), 0);
+  cr_assert_eq(tt_count_get(&c.cancels), 0);
+  finish(&c, pool);
+}
+
+Test(timer, ebusy_while_armed) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  tjob j;
+  tjob_init(&j, &c, 0);
+  cr_assert_eq(tko_submit_after(pool, &j.timer, TT_LONG_MS, tjob_fn, &j, 0), 0);
+  cr_assert_eq(tko_submit_after(pool, &j.timer, 0, tjob_fn, &j, 0), -EBUSY);
+  cr_assert_eq(tko_submit_every(pool, &j.timer, 1, tjob_fn, &j, 0), -EBUSY);
+  cr_assert_eq(tko_timer_cancel(&j.timer), 0);
+  /* Cancelled: may be armed again, and this time it fires. */
+  cr_assert_eq(tko_submit_after(pool, &j.timer, 0, tjob_fn, &j, 0), 0);
+  cr_assert(tt_count_wait_eq(&c.runs, 1));
+  cr_assert_eq(tko_timer_cancel(&j.timer), -ENOENT);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&j.ran), 1);
+  cr_assert_eq(tt_count_get(&c.cancels), 0);
+  finish(&c, pool);
+}
+
+Test(timer, cancel_before_firing_means_never) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  enum { N = 10 };
+  tjob js[N];
+  for (int i = 0; i < N; i++) {
+    tjob_init(&js[i], &c, i);
+    cr_assert_eq(tko_submit_after(pool, &js[i].timer, TT_LONG_MS + i, tjob_fn, &js[i], 0), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(tko_timer_cancel(&js[i].timer), 0);
+    cr_assert_eq(tko_timer_cancel(&js[i].timer), -ENOENT);
+  }
+  /* Shutdown joins the timer thread: after it nothing can fire any more. */
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(atomic_load(&js[i].ran), 0);
+    cr_assert_eq(atomic_load(&js[i].cancelled), 0, "a cancelled timer is the caller's again");
+  }
+  cr_assert_eq(stats_of(pool).submitted, 0);
+  finish(&c, pool);
+}
+
+Test(timer, rearm_from_its_own_task) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  tjob j;
+  tjob_init(&j, &c, 0);
+  j.rearm_times = 5;
+  cr_assert_eq(tko_submit_after(pool, &j.timer, 0, tjob_fn, &j, 0), 0);
+  cr_assert(tt_count_wait_eq(&c.runs, 6));
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&j.ran), 6);
+  cr_assert_eq(tt_count_get(&c.cancels), 0);
+  finish(&c, pool);
+}
+
+Test(timer, periodic_fires_until_cancelled) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  tjob p, sentinel;
+  tjob_init(&p, &c, 0);
+  tjob_init(&sentinel, &c, 1);
+  cr_assert_eq(tko_submit_every(pool, &p.timer, 1, tjob_fn, &p, 0), 0);
+  cr_assert(tt_count_wait_geq(&c.runs, 5), "a periodic timer stopped firing");
+  cr_assert_eq(tko_timer_cancel(&p.timer), 0);
+  cr_assert_eq(tko_timer_cancel(&p.timer), -ENOENT);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  int fired = atomic_load(&p.ran);
+  /* Let several periods pass, measured by a one-shot timer's own firing:
+   * a firing already on its way when cancel ran may still land, no more. */
+  long before = tt_count_get(&c.runs);
+  cr_assert_eq(tko_submit_after(pool, &sentinel.timer, 10, tjob_fn, &sentinel, 0), 0);
+  cr_assert(tt_count_wait_geq(&c.runs, before + 1));
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_leq(atomic_load(&p.ran), fired + 1, "fired %d times after the cancel",
+                atomic_load(&p.ran) - fired);
+  cr_assert_eq(atomic_load(&sentinel.ran), 1);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(tt_count_get(&c.cancels), 0, "a cancelled periodic timer went to on_cancel");
+  tko_stats s = stats_of(pool);
+  cr_assert_eq(s.submitted, (uint64_t)atomic_load(&p.ran) + 1, "every firing ran");
+  finish(&c, pool);
+}
+
+Test(timer, periodic_cancelled_from_its_own_task) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  tjob p;
+  tjob_init(&p, &c, 0);
+  p.cancel_at = 3;
+  cr_assert_eq(tko_submit_every(pool, &p.timer, 1, tjob_fn, &p, 0), 0);
+  cr_assert(tt_count_wait_geq(&c.runs, 3));
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(atomic_load(&p.cancel_ok), 1);
+  cr_assert_eq(tko_timer_cancel(&p.timer), -ENOENT);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_geq(atomic_load(&p.ran), 3);
+  finish(&c, pool);
+}
+
+Test(timer, fire_in_deadline_order) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  static const long delays[] = {30, 10, 20};
+  tjob js[3];
+  atomic_int next = 0;
+  int order[3] = {-1, -1, -1};
+  for (int i = 0; i < 3; i++) {
+    tjob_init(&js[i], &c, (int)delays[i]);
+    js[i].order_next = &next;
+    js[i].order = order;
+  }
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(tko_submit_after(pool, &js[i].timer, delays[i], tjob_fn, &js[i], 0), 0);
+  cr_assert(tt_count_wait_eq(&c.runs, 3));
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(order[0], 10);
+  cr_assert_eq(order[1], 20);
+  cr_assert_eq(order[2], 30);
+  finish(&c, pool);
+}
+
+/* Two threads arm many timers and cancel every other one: the cancelled
+ * ones that returned 0 never run, all the others run exactly once. */
+enum { MANY = TT_SCALE(2000, 300) };
+
+typedef struct armer {
+  tctx *c;
+  tjob *js;
+  int n;
+  int cancelled_ok;
+  int errors;
+} armer;
+
+static int armer_fn(void *arg) {
+  armer *a = arg;
+  uint64_t seed = (uint64_t)(uintptr_t)a | 1;
+  for (int i = 0; i < a->n; i++) {
+    long delay = (long)(tt_rand(&seed) % 20);
+    if (tko_submit_after(a->c->pool, &a->js[i].timer, delay, tjob_fn, &a->js[i], 0)) a->errors++;
+  }
+  for (int i = 0; i < a->n; i += 2) {
+    int rc = tko_timer_cancel(&a->js[i].timer);
+    if (rc == 0)
+      a->cancelled_ok++;
+    else if (rc != -ENOENT)
+      a->errors++;
+  }
+  return 0;
+}
+
+Test(timer, many_timers_armed_and_cancelled_at_once) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 2);
+  tjob *js = calloc(2 * MANY, sizeof *js);
+  for (int i = 0; i < 2 * MANY; i++)
+    tjob_init(&js[i], &c, i);
+  armer a[2] = {{&c, js, MANY, 0, 0}, {&c, js + MANY, MANY, 0, 0}};
+  tf_thread t[2];
+  for (int i = 0; i < 2; i++)
+    cr_assert_eq(tf_thread_start(&t[i], armer_fn, &a[i]), 0);
+  for (int i = 0; i < 2; i++) {
+    cr_assert(tf_thread_join(&t[i], NULL));
+    cr_assert_eq(a[i].errors, 0);
+  }
+  long expect = 2 * MANY - a[0].cancelled_ok - a[1].cancelled_ok;
+  cr_assert(tt_count_wait_eq(&c.runs, expect));
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(tt_count_get(&c.runs), expect);
+  for (int i = 0; i < 2 * MANY; i++)
+    cr_assert_leq(atomic_load(&js[i].ran), 1);
+  cr_assert_eq(tt_count_get(&c.cancels), 0);
+  finish(&c, pool);
+  free(js);
+}
+
+Test(timer, firing_into_a_full_reject_pool_goes_to_on_cancel) {
+  tctx c;
+  tctx_init(&c);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_REJECT;
+  tko_pool *pool = make_pool_opts(&c, o);
+  tjob fill, j;
+  tjob_init(&fill, &c, 0);
+  tjob_init(&j, &c, 1);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit(pool, tjob_fn, &fill, 0), 0);
+  cr_assert_eq(tko_submit_after(pool, &j.timer, 0, tjob_fn, &j, 0), 0);
+  cr_assert(tt_count_wait_eq(&c.cancels, 1), "the refused firing was lost");
+  cr_assert_eq(atomic_load(&j.cancelled), 1);
+  cr_assert_eq(tt_count_get(&c.cancels_id0), 1);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&j.ran), 0);
+  cr_assert_eq(atomic_load(&fill.ran), 1);
+  finish(&c, pool);
+}
+
+/* ---- shutdown ------------------------------------------------------------ */
+
+static void pending_timers_at_shutdown(tko_shutdown_mode mode) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 2);
+  enum { N = 4 };
+  tjob js[N];
+  for (int i = 0; i < N; i++)
+    tjob_init(&js[i], &c, i);
+  for (int i = 0; i < N - 1; i++)
+    cr_assert_eq(tko_submit_after(pool, &js[i].timer, TT_LONG_MS, tjob_fn, &js[i], i), 0);
+  cr_assert_eq(tko_submit_every(pool, &js[N - 1].timer, TT_LONG_MS, tjob_fn, &js[N - 1], 0), 0);
+  cr_assert_eq(tko_pool_shutdown(pool, mode), 0);
+  cr_assert_eq(tt_count_get(&c.cancels), N, "a pending timer was lost");
+  cr_assert_eq(tt_count_get(&c.cancels_id0), N);
+  cr_assert_eq(tt_count_get(&c.runs), 0);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(atomic_load(&js[i].cancelled), 1);
+    cr_assert_eq(tko_timer_cancel(&js[i].timer), -ENOENT, "still armed after shutdown");
+  }
+  /* Never submitted, so not in the pool's counts. */
+  tko_stats s = stats_of(pool);
+  cr_assert_eq(s.submitted, 0);
+  cr_assert_eq(s.cancelled, 0);
+  tjob late;
+  tjob_init(&late, &c, 9);
+  cr_assert_eq(tko_submit_after(pool, &late.timer, 0, tjob_fn, &late, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_submit_every(pool, &late.timer, 1, tjob_fn, &late, 0), -ESHUTDOWN);
+  finish(&c, pool);
+}
+
+Test(timer, shutdown_drain_hands_pending_timers_to_on_cancel) {
+  pending_timers_at_shutdown(TKO_DRAIN);
+}
+
+Test(timer, shutdown_cancel_hands_pending_timers_to_on_cancel) {
+  pending_timers_at_shutdown(TKO_CANCEL);
+}
+
+/* A timer that has fired but whose task is still queued (the pool is
+ * paused) is an ordinary queued task: DRAIN runs it, CANCEL cancels it. On
+ * an elastic-only pool the firing's submit starts the first worker, whose
+ * thread_start hook tells the test that the task is queued. */
+static void fired_task_at_shutdown(tko_shutdown_mode mode) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool_opts(&c, tko_elastic_options(0, 1, 1000));
+  tjob fired, pending;
+  tjob_init(&fired, &c, 0);
+  tjob_init(&pending, &c, 1);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit_after(pool, &pending.timer, TT_LONG_MS, tjob_fn, &pending, 0), 0);
+  cr_assert_eq(tko_submit_after(pool, &fired.timer, 0, tjob_fn, &fired, 0), 0);
+  cr_assert(tt_count_wait_geq(&c.elastic_starts, 1));
+  cr_assert_eq(tko_timer_cancel(&fired.timer), -ENOENT);
+  tko_stats s = stats_of(pool);
+  cr_assert_eq(s.submitted, 1);
+  cr_assert_eq(s.queued, 1);
+  cr_assert_eq(tko_pool_shutdown(pool, mode), 0);
+  cr_assert_eq(atomic_load(&pending.ran), 0);
+  cr_assert_eq(atomic_load(&pending.cancelled), 1);
+  if (mode == TKO_DRAIN) {
+    cr_assert_eq(atomic_load(&fired.ran), 1);
+    cr_assert_eq(atomic_load(&fired.cancelled), 0);
+  } else {
+    cr_assert_eq(atomic_load(&fired.ran), 0);
+    cr_assert_eq(atomic_load(&fired.cancelled), 1);
+  }
+  cr_assert_eq(tt_count_get(&c.runs) + tt_count_get(&c.cancels), 2, "a timer task was lost");
+  s = stats_of(pool);
+  cr_assert_eq(s.submitted, 1);
+  cr_assert_eq(s.completed + s.cancelled, 1);
+  cr_assert_eq(s.cancelled, mode == TKO_CANCEL ? 1u : 0u);
+  finish(&c, pool);
+}
+
+Test(timer, shutdown_drain_runs_a_fired_queued_task) {
+  fired_task_at_shutdown(TKO_DRAIN);
+}
+Test(timer, shutdown_cancel_cancels_a_fired_queued_task) {
+  fired_task_at_shutdown(TKO_CANCEL);
+}
+
+/* ---- known core bugs (built only with -DTKO_KNOWN_BUG_<name>) ------------- */
+
+#ifdef TKO_KNOWN_BUG_timer_blocked_submit_hangs_shutdown
+/* The timer thread submits like any producer, so on a full TKO_FULL_BLOCK
+ * pool it blocks waiting for room. tko_pool_shutdown first joins the timer
+ * thread (tko__timers_close) and only then sets closing, resumes a paused
+ * pool and wakes blocked submitters: so if the pool is paused (or its
+ * workers are stuck behind the caller), shutdown waits for a timer thread
+ * that waits for room that never comes. The header promises that shutdown
+ * resumes a paused pool and wakes blocked submitters. */
+static int shutdown_drain_fn(void *pool) {
+  return tko_pool_shutdown(pool, TKO_DRAIN);
+}
+
+Test(timer, known_bug_shutdown_hangs_on_a_timer_blocked_in_submit) {
+  tctx c;
+  tctx_init(&c);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_BLOCK;
+  tko_pool *pool = make_pool_opts(&c, o);
+  tjob fill, j;
+  tjob_init(&fill, &c, 0);
+  tjob_init(&j, &c, 1);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit(pool, tjob_fn, &fill, 0), 0);
+  /* Arm until the timer is seen fired (its submit then blocks for good:
+   * the pool is paused and full). A cancel that finds it still armed
+   * disarms it, so arm it again. */
+  cr_assert_eq(tko_submit_after(pool, &j.timer, 0, tjob_fn, &j, 0), 0);
+  while (tko_timer_cancel(&j.timer) == 0) {
+    sched_yield();
+    cr_assert_eq(tko_submit_after(pool, &j.timer, 0, tjob_fn, &j, 0), 0);
+  }
+  tf_thread t;
+  cr_assert_eq(tf_thread_start(&t, shutdown_drain_fn, pool), 0);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&t, 5000, &rc), "shutdown hangs on the blocked timer thread");
+  cr_assert_eq(rc, 0);
+  finish(&c, pool);
+}
+#endif
