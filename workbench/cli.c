@@ -24,7 +24,8 @@ typedef enum wb_opt_type {
   OPT_RANGE,     /* wb_range, "LO:HI" (or "N" for N:N), any int */
   OPT_POOL,      /* wb_pool_kind, "basic" or "elastic" */
   OPT_PATH,      /* const char *, an output file */
-  OPT_SCENARIO   /* const wb_scenario *, by name */
+  OPT_SCENARIO,  /* const wb_scenario *, by name */
+  OPT_FULL       /* tko_full_policy, "block", "reject" or "caller" */
 } wb_opt_type;
 
 typedef struct wb_option {
@@ -38,7 +39,7 @@ typedef struct wb_option {
 
 #define FIELD(f) offsetof(wb_config, f)
 
-/* Later features (groups, lanes, delayed tasks) add rows here. */
+/* Later features (lanes, coalescer) add rows here. */
 static const wb_option options[] = {
     {"scenario", "NAME", OPT_SCENARIO, FIELD(scenario), 0, 0,
      "scenario to run (required; `list` shows them)"},
@@ -69,6 +70,24 @@ static const wb_option options[] = {
      "idle time after the last task (default: elastic idle + 150 ms)"},
     {"seed", "N", OPT_U64, FIELD(seed), 0, UINT64_MAX,
      "task mix seed; the same seed gives the same mix"},
+    {"groups", "N", OPT_UINT, FIELD(groups), 1, 1000000,
+     "submit in task groups of N and wait for each group"},
+    {"batch", "N", OPT_UINT, FIELD(batch), 1, 1000000,
+     "submit in batches of N (tko_submit_batch)"},
+    {"capacity", "N", OPT_U64, FIELD(capacity), 1, UINT64_C(1) << 31,
+     "bounded queue: at most N tasks queued"},
+    {"full", "POLICY", OPT_FULL, FIELD(full), 0, 0,
+     "full bounded queue: block, reject (producers retry) or caller (runs it)"},
+    {"aging-ms", "MS", OPT_UINT, FIELD(aging_ms), 1, TKO_MAX_IDLE_MS,
+     "aging: a queued task gains one weight unit per MS waited"},
+    {"blocking-hint", NULL, OPT_FLAG, FIELD(blocking_hint), 0, 0,
+     "blocking tasks call tko_blocking_begin/end around their sleep"},
+    {"delay-ms", "MS", OPT_UINT, FIELD(delay_ms), 1, 60000,
+     "submit every task through a timer that fires MS later"},
+    {"async", NULL, OPT_FLAG, FIELD(async), 0, 0,
+     "blocking tasks run as async tasks, completed by a completer thread"},
+    {"max-async", "N", OPT_UINT, FIELD(max_async), 1, 1000000,
+     "most async tasks in flight at once (needs --async)"},
     {"quiet", NULL, OPT_FLAG, FIELD(quiet), 0, 0, "no progress bar"},
     {"json", "FILE", OPT_PATH, FIELD(json_path), 0, 0, "write the summary as JSON"},
     {"timeline", "FILE.csv", OPT_PATH, FIELD(timeline_path), 0, 0,
@@ -96,6 +115,7 @@ static size_t size_of(wb_opt_type t) {
     case OPT_POOL: return sizeof(wb_pool_kind);
     case OPT_PATH: return sizeof(const char *);
     case OPT_SCENARIO: return sizeof(const wb_scenario *);
+    case OPT_FULL: return sizeof(tko_full_policy);
   }
   return 0;
 }
@@ -209,6 +229,17 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
       *(const wb_scenario **)field = s;
       return 0;
     }
+    case OPT_FULL:
+      if (!strcmp(v, "block")) {
+        *(tko_full_policy *)field = TKO_FULL_BLOCK;
+      } else if (!strcmp(v, "reject")) {
+        *(tko_full_policy *)field = TKO_FULL_REJECT;
+      } else if (!strcmp(v, "caller")) {
+        *(tko_full_policy *)field = TKO_FULL_CALLER_RUNS;
+      } else {
+        return usage_error("--%s must be block, reject or caller (got '%s')", o->name, v);
+      }
+      return 0;
   }
   return usage_error("--%s: internal error", o->name);
 }
@@ -297,6 +328,22 @@ int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
     return usage_error("the pool would have no workers at all: raise --workers or --max-elastic");
   if (cfg->bursts > cfg->tasks)
     return usage_error("--bursts %u is more than --tasks %" PRIu64, cfg->bursts, cfg->tasks);
+  /* Pool features: the ways to submit exclude each other. */
+  if ((cfg->groups > 0) + (cfg->batch > 0) + (cfg->delay_ms > 0) > 1)
+    return usage_error("--groups, --batch and --delay-ms are different ways to submit: pick one");
+  if ((given & bit_of("full")) && !cfg->capacity)
+    return usage_error("--full needs --capacity (the queue is unbounded)");
+  if (cfg->batch && cfg->capacity && cfg->batch > cfg->capacity)
+    return usage_error("--batch %u is more than --capacity %" PRIu64
+                       ": a batch must fit in the queue",
+                       cfg->batch, cfg->capacity);
+  if (cfg->delay_ms && cfg->capacity && cfg->full == TKO_FULL_REJECT)
+    return usage_error("--delay-ms with --full reject would drop the firings a full queue "
+                       "refuses: use block or caller");
+  if (cfg->delay_ms && cfg->async)
+    return usage_error("--delay-ms and --async cannot be combined: timers submit plain tasks");
+  if (cfg->max_async && !cfg->async)
+    return usage_error("--max-async needs --async");
   if (cfg->tail_ms < 0) {
     bool retire_visible = cfg->pool == WB_POOL_ELASTIC && cfg->max_elastic > 0 &&
                           cfg->idle_ms <= 2000;

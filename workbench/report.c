@@ -56,6 +56,12 @@ void wb_report_table(FILE *f, const wb_result *r) {
           r->submit_errors);
   if (r->submit_errors)
     fprintf(f, "%-18s first refusal: %s\n", "", tko_strerror(r->first_submit_error));
+  if (c->groups || c->capacity || c->async)
+    fprintf(f,
+            "%-18s %" PRIu64 " groups waited, %" PRIu64 " submits rejected and retried, %" PRIu64
+            " tasks run by callers, async in flight at the end: %u\n",
+            "features", r->groups_waited, r->rejected, s->caller_runs,
+            r->before_shutdown.async_inflight);
   wb_fmt_ns(a, sizeof a, r->run.mean);
   wb_fmt_ns(b, sizeof b, (double)r->run.p50);
   wb_fmt_ns(d, sizeof d, (double)r->run.p99);
@@ -125,8 +131,15 @@ int wb_report_json(FILE *f, const wb_result *r) {
   json_num(f, c->io_pct);
   fputs(", \"fail_pct\": ", f);
   json_num(f, c->fail_pct);
-  fprintf(f, ", \"bursts\": %u, \"gap_ms\": %u, \"tail_ms\": %ld},\n", c->bursts, c->gap_ms,
+  fprintf(f, ", \"bursts\": %u, \"gap_ms\": %u, \"tail_ms\": %ld", c->bursts, c->gap_ms,
           c->tail_ms);
+  fprintf(f,
+          ", \"groups\": %u, \"batch\": %u, \"capacity\": %" PRIu64 ", \"full\": \"%s\", "
+          "\"aging_ms\": %u, \"blocking_hint\": %s, \"delay_ms\": %u, \"async\": %s, "
+          "\"max_async\": %u},\n",
+          c->groups, c->batch, c->capacity, wb_full_name(c->full), c->aging_ms,
+          c->blocking_hint ? "true" : "false", c->delay_ms, c->async ? "true" : "false",
+          c->max_async);
   fputs("  \"wall_s\": ", f);
   json_num(f, r->wall_s);
   fputs(",\n  \"active_s\": ", f);
@@ -136,8 +149,9 @@ int wb_report_json(FILE *f, const wb_result *r) {
   fprintf(f,
           ",\n  \"tasks\": {\"submitted\": %" PRIu64 ", \"completed\": %" PRIu64
           ", \"failed\": %" PRIu64 ", \"cancelled\": %" PRIu64 ", \"submit_errors\": %" PRIu64
-          "},\n",
-          s->submitted, s->completed, s->failed, s->cancelled, r->submit_errors);
+          ", \"rejected\": %" PRIu64 ", \"caller_runs\": %" PRIu64 ", \"groups\": %" PRIu64 "},\n",
+          s->submitted, s->completed, s->failed, s->cancelled, r->submit_errors, r->rejected,
+          s->caller_runs, r->groups_waited);
   fputs("  \"wait_ns\": ", f);
   json_dist(f, &r->wait);
   fputs(",\n  \"run_ns\": ", f);

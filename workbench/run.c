@@ -11,9 +11,19 @@
  * Floods: the main thread opens a gate for flood b; each producer submits
  * its share of the flood and reports back; the main thread then waits for
  * the pool to go idle, and lets gap_ms of idle time pass before the next
- * flood, so elastic workers have time to retire in between. */
+ * flood, so elastic workers have time to retire in between.
+ *
+ * Pool features: a producer submits one task at a time, or in task groups
+ * (waiting for each), or in batches, or through timers (--delay-ms; the
+ * pool is not idle until every timer has fired, so the main thread also
+ * waits for a count of finished tasks that the after_run hook keeps). With
+ * --async the blocking tasks are async tasks: fn hands the operation to a
+ * completer thread, which completes it when the task's sleep would have
+ * ended, so no worker blocks. A full reject queue makes the producer yield
+ * and try again (counted as `rejected`). */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,15 +74,135 @@ static void spin_calibrate(void) {
   }
 }
 
+/* --blocking-hint; set once before any worker starts, like the above. */
+static bool blocking_hint;
+
 static int task_fn(void *arg) {
   const wb_task *t = arg;
   if (t->work_us) {
-    if (t->kind == WB_TASK_IO)
+    if (t->kind == WB_TASK_IO) {
+      /* -EPERM (ignored) when a caller-runs task runs on a producer. */
+      if (blocking_hint) tko_blocking_begin();
       wb_sleep_ns((uint64_t)t->work_us * 1000u);
-    else
+      if (blocking_hint) tko_blocking_end();
+    } else {
       spin((uint64_t)((double)t->work_us * spin_rounds_per_us));
+    }
   }
   return t->fail ? 1 : 0;
+}
+
+/* The completer of async tasks (--async): a min-heap of operations by the
+ * time their simulated I/O ends, and one thread that sleeps until the
+ * earliest and completes it. The heap holds at most one entry per task,
+ * so it is allocated once, before the run. */
+typedef struct pending_op {
+  uint64_t due_ns;
+  tko_async *op;
+  int status;
+} pending_op;
+
+typedef struct completer {
+  pthread_t thread;
+  pthread_mutex_t mu; /* guards heap, len and stop */
+  pthread_cond_t cv;  /* (CLOCK_MONOTONIC) signalled on a new earliest entry or stop */
+  pending_op *heap;
+  size_t len, cap;
+  bool stop;
+} completer;
+
+/* The run's completer; set before the pool starts, like blocking_hint. */
+static completer *the_completer;
+
+static void heap_swap(pending_op *a, pending_op *b) {
+  pending_op t = *a;
+  *a = *b;
+  *b = t;
+}
+
+static int async_fn(tko_async *op, void *arg) {
+  const wb_task *t = arg;
+  completer *c = the_completer;
+  pending_op e = {wb_now_ns() + (uint64_t)t->work_us * 1000u, op, t->fail ? 1 : 0};
+  pthread_mutex_lock(&c->mu);
+  if (c->len == c->cap) { /* cannot happen: one entry per task at most */
+    pthread_mutex_unlock(&c->mu);
+    return -ENOMEM; /* completes the task at once, as a failure */
+  }
+  size_t i = c->len++;
+  c->heap[i] = e;
+  while (i > 0 && c->heap[(i - 1) / 2].due_ns > c->heap[i].due_ns) {
+    heap_swap(&c->heap[(i - 1) / 2], &c->heap[i]);
+    i = (i - 1) / 2;
+  }
+  if (i == 0) pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+static void *completer_main(void *arg) {
+  completer *c = arg;
+  pthread_mutex_lock(&c->mu);
+  while (!c->stop || c->len > 0) {
+    if (c->len == 0) {
+      pthread_cond_wait(&c->cv, &c->mu);
+      continue;
+    }
+    uint64_t now = wb_now_ns(), due = c->heap[0].due_ns;
+    if (due > now && !c->stop) {
+      struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+      pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+      continue;
+    }
+    pending_op e = c->heap[0];
+    c->heap[0] = c->heap[--c->len];
+    for (size_t i = 0;;) {
+      size_t l = 2 * i + 1, m = i;
+      if (l < c->len && c->heap[l].due_ns < c->heap[m].due_ns) m = l;
+      if (l + 1 < c->len && c->heap[l + 1].due_ns < c->heap[m].due_ns) m = l + 1;
+      if (m == i) break;
+      heap_swap(&c->heap[i], &c->heap[m]);
+      i = m;
+    }
+    pthread_mutex_unlock(&c->mu);
+    tko_async_complete(e.op, e.status);
+    pthread_mutex_lock(&c->mu);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+static int completer_start(completer *c, size_t cap) {
+  memset(c, 0, sizeof *c);
+  c->heap = malloc((cap ? cap : 1) * sizeof *c->heap);
+  c->cap = cap;
+  if (!c->heap) return -ENOMEM;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&c->mu, NULL);
+  int rc = pthread_create(&c->thread, NULL, completer_main, c);
+  if (rc) {
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c->heap);
+    return -rc;
+  }
+  return 0;
+}
+
+/* Completes whatever is left at once, then joins. */
+static void completer_stop(completer *c) {
+  pthread_mutex_lock(&c->mu);
+  c->stop = true;
+  pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  pthread_join(c->thread, NULL);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  free(c->heap);
 }
 
 typedef struct run_state {
@@ -85,6 +215,13 @@ typedef struct run_state {
   unsigned released;  /* floods opened so far */
   unsigned reported;  /* producer shares submitted so far, all floods */
   bool abort;
+  /* --delay-ms: tasks finished so far (after_run), and the mutex and
+   * condition variable the main thread waits on for a flood's count. */
+  bool count_done;
+  pthread_mutex_t done_mu; /* protects done */
+  pthread_cond_t done_cv;  /* broadcast when done changes */
+  uint64_t done;
+  tko_timer *timers;       /* one per task (--delay-ms) */
 } run_state;
 
 typedef struct producer {
@@ -93,6 +230,9 @@ typedef struct producer {
   unsigned index;
   uint64_t errors;
   int first_error;
+  uint64_t rejected;  /* -EAGAIN from a full reject queue, then retried */
+  uint64_t groups;    /* groups waited for */
+  tko_task *batch;    /* --batch: the batch being filled */
 } producer;
 
 static size_t task_index(const wb_result *res, const tko_task_info *t) {
@@ -100,15 +240,109 @@ static size_t task_index(const wb_result *res, const tko_task_info *t) {
 }
 
 static void before_run(void *user, const tko_task_info *t) {
-  wb_result *res = user;
+  run_state *st = user;
+  wb_result *res = st->res;
   res->wait_ns[task_index(res, t)] = t->wait_ns;
 }
 
 static void after_run(void *user, const tko_task_info *t) {
-  wb_result *res = user;
+  run_state *st = user;
+  wb_result *res = st->res;
   size_t i = task_index(res, t);
   res->run_ns[i] = t->run_ns;
   res->on_elastic[i] = t->kind == TKO_WORKER_ELASTIC;
+  if (st->count_done) {
+    pthread_mutex_lock(&st->done_mu);
+    st->done++;
+    pthread_cond_broadcast(&st->done_cv);
+    pthread_mutex_unlock(&st->done_mu);
+  }
+}
+
+static void note_error(producer *p, int rc) {
+  if (!p->errors) p->first_error = rc;
+  p->errors++;
+}
+
+/* A full reject queue refuses with -EAGAIN: the producer yields and tries
+ * again, as a caller with nowhere else to put the work would. */
+static bool retry(producer *p, int rc) {
+  const wb_config *cfg = &p->st->res->cfg;
+  if (rc != -EAGAIN || !cfg->capacity || cfg->full != TKO_FULL_REJECT) return false;
+  p->rejected++;
+  sched_yield();
+  return true;
+}
+
+/* Submits task i the configured way (not batches); group may be NULL. */
+static void submit_one(producer *p, uint64_t i, tko_group *group) {
+  run_state *st = p->st;
+  const wb_config *cfg = &st->res->cfg;
+  wb_task *t = &st->res->tasks[i];
+  bool as_async = cfg->async && t->kind == WB_TASK_IO;
+  int rc;
+  do {
+    if (cfg->delay_ms)
+      rc = tko_submit_after(st->pool, &st->timers[i], cfg->delay_ms, task_fn, t, t->weight);
+    else if (group && as_async)
+      rc = tko_group_submit_async(st->pool, group, async_fn, t, t->weight);
+    else if (group)
+      rc = tko_group_submit(st->pool, group, task_fn, t, t->weight);
+    else if (as_async)
+      rc = tko_submit_async(st->pool, async_fn, t, t->weight);
+    else
+      rc = tko_submit(st->pool, task_fn, t, t->weight);
+  } while (rc && retry(p, rc));
+  if (rc) note_error(p, rc);
+}
+
+static void flush_batch(producer *p, size_t n) {
+  if (!n) return;
+  int rc;
+  while ((rc = tko_submit_batch(p->st->pool, p->batch, n)) != 0 && retry(p, rc)) {
+  }
+  if (rc) {
+    if (!p->errors) p->first_error = rc;
+    p->errors += n;
+  }
+}
+
+/* Submits tasks [from, to) in groups, in batches, or one by one. */
+static void submit_slice(producer *p, uint64_t from, uint64_t to) {
+  run_state *st = p->st;
+  const wb_config *cfg = &st->res->cfg;
+  if (cfg->groups) {
+    for (uint64_t g0 = from; g0 < to; g0 += cfg->groups) {
+      uint64_t g1 = g0 + cfg->groups < to ? g0 + cfg->groups : to;
+      tko_group g;
+      int rc = tko_group_init(&g);
+      if (rc) {
+        note_error(p, rc);
+        continue;
+      }
+      for (uint64_t i = g0; i < g1; i++) submit_one(p, i, &g);
+      tko_group_wait(&g, -1);
+      tko_group_destroy(&g);
+      p->groups++;
+    }
+  } else if (cfg->batch) {
+    size_t n = 0;
+    for (uint64_t i = from; i < to; i++) {
+      wb_task *t = &st->res->tasks[i];
+      if (cfg->async && t->kind == WB_TASK_IO) { /* async tasks are not batched */
+        submit_one(p, i, NULL);
+        continue;
+      }
+      p->batch[n++] = (tko_task){task_fn, t, t->weight};
+      if (n == cfg->batch) {
+        flush_batch(p, n);
+        n = 0;
+      }
+    }
+    flush_batch(p, n);
+  } else {
+    for (uint64_t i = from; i < to; i++) submit_one(p, i, NULL);
+  }
 }
 
 static void *producer_main(void *arg) {
@@ -127,14 +361,7 @@ static void *producer_main(void *arg) {
     uint64_t lo = n * b / cfg->bursts, hi = n * (b + 1) / cfg->bursts;
     uint64_t from = lo + (hi - lo) * p->index / cfg->producers;
     uint64_t to = lo + (hi - lo) * (p->index + 1) / cfg->producers;
-    for (uint64_t i = from; i < to; i++) {
-      wb_task *t = &st->res->tasks[i];
-      int rc = tko_submit(st->pool, task_fn, t, t->weight);
-      if (rc) {
-        if (!p->errors) p->first_error = rc;
-        p->errors++;
-      }
-    }
+    submit_slice(p, from, to);
 
     pthread_mutex_lock(&st->mu);
     st->reported++;
@@ -175,6 +402,25 @@ void wb_result_free(wb_result *res) {
   memset(res, 0, sizeof *res);
 }
 
+/* Frees what wb_run set up for the features (timers, batches, completer). */
+static void features_free(run_state *st, producer *prods, unsigned nprods, completer *comp) {
+  if (comp) completer_stop(comp);
+  the_completer = NULL;
+  for (unsigned i = 0; prods && i < nprods; i++) free(prods[i].batch);
+  free(st->timers);
+  st->timers = NULL;
+  pthread_cond_destroy(&st->done_cv);
+  pthread_mutex_destroy(&st->done_mu);
+}
+
+/* --delay-ms: waits until `target` tasks have finished (the pool is not
+ * idle while timers are still to fire, so wait_idle alone is not enough). */
+static void wait_done(run_state *st, uint64_t target) {
+  pthread_mutex_lock(&st->done_mu);
+  while (st->done < target) pthread_cond_wait(&st->done_cv, &st->done_mu);
+  pthread_mutex_unlock(&st->done_mu);
+}
+
 int wb_run(const wb_config *cfg, wb_result *res) {
   memset(res, 0, sizeof *res);
   res->cfg = *cfg;
@@ -191,22 +437,45 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   memset(res->run_ns, 0, n * sizeof *res->run_ns);
   res->mix_checksum = wb_mix_generate(cfg, res->tasks);
   if (cfg->task_us && cfg->io_pct < 100) spin_calibrate();
-
-  tko_options o = cfg->pool == WB_POOL_ELASTIC
-                      ? tko_elastic_options(cfg->workers, cfg->max_elastic, cfg->idle_ms)
-                      : tko_basic_options(cfg->workers);
-  o.name = "wb";
-  o.hooks.user = res;
-  o.hooks.before_run = before_run; /* hooks also turn on wait/run timing */
-  o.hooks.after_run = after_run;
+  blocking_hint = cfg->blocking_hint;
 
   run_state st;
   memset(&st, 0, sizeof st);
   st.res = res;
   pthread_mutex_init(&st.mu, NULL);
   pthread_cond_init(&st.cv, NULL);
-  int rc = tko_pool_create(&st.pool, &o);
+  pthread_mutex_init(&st.done_mu, NULL);
+  pthread_cond_init(&st.done_cv, NULL);
+  st.count_done = cfg->delay_ms > 0;
+  completer comp_storage, *comp = NULL;
+  int rc = 0;
+  if (cfg->delay_ms && !(st.timers = calloc(n, sizeof *st.timers))) rc = -ENOMEM;
+  if (rc == 0 && cfg->async) {
+    rc = completer_start(&comp_storage, n);
+    if (rc == 0) comp = the_completer = &comp_storage;
+  }
   if (rc) {
+    features_free(&st, NULL, 0, comp);
+    pthread_cond_destroy(&st.cv);
+    pthread_mutex_destroy(&st.mu);
+    return fail("setting up timers or the async completer", rc);
+  }
+
+  tko_options o = cfg->pool == WB_POOL_ELASTIC
+                      ? tko_elastic_options(cfg->workers, cfg->max_elastic, cfg->idle_ms)
+                      : tko_basic_options(cfg->workers);
+  o.name = "wb";
+  o.hooks.user = &st;
+  o.hooks.before_run = before_run; /* hooks also turn on wait/run timing */
+  o.hooks.after_run = after_run;
+  o.queue_capacity = (size_t)cfg->capacity;
+  o.full_policy = cfg->full;
+  o.aging_ms = cfg->aging_ms;
+  o.max_async_inflight = cfg->max_async;
+
+  rc = tko_pool_create(&st.pool, &o);
+  if (rc) {
+    features_free(&st, NULL, 0, comp);
     pthread_cond_destroy(&st.cv);
     pthread_mutex_destroy(&st.mu);
     return fail("tko_pool_create", rc);
@@ -220,8 +489,16 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   unsigned started = 0;
   for (; prods && rc == 0 && started < cfg->producers; started++) {
     prods[started] = (producer){.st = &st, .index = started};
+    if (cfg->batch && !(prods[started].batch = malloc(cfg->batch * sizeof(tko_task)))) {
+      rc = -ENOMEM;
+      break;
+    }
     rc = -pthread_create(&prods[started].thread, NULL, producer_main, &prods[started]);
-    if (rc) break;
+    if (rc) {
+      free(prods[started].batch);
+      prods[started].batch = NULL;
+      break;
+    }
   }
   if (!prods) rc = -ENOMEM;
   if (rc) {
@@ -230,8 +507,9 @@ int wb_run(const wb_config *cfg, wb_result *res) {
     if (sampler) wb_sampler_stop(sampler);
     wb_progress_clear(progress);
     wb_progress_free(progress);
-    free(prods);
     tko_pool_destroy(st.pool);
+    features_free(&st, prods, started, comp);
+    free(prods);
     pthread_cond_destroy(&st.cv);
     pthread_mutex_destroy(&st.mu);
     return fail("starting the producers and sampler", rc);
@@ -245,6 +523,13 @@ int wb_run(const wb_config *cfg, wb_result *res) {
     uint64_t start = wb_now_ns();
     if (b == 0) first = start;
     gate_run(&st, b);
+    if (st.count_done) {
+      /* Every task of floods 0..b, less those refused; the producers wrote
+       * their counts before reporting under st.mu, which gate_run took. */
+      uint64_t refused = 0;
+      for (unsigned i = 0; i < cfg->producers; i++) refused += prods[i].errors;
+      wait_done(&st, cfg->tasks * (b + 1) / cfg->bursts - refused);
+    }
     tko_pool_wait_idle(st.pool, -1);
     last = wb_now_ns();
     active += last - start;
@@ -255,8 +540,9 @@ int wb_run(const wb_config *cfg, wb_result *res) {
     pthread_join(prods[i].thread, NULL);
     if (prods[i].errors && !res->submit_errors) res->first_submit_error = prods[i].first_error;
     res->submit_errors += prods[i].errors;
+    res->rejected += prods[i].rejected;
+    res->groups_waited += prods[i].groups;
   }
-  free(prods);
 
   /* The tail: idle time in which elastic workers retire, on the timeline. */
   if (cfg->tail_ms > 0) wb_sleep_ns((uint64_t)cfg->tail_ms * 1000000u);
@@ -264,9 +550,12 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   wb_progress_clear(progress);
   wb_progress_free(progress);
   tko_pool_stats(st.pool, &res->before_shutdown);
+  /* Shutdown waits for async tasks in flight: the completer still runs. */
   tko_pool_shutdown(st.pool, TKO_DRAIN);
   tko_pool_stats(st.pool, &res->stats);
   tko_pool_destroy(st.pool);
+  features_free(&st, prods, cfg->producers, comp);
+  free(prods);
   pthread_cond_destroy(&st.cv);
   pthread_mutex_destroy(&st.mu);
 

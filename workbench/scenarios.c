@@ -103,6 +103,30 @@ void wb_config_describe(FILE *f, const wb_config *c, const char *indent) {
     fprintf(f, ", %s%u ms of idle before %s", c->scenario->lead_idle ? "" : "after the first, ",
             c->gap_ms, c->bursts == 1 ? "it" : "each");
   fprintf(f, "; seed %" PRIu64 "\n", c->seed);
+  /* The pool features, on one line, only when some are on. */
+  char buf[256];
+  size_t n = 0;
+#define ADD(...) n += (size_t)snprintf(buf + n, n < sizeof buf ? sizeof buf - n : 0, __VA_ARGS__)
+  if (c->groups) ADD(", groups of %u", c->groups);
+  if (c->batch) ADD(", batches of %u", c->batch);
+  if (c->delay_ms) ADD(", every task delayed %u ms", c->delay_ms);
+  if (c->capacity) ADD(", queue bounded to %" PRIu64 " (%s when full)", c->capacity,
+                       wb_full_name(c->full));
+  if (c->aging_ms) ADD(", aging 1 weight per %u ms", c->aging_ms);
+  if (c->blocking_hint) ADD(", blocking hint");
+  if (c->async) ADD(", blocking tasks async");
+  if (c->max_async) ADD(" (at most %u in flight)", c->max_async);
+#undef ADD
+  if (n) fprintf(f, "%sfeatures: %s\n", indent, buf + 2);
+}
+
+const char *wb_full_name(tko_full_policy p) {
+  switch (p) {
+    case TKO_FULL_BLOCK: return "block";
+    case TKO_FULL_REJECT: return "reject";
+    case TKO_FULL_CALLER_RUNS: return "caller";
+  }
+  return "?";
 }
 
 /* Prints text word-wrapped to 78 columns, each line after indent. */

@@ -44,6 +44,17 @@ typedef struct wb_config {
   unsigned gap_ms;        /* ...each after the pool has idled this long */
   long tail_ms;           /* idle time after the last task; -1 = auto */
   uint64_t seed;
+  /* Pool features; zero / false = off. */
+  unsigned groups;        /* submit in groups of N (tko_group_*) and wait for each */
+  unsigned batch;         /* submit in batches of N (tko_submit_batch) */
+  uint64_t capacity;      /* queue_capacity; 0 = unbounded */
+  tko_full_policy full;   /* full_policy of a bounded queue */
+  unsigned aging_ms;      /* anti-starvation aging */
+  bool blocking_hint;     /* blocking tasks call tko_blocking_begin/end */
+  unsigned delay_ms;      /* submit every task through a timer (tko_submit_after) */
+  bool async;             /* blocking tasks run as async tasks, completed by a
+                             completer thread when their sleep would end */
+  unsigned max_async;     /* max_async_inflight (with async) */
   bool quiet;             /* no progress bar */
   const char *json_path;
   const char *timeline_path;
@@ -103,6 +114,8 @@ typedef struct wb_result {
   double active_s;            /* the same, gaps between floods left out */
   uint64_t submit_errors;
   int first_submit_error;
+  uint64_t rejected;          /* -EAGAIN from a full reject queue, retried */
+  uint64_t groups_waited;     /* groups submitted and waited for (--groups) */
   tko_stats stats;            /* after shutdown */
   tko_stats before_shutdown;  /* elastic counts after the tail */
   bool allocs_known;
@@ -124,6 +137,7 @@ const wb_scenario *wb_scenario_find(const char *name);
 const wb_scenario *wb_scenario_at(size_t i); /* NULL past the end */
 void wb_scenario_describe(FILE *f, const wb_scenario *s);
 void wb_config_describe(FILE *f, const wb_config *c, const char *indent);
+const char *wb_full_name(tko_full_policy p);
 uint64_t wb_mix_generate(const wb_config *cfg, wb_task *out);
 unsigned wb_cpu_count(void);
 

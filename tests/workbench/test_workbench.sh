@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tests of the taskorch-workbench CLI, run by CTest as one entry per group:
-#   test_workbench.sh BINARY args|json|csv|svg|seed|progress
+#   test_workbench.sh BINARY args|json|csv|svg|seed|progress|features
 # Every run is tiny (a few hundred short tasks) so that the TSan and ASan
 # builds get through it quickly too.
 set -u
@@ -242,6 +242,65 @@ PY
   [ -s "$tmp/tty" ] && fail "progress drawn on a terminal despite --quiet"
   "$bin" run --scenario io --tasks 60 --io-ms 5 --max-elastic 2 --tail-ms 0 2>"$tmp/q" >/dev/null
   [ -s "$tmp/q" ] && fail "progress drawn although stderr is not a terminal"
+  ;;
+features)
+  # One quick run per pool-feature option (alone and in a few mixes): each
+  # must exit 0 and complete every task, and the JSON must echo the option.
+  expect_usage_error run --scenario mixed --groups 2 --batch 2
+  expect_usage_error run --scenario mixed --batch 2 --delay-ms 1
+  expect_usage_error run --scenario mixed --full block
+  expect_usage_error run --scenario mixed --capacity 2 --full sideways
+  expect_usage_error run --scenario mixed --capacity 0
+  expect_usage_error run --scenario mixed --capacity 2 --batch 4
+  expect_usage_error run --scenario mixed --capacity 2 --full reject --delay-ms 1
+  expect_usage_error run --scenario mixed --async --delay-ms 1
+  expect_usage_error run --scenario mixed --max-async 2
+  expect_usage_error run --scenario mixed --aging-ms 0
+  expect_usage_error run --scenario mixed --blocking-hint=yes
+  n=0
+  for opts in "--groups 7" "--batch 16" "--capacity 8 --full block" "--capacity 8 --full reject" \
+      "--capacity 8 --full caller" "--capacity 8" "--aging-ms 1" "--blocking-hint" \
+      "--delay-ms 2" "--async" "--async --max-async 2" \
+      "--groups 5 --async --capacity 4 --full reject" "--batch 4 --async --capacity 4" \
+      "--delay-ms 1 --capacity 4 --full caller" "--blocking-hint --aging-ms 2 --producers 2"; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086 # opts is a list of words
+    expect_ok run --scenario mixed --tasks 120 --task-us 20 --io-ms 1 --tail-ms 0 --quiet \
+      $opts --json "$tmp/f$n.json" || continue
+    "$py" - "$tmp/f$n.json" "$opts" <<'PY' || fail "JSON check for '$opts'"
+import json, sys
+d = json.load(open(sys.argv[1]))
+opts = sys.argv[2].split()
+t, c = d["tasks"], d["config"]
+assert t["completed"] == c["tasks"] == 120, t
+assert t["submitted"] == 120 and t["submit_errors"] == 0 and t["cancelled"] == 0, t
+for k in ["groups", "batch", "capacity", "full", "aging_ms", "blocking_hint", "delay_ms",
+          "async", "max_async"]:
+    assert k in c, "config lacks " + k
+for k in ["rejected", "caller_runs", "groups"]:
+    assert k in t, "tasks lacks " + k
+def val(name):
+    return opts[opts.index(name) + 1]
+if "--groups" in opts:
+    g = int(val("--groups"))
+    assert c["groups"] == g and t["groups"] == (120 + g - 1) // g, (c, t)
+if "--batch" in opts: assert c["batch"] == int(val("--batch"))
+if "--capacity" in opts:
+    assert c["capacity"] == int(val("--capacity"))
+    assert c["full"] == (val("--full") if "--full" in opts else "block")
+else:
+    assert c["capacity"] == 0 and t["rejected"] == 0 and t["caller_runs"] == 0
+if "--full" in opts and val("--full") != "reject": assert t["rejected"] == 0, t
+if "--full" in opts and val("--full") != "caller": assert t["caller_runs"] == 0, t
+if "--aging-ms" in opts: assert c["aging_ms"] == int(val("--aging-ms"))
+assert c["blocking_hint"] == ("--blocking-hint" in opts)
+if "--delay-ms" in opts: assert c["delay_ms"] == int(val("--delay-ms"))
+assert c["async"] == ("--async" in opts)
+if "--max-async" in opts: assert c["max_async"] == int(val("--max-async"))
+assert d["wait_ns"]["count"] == 120, d["wait_ns"]
+PY
+    grep -q "^features\|features: " "$tmp/out" || fail "'$opts': the summary does not show the features"
+  done
   ;;
 *)
   echo "unknown group '$group'"
