@@ -322,4 +322,22 @@ TKO_API unsigned tko_version_number(void);
 #ifdef __cplusplus
 }
 #endif
+
+/* Keyed serial lanes and the coalescer: their own headers, always there. */
+#include <taskorch/coalescer.h>
+#include <taskorch/lanes.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Keyed serial lanes on the pool's own default lane table (created on first
+ * use with tko_lane_default_options): tasks with the same key run one at a
+ * time in submit order, different keys in parallel; see taskorch/lanes.h
+ * for the table and its collision rule. Shutdown DRAIN runs queued keyed
+ * tasks, CANCEL hands them to the pool's on_cancel (id 0). -EINVAL,
+ * -ESHUTDOWN, -ENOMEM. */
+TKO_API int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight);
+#ifdef __cplusplus
+}
+#endif
 #endif /* TASKORCH_H */

@@ -121,6 +121,7 @@ struct tko_pool {
   bool shut_down;
 
   unsigned fork_gen; /* tko__fork_generation() at create */
+  _Atomic(tko_lanes *) keyed; /* tko_submit_keyed's lane table, made on first use */
   tko_options opts;
   char name[10];
   bool timing;     /* some hook needs wait/run times */
@@ -182,6 +183,10 @@ void tko__async_release_slot(tko_pool *pool);
 /* Waits for in-flight async tasks (shutdown) and for completers to leave. */
 void tko__async_quiesce(tko_pool *pool);
 void tko__async_fini(tko_pool *pool);
+
+/* submit.c: the keyed lanes at shutdown (cancel or drain) and destroy. */
+void tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode);
+void tko__keyed_free(tko_pool *pool);
 
 /* timer.c: disarms every timer (each to on_cancel) and joins the thread. */
 void tko__timers_close(tko_pool *pool);

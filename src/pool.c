@@ -62,6 +62,7 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
 
 static void free_pool(tko_pool *pool) {
   const tko_allocator *a = pool->opts.allocator;
+  tko__keyed_free(pool);
   for (unsigned i = 0; i < pool->nslots; i++) tko__parker_fini(&pool->slots[i].sleeper.parker);
   tko__mem_free(a, pool->slots);
   tko__queue_fini(&pool->queue);
@@ -247,6 +248,10 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
     pthread_mutex_unlock(&pool->shutdown_mu);
     return 0;
   }
+  /* Keyed lanes first, while workers still run their runners (and before
+   * this thread counts as shutting down, which lanes would take for a call
+   * from inside the pool). */
+  tko__keyed_shutdown(pool, mode);
   shutting_down = pool;
   tko__timers_close(pool); /* first, so no due timer meets a closed pool */
   tko__lock_acquire(&pool->lock);

@@ -210,3 +210,52 @@ int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   tko__signal_work(pool); /* one wake; each woken worker wakes the next */
   return 0;
 }
+
+/* Keyed lanes on a default table: the host's on_cancel sees a cancelled
+ * keyed task as a task with id 0. */
+static void keyed_cancelled(void *user, const tko_lane_task *task) {
+  tko_pool *pool = user;
+  const tko_hooks *h = &pool->opts.hooks;
+  if (!h->on_cancel) return;
+  tko_task_info info = {.fn = task->fn, .arg = task->arg, .weight = task->weight,
+                        .worker = UINT32_MAX};
+  h->on_cancel(h->user, &info);
+}
+
+int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight) {
+  if (!pool || !fn) return -EINVAL;
+  if (tko__pool_forked(pool)) return -ECHILD;
+  if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
+  /* Acquire: pairs with the CAS below, so the table is seen initialised. */
+  tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
+  if (!l) {
+    tko_lane_options o = tko_lane_default_options();
+    o.user = pool;
+    o.on_cancel = keyed_cancelled;
+    o.allocator = pool->opts.allocator;
+    int rc = tko_lanes_create(&l, pool, &o);
+    if (rc) return rc;
+    tko_lanes *none = NULL;
+    if (!atomic_compare_exchange_strong(&pool->keyed, &none, l)) {
+      tko_lanes_destroy(l); /* another thread installed one first */
+      l = none;
+    }
+  }
+  return tko_lanes_submit(l, key, fn, arg, weight);
+}
+
+void tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
+  tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
+  if (!l) return;
+  if (mode == TKO_CANCEL) {
+    tko_lanes_cancel(l);
+  } else {
+    tko_lanes_close(l);
+    tko_lanes_wait_idle(l, -1);
+  }
+}
+
+void tko__keyed_free(tko_pool *pool) {
+  tko_lanes *l = atomic_exchange(&pool->keyed, NULL);
+  if (l) tko_lanes_destroy(l);
+}

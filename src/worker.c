@@ -73,12 +73,14 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
 
 void tko__cancel_item(tko_pool *pool, const tko__item *item) {
   const tko_hooks *h = &pool->opts.hooks;
-  if (h->on_cancel) {
-    tko_task_info info;
-    fill_info(&info, &pool->caller, item);
-    info.worker = UINT32_MAX;
-    h->on_cancel(h->user, &info);
-  }
+  tko_task_info info;
+  fill_info(&info, &pool->caller, item);
+  info.worker = UINT32_MAX;
+  /* A lane runner or a coalescer sweep is the library's own task: its lane
+   * hands its queued tasks to the lanes' on_cancel, and the host's hook
+   * never sees (or frees) the library's argument. */
+  bool own = tko_lanes_pool_cancelled(&info) || tko_coalescer_pool_cancelled(&info);
+  if (!own && h->on_cancel) h->on_cancel(h->user, &info);
   if (item->ctx) ctx_done(item, -ECANCELED);
   /* seq_cst: wait_idle reads cancelled with finished, before submitted. */
   tko__add_seq(&pool->cancelled, 1);

@@ -26,9 +26,8 @@
  * down), that thread sweeps itself, so marks keep being flushed.
  *
  * Cancellation: if the pool is shut down with TKO_CANCEL while a sweep task
- * is queued, the pool's on_cancel hook sees that task (internal fn; never
- * free its arg): call tko_coalescer_pool_cancelled(task) there first. The
- * keys stay dirty and are flushed by the next tick (on the timer thread) or
+ * is queued, the pool recognises it and tells the coalescer; the pool's
+ * on_cancel hook never sees a sweep task. The keys stay dirty and are flushed by the next tick (on the timer thread) or
  * the final flush. A dropped sweep task is also noticed on its own once the
  * pool has nothing queued or running.
  *

@@ -38,12 +38,11 @@
  * draining its lane on its worker.
  *
  * Cancellation: the pool only ever sees runners, never lane tasks. If the
- * pool is shut down with TKO_CANCEL while a runner is queued, the pool's
- * on_cancel hook is called with the runner (its fn is internal and its arg
- * is not the host's: never free it). Call tko_lanes_pool_cancelled(task)
- * first in that hook: it returns 1 for a runner and hands that lane's queued
- * tasks to the lanes' on_cancel. tko_lanes_destroy also finds runners that
- * the pool dropped without telling (see there). A runner already running
+ * pool is shut down with TKO_CANCEL while a runner is queued, the pool
+ * recognises the runner itself and hands that lane's queued tasks to the
+ * lanes' on_cancel; the pool's own on_cancel hook never sees a runner.
+ * (tko_lanes_pool_cancelled remains for hooks written before that, and is
+ * harmless.) A runner already running
  * when the pool shuts down, in either mode, finishes its lane on the spot
  * (the pool waits for running tasks); call tko_lanes_cancel first to drop
  * queued lane tasks instead.
