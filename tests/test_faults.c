@@ -35,6 +35,17 @@
 
 /* ---- helpers ---------------------------------------------------------------- */
 
+/* With -DTKO_FAULTS_VERBOSE each scenario says how many allocation calls
+ * its reference run made, i.e. how many failure points the loop covers. */
+static void note_calls(const char *what, long calls) {
+#ifdef TKO_FAULTS_VERBOSE
+  fprintf(stderr, "faults: %s: %ld allocation calls, each failed in turn\n", what, calls);
+#else
+  (void)what;
+  (void)calls;
+#endif
+}
+
 /* A task that holds its worker until the gate opens. */
 typedef struct pin {
   tt_gate gate;
@@ -211,12 +222,14 @@ static long submit_scenario(long nth, via_t via, bool cancel) {
 
 Test(faults, queue_growth_fails_cleanly_at_every_allocation) {
   long calls = submit_scenario(0, VIA_SUBMIT, false);
+  note_calls("queue growth", calls);
   cr_assert_gt(calls, 2, "the scenario should make the queue grow");
   for (long nth = 1; nth <= calls + 1; nth++) submit_scenario(nth, VIA_SUBMIT, nth % 2 == 0);
 }
 
 Test(faults, group_submit_fails_cleanly_at_every_allocation) {
   long calls = submit_scenario(0, VIA_GROUP, false);
+  note_calls("group submit", calls);
   cr_assert_gt(calls, 2);
   for (long nth = 1; nth <= calls + 1; nth++) submit_scenario(nth, VIA_GROUP, nth % 2 == 1);
 }
@@ -269,6 +282,7 @@ static long batch_scenario(long nth, bool prefill, const size_t *sizes, size_t n
 
 static void batch_every_failure(bool prefill, const size_t *sizes, size_t nsizes) {
   long calls = batch_scenario(0, prefill, sizes, nsizes);
+  note_calls(prefill ? "batches behind queued tasks" : "big batches", calls);
   cr_assert_gt(calls, 2);
   for (long nth = 1; nth <= calls + 1; nth++) batch_scenario(nth, prefill, sizes, nsizes);
 }
@@ -503,6 +517,7 @@ static long timer_scenario(long nth) {
 
 Test(faults, timer_heap_growth_fails_cleanly_at_every_allocation) {
   long calls = timer_scenario(0);
+  note_calls("timer heap", calls);
   cr_assert_geq(calls, 4, "the heap should grow several times");
   for (long nth = 1; nth <= calls + 1; nth++) timer_scenario(nth);
 }
@@ -615,6 +630,7 @@ static long async_scenario(long nth) {
 
 Test(faults, async_record_chunks_fail_cleanly_at_every_allocation) {
   long calls = async_scenario(0);
+  note_calls("async records", calls);
   cr_assert_geq(calls, 4, "200 records in flight need four chunks");
   for (long nth = 1; nth <= calls + 1; nth++) async_scenario(nth);
 }
@@ -722,6 +738,7 @@ static long lanes_scenario(long nth, bool cancel) {
 
 Test(faults, lane_rings_fail_cleanly_at_every_allocation) {
   long calls = lanes_scenario(0, false);
+  note_calls("lane rings", calls);
   cr_assert_gt(calls, 8);
   for (long nth = 1; nth <= calls + 1; nth++) lanes_scenario(nth, nth % 3 == 0);
 }
@@ -826,6 +843,7 @@ static long coalescer_scenario(long nth) {
 
 Test(faults, coalescer_marks_fail_cleanly_at_every_allocation) {
   long calls = coalescer_scenario(0);
+  note_calls("coalescer marks", calls);
   cr_assert_geq(calls, 6, "the dirty table should grow several times");
   for (long nth = 1; nth <= calls + 1; nth++) coalescer_scenario(nth);
 }
