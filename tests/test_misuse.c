@@ -15,6 +15,7 @@
  * submitting thread, hooks run on a thread the pool does not own) are kept
  * behind TKO_KNOWN_BUG_* guards; see the comments there. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -903,5 +904,87 @@ Test(misuse, destroy_from_on_cancel_under_group_cancel_is_edeadlk) {
   cr_assert_eq(atomic_load(&d.rc), -EDEADLK);
   cr_assert_eq(tko_pool_destroy(p), 0);
   cr_assert_eq(tko_group_destroy(&g), 0);
+}
+#endif
+
+#ifdef TKO_KNOWN_BUG_timer_blocked_shutdown
+/* Core bug: tko_pool_shutdown closes the timers first (tko__timers_close
+ * joins the timer thread) and only then sets `closing`, resumes a paused
+ * pool and wakes submitters blocked on a full bounded queue. A timer that
+ * fell due while the pool's TKO_FULL_BLOCK queue was full and the pool was
+ * paused leaves the timer thread blocked in its submit (wait_for_room),
+ * waiting for room or `closing` - neither of which comes before the join:
+ * shutdown (and destroy) never return. Fix: set closing / wake space_cv
+ * (or let timer submits never block: a timed or reject-style submit) before
+ * joining the timer thread. */
+static pid_t thread_named(const char *name) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return 0;
+  pid_t found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[64] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
+    fclose(f);
+    if (!strcmp(comm, name)) found = (pid_t)atoi(e->d_name);
+  }
+  closedir(d);
+  return found;
+}
+
+static int shutdown_drain(void *arg) { return tko_pool_shutdown(arg, TKO_DRAIN); }
+
+Test(misuse, shutdown_returns_while_the_timer_thread_waits_for_room) {
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_BLOCK;
+  o.name = "tkoblk";
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  cr_assert_eq(tko_submit(p, nop_fn, NULL, 0), 0); /* the queue is full */
+  tko_timer t;
+  tko_timer_init(&t);
+  cr_assert_eq(tko_submit_after(p, &t, 0, nop_fn, NULL, 0), 0);
+  /* The timer thread names itself when it starts; once it sleeps, it is
+   * blocked in the due timer's submit (its task is no longer armed). */
+  pid_t tid = 0;
+  uint64_t until = tt_now_ns() + 10ull * 1000000000u;
+  while (!(tid = thread_named("tkoblk-t")) && tt_now_ns() < until) sched_yield();
+  cr_assert_neq(tid, 0);
+  cr_assert(tf_wait_thread_sleeping(tid));
+  cr_assert_eq(tko_timer_cancel(&t), -ENOENT, "the timer has fired");
+  tf_thread th;
+  cr_assert_eq(tf_thread_start(&th, shutdown_drain, p), 0);
+  int rc = 1;
+  cr_assert(tf_thread_join_within(&th, 5000, &rc), "shutdown hangs joining the timer thread");
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+#endif
+
+#ifdef TKO_KNOWN_BUG_timer_cancel_after_destroy
+/* API gap: a caller-owned timer keeps a pointer to its pool after it stops
+ * being armed (fired, cancelled, or disarmed by shutdown), and
+ * tko_timer_cancel locks that pool's timer_mu. Cancelling a timer after its
+ * pool was destroyed - a host tearing down in the "wrong" order - is a use
+ * after free (ASan: heap-use-after-free in tko_timer_cancel). The header
+ * does not say it is forbidden. Fix: clear the timer's pool pointer when
+ * the pool disarms it at shutdown (and when it fires), so cancel answers
+ * -ENOENT without touching the pool; or document that timers may not be
+ * touched once their pool is destroyed. */
+Test(misuse, cancelling_a_timer_after_its_pool_is_gone_is_harmless) {
+  tko_options o = tko_basic_options(1);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_timer t;
+  tko_timer_init(&t);
+  cr_assert_eq(tko_submit_after(p, &t, 3600000, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0); /* disarms it */
+  cr_assert_eq(tko_timer_cancel(&t), -ENOENT);
 }
 #endif
