@@ -76,7 +76,10 @@ typedef struct tko_hooks {
   tko_task_hook on_failure;      /* after a task that returned non-zero */
   tko_task_hook on_cancel;       /* a queued task dropped by TKO_CANCEL: free its arg here */
   tko_thread_hook thread_start;  /* first thing a worker thread does */
-  tko_thread_hook thread_stop;   /* last thing a worker thread does */
+  tko_thread_hook thread_stop;   /* last thing a worker thread does (an elastic
+                                    worker whose thread_stop submitted work that
+                                    nobody else can take starts again, with a
+                                    new thread_start) */
 } tko_hooks;
 
 /* What a submit does when a bounded queue is full. */
@@ -168,6 +171,8 @@ TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
  * -EAGAIN. With TKO_FULL_CALLER_RUNS the task runs at once on the submitting
  * thread (hooks see id 0 and worker UINT32_MAX) and the submit returns 0.
  * A worker of the pool never blocks on its own full queue: it gets -EAGAIN.
+ * A batch larger than queue_capacity can never be queued: -EAGAIN, or with
+ * CALLER_RUNS it runs on the caller.
  * Shutdown wakes blocked submitters with -ESHUTDOWN. On an unbounded pool
  * tko_submit_timed is tko_submit. */
 TKO_API int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight,
@@ -177,8 +182,9 @@ TKO_API int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weig
  * block (I/O, a lock, a sleep). If work is queued and no worker is idle, the
  * pool starts an elastic worker at once (within max_elastic) instead of
  * waiting for more backlog; it retires as usual when idle. Calls nest;
- * tko_blocking_end marks the end. -EPERM when not called from a pool's
- * worker thread. */
+ * tko_blocking_end marks the end; stats.blocking counts workers, not calls.
+ * -EPERM when not called from a pool's worker thread (or, for end, without a
+ * matching begin). */
 TKO_API int tko_blocking_begin(void);
 TKO_API int tko_blocking_end(void);
 
@@ -197,8 +203,9 @@ TKO_API int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n);
 
 /* Task groups: wait for a set of tasks, or for one. A group is caller-owned
  * storage (stack or heap); tko_group_init it, submit members into it, wait,
- * then tko_group_destroy it once nothing is pending. A group's members
- * must all go to one pool. A group of one is the handle for a single task. */
+ * then tko_group_destroy it once nothing is pending. The members pending at
+ * once must all be in one pool (an empty group may be reused with another).
+ * A group of one is the handle for a single task. */
 typedef struct tko_group {
   _Alignas(16) unsigned char opaque[160]; /* private */
 } tko_group;
@@ -261,7 +268,8 @@ TKO_API int tko_timer_cancel(tko_timer *timer);
  * once with that status and fn must not complete op itself. In-flight async
  * tasks count as running for wait_idle, stats, groups and the after_run /
  * on_failure hooks (run_ns spans start to completion); max_async_inflight
- * bounds how many are in flight, the rest waiting queued by weight.
+ * bounds how many are in flight, the rest waiting queued by weight (an
+ * async task run by TKO_FULL_CALLER_RUNS starts at once, past the limit).
  * Shutdown, in either mode, waits for in-flight async tasks to complete. */
 typedef struct tko_async tko_async; /* an in-flight task, owned by the pool */
 typedef int (*tko_async_fn)(tko_async *op, void *arg);
@@ -301,8 +309,9 @@ TKO_API int tko_pool_resume(tko_pool *pool);
 
 /* fork(): a child process gets a copy of the pool without its threads. In
  * the child every call on such a pool returns -ECHILD, except
- * tko_pool_destroy, which frees the child's copy of the memory without
- * touching threads or locks. Create new pools in the child instead. */
+ * tko_pool_destroy, which returns 0 and leaves the copy alone (a parent
+ * thread may have been mid-update at the fork, so its memory cannot be
+ * freed safely). Create new pools in the child instead. */
 
 /* Shuts down with TKO_DRAIN if not yet shut down, then frees the pool.
  * Returns 0, or -EDEADLK (freeing nothing) when called from one of this

@@ -107,6 +107,9 @@ static void finish(struct tko_async *op, int status) {
   tko_pool *pool = op->pool;
   const tko_hooks *h = &pool->opts.hooks;
   tko__worker *c = &pool->caller;
+  /* The completer thread runs this task's hooks and still counts it in
+   * flight: waiting on the pool from here would wait on itself. */
+  tko_pool *prev = tko__enter_pool(pool);
   if (pool->timing) {
     tko_task_info info = {.id = op->id, .fn = AS_TASK(op->fn), .arg = op->arg,
                           .weight = op->weight, .status = status, .worker = op->worker,
@@ -116,6 +119,7 @@ static void finish(struct tko_async *op, int status) {
     if (h->after_run) h->after_run(h->user, &info);
     if (status && h->on_failure) h->on_failure(h->user, &info);
   }
+  tko__leave_pool(prev);
   uintptr_t ctx = op->ctx;
   give_record(pool, op);
   if (ctx & ~TKO__CTX_TAGS) tko__group_finished((void *)(ctx & ~TKO__CTX_TAGS), status);

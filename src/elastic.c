@@ -44,6 +44,9 @@ static tko__worker *claim_slot(tko_pool *pool) {
   for (unsigned i = pool->opts.workers; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
     if (w->spawning) continue; /* its spawner has not recorded the thread yet */
+    /* Never the caller's own slot: a retiring worker's thread_stop hook may
+     * submit and so spawn, and would then join itself. */
+    if (w == tko__current_worker) continue;
     int state = tko__load_acquire(&w->slot_state);
     /* seq_cst CAS: races with a retiring worker taking its slot back. Its
      * acquire half pairs with the release in tko__elastic_try_retire, so the
@@ -128,6 +131,21 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
     /* else a spawner claimed the slot: its new thread takes the work. */
   }
   tko__add_relaxed(&pool->elastic_retired, 1);
+  return true;
+}
+
+bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w) {
+  if (!tko__runnable_seq(pool)) return false;
+  int state = TKO__SLOT_RETIRING;
+  /* seq_cst CAS: races with a spawner claiming this slot (then its new
+   * thread takes the work and joins this one). */
+  if (!tko__cas_seq(&w->slot_state, &state, TKO__SLOT_RUNNING)) return false;
+  if (!reserve_count(pool)) {
+    tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
+    return false; /* max_elastic others exist: they take the work */
+  }
+  tko__add_relaxed(&pool->elastic_spawned, 1); /* a new start, as far as counts go */
+  raise_peak(pool, tko__load_relaxed(&pool->elastic_count));
   return true;
 }
 

@@ -6,10 +6,13 @@
  * broadcast - inside the group's mutex, and the waiter reads "pending == 0"
  * under that same mutex: once the waiter has seen it, the member has let go.
  *
- * Helping: a worker that waits on a group of its own pool runs queued tasks
- * instead of blocking, so a task can wait for tasks it submitted even on a
- * one-worker pool. It blocks only when nothing is queued; a member submitted
- * later wakes it (submit broadcasts when helpers wait). */
+ * Helping: a worker that waits on a group of its own pool runs tasks
+ * instead of blocking - the rest of the batch it took first (a member may be
+ * there, where no other worker can reach it), then queued ones - so a task
+ * can wait for tasks it submitted even on a one-worker pool. It blocks only
+ * when nothing is runnable, on the pool's helper condition, which every
+ * path that makes work runnable signals (submit, resume, a freed async
+ * slot: all through tko__signal_work) and every finished member too. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -24,7 +27,6 @@ typedef struct tko__group {
   uint64_t pending;
   int status;         /* first failure, or 0 */
   tko_pool *pool;     /* set by the first member */
-  atomic_uint helpers; /* workers helping in tko_group_wait: see above */
   uint32_t magic;
 } tko__group;
 
@@ -50,7 +52,6 @@ int tko_group_init(tko_group *group) {
     pthread_cond_destroy(&g->cv);
     return -ENOMEM;
   }
-  atomic_init(&g->helpers, 0);
   g->magic = GROUP_MAGIC;
   return 0;
 }
@@ -68,12 +69,22 @@ int tko_group_destroy(tko_group *group) {
   return 0;
 }
 
+void tko__wake_helpers(tko_pool *pool) {
+  pthread_mutex_lock(&pool->help_mu);
+  pthread_cond_broadcast(&pool->help_cv);
+  pthread_mutex_unlock(&pool->help_mu);
+}
+
 void tko__group_finished(void *group, int status) {
   tko__group *g = group;
   pthread_mutex_lock(&g->mu);
   if (status && !g->status) g->status = status;
-  if (--g->pending == 0 || tko__load_relaxed(&g->helpers)) pthread_cond_broadcast(&g->cv);
+  tko_pool *pool = g->pool; /* read now: g may be freed once mu is released */
+  if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
+  /* seq_cst: a helper counts itself, then reads pending under g->mu; we
+   * changed pending under g->mu, then look for helpers. */
+  if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
 }
 
 int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg, int weight) {
@@ -85,7 +96,9 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
   tko__group *g = get(group);
   if (!pool || !g || !fn) return -EINVAL;
   pthread_mutex_lock(&g->mu);
-  if (g->pool && g->pool != pool) {
+  /* Bound to a pool only while it has members there; an empty group may
+   * move to another pool. */
+  if (g->pending > 0 && g->pool != pool) {
     pthread_mutex_unlock(&g->mu);
     return -EINVAL;
   }
@@ -95,19 +108,14 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
   int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP | tag, weight, -1);
   if (rc) {
     pthread_mutex_lock(&g->mu);
-    if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
+    if (--g->pending == 0) {
+      g->pool = NULL; /* no member anywhere: not bound to that pool */
+      pthread_cond_broadcast(&g->cv);
+    }
     pthread_mutex_unlock(&g->mu);
     return rc;
   }
-  /* seq_cst, after the inbox reservation: a helper adds itself to helpers
-   * and then re-checks the queue (tko_group_wait), so one of the two sees
-   * the other. */
-  if (tko__load_seq(&g->helpers)) {
-    pthread_mutex_lock(&g->mu);
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-  }
-  return 0;
+  return 0; /* the submit woke any helper (tko__signal_work) */
 }
 
 uint64_t tko_group_pending(tko_group *group) {
@@ -148,29 +156,58 @@ static bool wait_until(tko__group *g, long timeout_ms, const struct timespec *de
   return pthread_cond_timedwait(&g->cv, &g->mu, deadline) != ETIMEDOUT;
 }
 
+/* Waits on pool->help_cv until new work or a finished member, or the
+ * deadline; false once the deadline has passed. Caller holds help_mu. */
+static bool helper_wait(tko_pool *pool, long timeout_ms, const struct timespec *deadline) {
+  if (timeout_ms == 0) return false;
+  if (timeout_ms < 0) {
+    pthread_cond_wait(&pool->help_cv, &pool->help_mu);
+    return true;
+  }
+  return pthread_cond_timedwait(&pool->help_cv, &pool->help_mu, deadline) != ETIMEDOUT;
+}
+
+static uint64_t pending_now(tko__group *g) {
+  pthread_mutex_lock(&g->mu);
+  uint64_t n = g->pending;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
+
+/* A worker of the group's pool waits by running tasks - its own batch's
+ * remaining ones first, then queued ones - and sleeps only when nothing is
+ * runnable, on the pool's helper condition, which new work and finished
+ * members signal. */
+static int help_until_done(tko__group *g, tko__worker *self, long timeout_ms,
+                           const struct timespec *deadline) {
+  tko_pool *pool = g->pool;
+  while (pending_now(g) > 0) {
+    if (tko__help_one(pool, self)) continue;
+    pthread_mutex_lock(&pool->help_mu);
+    tko__add_seq(&pool->helpers, 1); /* seq_cst: see tko__group_finished */
+    bool timed_out = false;
+    if (pending_now(g) > 0 && !tko__runnable_seq(pool))
+      timed_out = !helper_wait(pool, timeout_ms, deadline);
+    tko__sub_seq(&pool->helpers, 1);
+    pthread_mutex_unlock(&pool->help_mu);
+    if (timed_out && pending_now(g) > 0) return -ETIMEDOUT;
+  }
+  return 0;
+}
+
 int tko_group_wait(tko_group *group, long timeout_ms) {
   tko__group *g = get(group);
   if (!g || timeout_ms < -1) return -EINVAL;
   struct timespec deadline;
   if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
   tko__worker *self = tko__current_worker;
+  pthread_mutex_lock(&g->mu);
+  tko_pool *pool = g->pool;
+  pthread_mutex_unlock(&g->mu);
+  if (pool && self && self->pool == pool) return help_until_done(g, self, timeout_ms, &deadline);
   int rc = 0;
   pthread_mutex_lock(&g->mu);
   while (g->pending > 0) {
-    tko_pool *pool = g->pool;
-    if (self && self->pool == pool) {
-      /* Help: run one queued task outside the group's lock, then look again. */
-      tko__add_seq(&g->helpers, 1); /* seq_cst: see tko_group_submit */
-      pthread_mutex_unlock(&g->mu);
-      bool ran = tko__help_one(pool, self);
-      pthread_mutex_lock(&g->mu);
-      if (!ran && g->pending > 0 && !tko__runnable_seq(pool) && !wait_until(g, timeout_ms, &deadline) &&
-          g->pending > 0)
-        rc = -ETIMEDOUT;
-      tko__sub_seq(&g->helpers, 1);
-      if (rc) break;
-      continue;
-    }
     if (!wait_until(g, timeout_ms, &deadline) && g->pending > 0) {
       rc = -ETIMEDOUT;
       break;
@@ -184,7 +221,8 @@ long tko_group_cancel(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
   pthread_mutex_lock(&g->mu);
-  tko_pool *pool = g->pool;
+  /* With no member pending the pool may be gone: nothing to cancel there. */
+  tko_pool *pool = g->pending ? g->pool : NULL;
   pthread_mutex_unlock(&g->mu);
   if (!pool) return 0;
   long total = 0;

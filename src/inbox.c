@@ -27,8 +27,11 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
   uint64_t h = tko__load_relaxed(&in->head); /* only the lock holder writes it */
   uint64_t t = tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
   if (h == t) return 0;
-  int rc = tko__queue_reserve(q, (size_t)(t - h));
-  if (rc) return rc;
+  /* One allocation for the lot when possible; if the queue cannot grow, move
+   * what fits in its free slots (pushes below stop at the first failure),
+   * so accepted tasks never wait on memory that may not come. */
+  (void)tko__queue_reserve(q, (size_t)(t - h));
+  int rc = 0;
   for (; h != t; h++) {
     tko__inbox_slot *s = &in->slots[h & in->mask];
     /* Acquire: pairs with the release in tko__inbox_publish. A submitter
@@ -41,7 +44,7 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
     tko__item item = {.fn = s->fn, .arg = s->arg, .ctx = s->ctx, .id = h + 1, .enq_ns = s->enq_ns,
                       .weight = s->weight};
     rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
-    if (rc) break; /* cannot happen after the reserve above, but stay safe */
+    if (rc) break; /* out of memory: the rest stay in the inbox for later */
   }
   /* Release: pairs with the acquire in tko__inbox_reserve. */
   tko__store_release(&in->head, h);

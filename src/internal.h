@@ -39,6 +39,11 @@ typedef struct tko__worker {
   pthread_t thread; /* guarded by spawn_mu for elastic slots */
   bool has_thread;  /* started and not yet joined; guarded by spawn_mu for elastic */
   bool spawning;    /* elastic: a spawner owns the slot; guarded by spawn_mu */
+  unsigned blocking_depth; /* nested tko_blocking_begin calls; owner only */
+  /* The batch run_batch is working through (owner only): a helping group
+   * wait takes from it first. */
+  const tko__item *local;
+  size_t local_n, local_next;
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,
    * together with releasing its elastic count. */
@@ -114,6 +119,13 @@ struct tko_pool {
   atomic_uint async_inflight; /* async_running, readable lock-free */
   atomic_uint completers;     /* threads inside tko_async_complete */
 
+  /* Workers helping in tko_group_wait with nothing to run wait here; any
+   * new runnable work (tko__signal_work) or a finished group member wakes
+   * them. helpers: seq_cst, a Dekker pair with the work's publication. */
+  pthread_mutex_t help_mu; /* guards nothing but the wait on help_cv */
+  pthread_cond_t help_cv;
+  atomic_uint helpers;
+
   atomic_uint_fast64_t cancelled;
   tko__worker caller; /* counts tasks run on a caller's thread (shutdown) */
 
@@ -132,6 +144,17 @@ struct tko_pool {
 /* The pool whose worker is the calling thread, if any, and that worker. */
 extern _Thread_local tko_pool *tko__current_pool;
 extern _Thread_local tko__worker *tko__current_worker;
+
+/* A task or hook of pool running on a thread the pool does not own (a
+ * caller-runs task, on_cancel under tko_group_cancel, an async task's
+ * after_run on its completer): for its duration the thread counts as the
+ * pool's, so waiting on or destroying the pool from there is -EDEADLK. */
+static inline tko_pool *tko__enter_pool(tko_pool *pool) {
+  tko_pool *prev = tko__current_pool;
+  tko__current_pool = pool;
+  return prev;
+}
+static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
 
 /* Tags in the low bits of tko__item.ctx (records are 8-byte aligned). */
 #define TKO__CTX_GROUP ((uintptr_t)1)
@@ -194,6 +217,10 @@ void tko__timers_close(tko_pool *pool);
 /* elastic.c */
 void tko__elastic_spawn(tko_pool *pool);
 bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w);
+/* After a retired worker's thread_stop hook: if work is waiting (the hook
+ * may have submitted it, and no spawn can reuse the caller's own slot),
+ * takes the slot and a count back so this thread carries on. */
+bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w);
 void tko__elastic_close_and_join(tko_pool *pool);
 
 /* Refreshes backlog and async_waiting; caller holds lock. */
@@ -235,7 +262,13 @@ static inline bool tko__nothing_left(tko_pool *pool) {
 
 /* Called after new work is queued: wakes a sleeper if nobody is searching,
  * or starts an elastic worker if every worker is busy. */
+/* group.c: wakes workers waiting in a helping group wait. */
+void tko__wake_helpers(tko_pool *pool);
+
 static inline void tko__signal_work(tko_pool *pool) {
+  /* seq_cst, after the work was published: pairs with the helper's
+   * increment of helpers before its re-check (group.c). */
+  if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
   /* seq_cst: step (2') of signal.c's essay, after the inbox reservation. */
   uint64_t st = tko__load_seq(&pool->idle.state);
   if (tko__idle_searching(st) > 0) return;

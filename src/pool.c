@@ -73,6 +73,8 @@ static void free_pool(tko_pool *pool) {
   tko__idle_fini(&pool->idle);
   pthread_mutex_destroy(&pool->spawn_mu);
   pthread_cond_destroy(&pool->spawn_cv);
+  pthread_mutex_destroy(&pool->help_mu);
+  pthread_cond_destroy(&pool->help_cv);
   pthread_mutex_destroy(&pool->idle_mu);
   pthread_cond_destroy(&pool->idle_cv);
   pthread_mutex_destroy(&pool->shutdown_mu);
@@ -94,7 +96,8 @@ static int init_sync(tko_pool *pool) {
             pthread_mutex_init(&pool->shutdown_mu, NULL) | pthread_mutex_init(&pool->space_mu, NULL) |
             pthread_cond_init(&pool->space_cv, &ca) | pthread_mutex_init(&pool->timer_mu, NULL) |
             pthread_cond_init(&pool->timer_cv, &ca) | pthread_mutex_init(&pool->async_mu, NULL) |
-            pthread_cond_init(&pool->spawn_cv, &ca);
+            pthread_cond_init(&pool->spawn_cv, &ca) |
+            pthread_mutex_init(&pool->help_mu, NULL) | pthread_cond_init(&pool->help_cv, &ca);
   pthread_condattr_destroy(&ca);
   if (bad) return -ENOMEM;
   return tko__idle_init(&pool->idle);
@@ -253,7 +256,6 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
    * from inside the pool). */
   tko__keyed_shutdown(pool, mode);
   shutting_down = pool;
-  tko__timers_close(pool); /* first, so no due timer meets a closed pool */
   tko__lock_acquire(&pool->lock);
   /* Release: pairs with the acquire in run_batch. */
   if (mode == TKO_CANCEL) tko__store_release(&pool->cancelling, true);
@@ -265,6 +267,10 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
   pthread_mutex_lock(&pool->space_mu); /* blocked submitters see closing */
   pthread_cond_broadcast(&pool->space_cv);
   pthread_mutex_unlock(&pool->space_mu);
+  /* After closing: the timer thread may be blocked submitting to a full
+   * queue, and only closing wakes it. A timer that comes due now meets
+   * the closed pool and goes to on_cancel like those not yet due. */
+  tko__timers_close(pool);
   if (mode == TKO_CANCEL) empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
   for (unsigned i = 0; i < pool->opts.workers; i++) {
@@ -308,9 +314,10 @@ int tko_pool_resume(tko_pool *pool) {
 int tko_pool_destroy(tko_pool *pool) {
   if (!pool) return -EINVAL;
   if (tko__pool_forked(pool)) {
-    /* The threads stayed in the parent: free this copy's memory only. The
-     * locks may have been copied held, so none is taken. */
-    free_pool(pool);
+    /* The threads stayed in the parent, and a parent thread may have been
+     * in the middle of growing a buffer at the fork (the copy then holds a
+     * pointer already freed), so nothing in the copy can be trusted to
+     * free: the child's copy is left as is. */
     return 0;
   }
   if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;

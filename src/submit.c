@@ -83,7 +83,8 @@ enum { ADMITTED = 0, RUN_HERE = 1 };
  * ADMITTED, RUN_HERE (caller-runs), or a negative errno. */
 static int admit(tko_pool *pool, size_t k, long timeout_ms) {
   if (!pool->opts.queue_capacity) return ADMITTED;
-  if (k > pool->opts.queue_capacity) return -EAGAIN; /* could never fit */
+  if (k > pool->opts.queue_capacity) /* could never fit */
+    return pool->opts.full_policy == TKO_FULL_CALLER_RUNS ? RUN_HERE : -EAGAIN;
   struct timespec deadline;
   if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
   while (!try_admit(pool, k)) {
@@ -106,7 +107,18 @@ static int run_here(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, in
                     .enq_ns = enqueue_time(pool)};
   /* seq_cst: counted as submitted before it can count as finished. */
   tko__add_seq(&pool->caller_runs, 1);
+  if (ctx & TKO__CTX_ASYNC) {
+    /* It holds an in-flight slot like any started async task (its
+     * completion gives one back); caller-runs does not wait for the limit. */
+    tko__lock_acquire(&pool->lock);
+    pool->async_running++;
+    tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+    tko__refresh_backlog(pool);
+    tko__unlock(&pool->lock);
+  }
+  tko_pool *prev = tko__enter_pool(pool);
   tko__run_item(pool, &pool->caller, &item);
+  tko__leave_pool(prev);
   tko__notify_idle(pool);
   return 0;
 }
@@ -148,11 +160,15 @@ int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long
 static int submit_big_batch(tko_pool *pool, const tko_task *tasks, size_t n, uint64_t enq_ns) {
   tko__inbox *in = &pool->inbox;
   tko__lock_acquire(&pool->lock);
-  int rc = tko__queue_reserve(&pool->queue, n);
-  if (rc == 0) rc = tko__queue_reserve_buckets(&pool->queue, n);
+  int rc = 0;
   uint64_t t = 0;
   while (rc == 0) {
     rc = tko__pool_drain_locked(pool);
+    if (rc) break;
+    /* Room for the whole batch after the drain, so no push below can fail
+     * (all or nothing); re-checked each time a drain may have used it. */
+    rc = tko__queue_reserve(&pool->queue, n);
+    if (rc == 0) rc = tko__queue_reserve_buckets(&pool->queue, n);
     if (rc) break;
     t = tko__load_seq(&in->tail);
     if (t & TKO__INBOX_CLOSED) {

@@ -136,6 +136,7 @@ static int prepare(tko_pool *pool) {
 static int arm(tko_pool *pool, tko_timer *timer, long delay_ms, long period_ms, tko_task_fn fn,
                void *arg, int weight) {
   if (!pool || !timer || !fn || delay_ms < 0 || period_ms < 0) return -EINVAL;
+  if (tko__pool_forked(pool)) return -ECHILD;
   tko__timer *t = as_timer(timer);
   int rc = 0;
   pthread_mutex_lock(&pool->timer_mu);
@@ -174,6 +175,7 @@ int tko_timer_cancel(tko_timer *timer) {
   tko__timer *t = as_timer(timer);
   tko_pool *pool = t->pool;
   if (!pool) return -ENOENT; /* never armed */
+  if (tko__pool_forked(pool)) return -ECHILD;
   pthread_mutex_lock(&pool->timer_mu);
   int rc = -ENOENT;
   if (t->state == TIMER_ARMED) {

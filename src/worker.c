@@ -80,7 +80,11 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
    * hands its queued tasks to the lanes' on_cancel, and the host's hook
    * never sees (or frees) the library's argument. */
   bool own = tko_lanes_pool_cancelled(&info) || tko_coalescer_pool_cancelled(&info);
-  if (!own && h->on_cancel) h->on_cancel(h->user, &info);
+  if (!own && h->on_cancel) {
+    tko_pool *prev = tko__enter_pool(pool);
+    h->on_cancel(h->user, &info);
+    tko__leave_pool(prev);
+  }
   if (item->ctx) ctx_done(item, -ECANCELED);
   /* seq_cst: wait_idle reads cancelled with finished, before submitted. */
   tko__add_seq(&pool->cancelled, 1);
@@ -124,33 +128,53 @@ static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
     tko__refresh_backlog(pool);
   }
   tko__unlock(&pool->lock);
-  tko__release_room(pool, n);
   return n;
 }
 
-static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    /* Acquire: pairs with the release in tko_pool_shutdown, so tasks this
-     * worker had taken are cancelled rather than run once TKO_CANCEL began. */
-    if (tko__load_acquire(&pool->cancelling)) {
-      for (; i < n; i++) {
-        tko__cancel_item(pool, &batch[i]);
-        /* An async task taken here holds an in-flight slot: give it back. */
-        if (batch[i].ctx & TKO__CTX_ASYNC) tko__async_release_slot(pool);
-      }
-      break;
-    }
-    tko__run_item(pool, w, &batch[i]);
+/* Starts one task this worker took, or cancels it once TKO_CANCEL began. */
+static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
+  /* A bounded queue counts a task until it starts (or is cancelled), not
+   * until a worker takes it: taken tasks still wait. */
+  tko__release_room(pool, 1);
+  /* Acquire: pairs with the release in tko_pool_shutdown, so tasks this
+   * worker had taken are cancelled rather than run once TKO_CANCEL began. */
+  if (tko__load_acquire(&pool->cancelling)) {
+    tko__cancel_item(pool, item);
+    /* An async task taken here holds an in-flight slot: give it back. */
+    if (item->ctx & TKO__CTX_ASYNC) tko__async_release_slot(pool);
+    return;
   }
-  /* Publish the batch's finished count seq_cst: one half of wait_idle's
-   * Dekker pair (see tko__notify_idle). */
+  tko__run_item(pool, w, item);
+}
+
+/* Publishes the finished count seq_cst: one half of wait_idle's Dekker
+ * pair (see tko__notify_idle). */
+static void publish_finished(tko__worker *w) {
   tko__store_seq(&w->finished, tko__load_relaxed(&w->finished));
+}
+
+/* Runs a batch this worker took. Its cursor lives in the worker, so that a
+ * group wait inside one of these tasks can run the batch's remaining tasks
+ * itself (tko__help_one): a member of the awaited group may be among them,
+ * and nobody else can reach this worker's private batch. */
+static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n) {
+  const tko__item *outer = w->local;
+  size_t outer_n = w->local_n, outer_next = w->local_next;
+  w->local = batch;
+  w->local_n = n;
+  w->local_next = 0;
+  while (w->local_next < w->local_n) run_or_cancel(pool, w, &batch[w->local_next++]);
+  w->local = outer;
+  w->local_n = outer_n;
+  w->local_next = outer_next;
+  publish_finished(w);
 }
 
 int tko_blocking_begin(void) {
   tko__worker *w = tko__current_worker;
   if (!w) return -EPERM;
   tko_pool *pool = w->pool;
+  if (w->blocking_depth++ > 0) return 0; /* nested: already counted */
   tko__add_relaxed(&pool->blocking, 1);
   /* This worker stops taking work for a while: if work is waiting and
    * nobody is idle, wake or start another worker now. */
@@ -160,12 +184,17 @@ int tko_blocking_begin(void) {
 
 int tko_blocking_end(void) {
   tko__worker *w = tko__current_worker;
-  if (!w) return -EPERM;
-  tko__sub_relaxed(&w->pool->blocking, 1);
+  if (!w || w->blocking_depth == 0) return -EPERM;
+  if (--w->blocking_depth == 0) tko__sub_relaxed(&w->pool->blocking, 1);
   return 0;
 }
 
 bool tko__help_one(tko_pool *pool, tko__worker *w) {
+  if (w->local && w->local_next < w->local_n) { /* this worker's own batch first */
+    run_or_cancel(pool, w, &w->local[w->local_next++]);
+    publish_finished(w);
+    return true;
+  }
   tko__item item;
   if (!take_batch(pool, &item, 1)) return false;
   run_batch(pool, w, &item, 1);
@@ -221,8 +250,10 @@ void *tko__worker_main(void *arg) {
   tko__thread_set_name(name);
   if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
 
-  bool searching = true; /* the spawner counted this worker as searching */
-  bool retired = false;
+  bool searching, retired;
+restart:
+  searching = true; /* the spawner (or a resurrection) counted it searching */
+  retired = false;
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {
     size_t n = take_batch(pool, batch, pool->opts.max_batch);
@@ -259,6 +290,12 @@ void *tko__worker_main(void *arg) {
   }
   tko__notify_idle(pool);
   if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
+  if (retired && h->thread_stop && tko__elastic_resurrect(pool, w)) {
+    /* The stop hook left work no one else may pick up: start over. */
+    if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
+    tko__idle_search_begin(&pool->idle);
+    goto restart;
+  }
   return NULL;
 }
 
@@ -284,6 +321,12 @@ int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
   sigdelset(&all, SIGTRAP);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int rc = pthread_create(out, &attr, main_fn, arg);
+  if (rc == EPERM) {
+    /* A creator in SCHED_IDLE (or with a raised nice) may not hand a new
+     * thread SCHED_OTHER without CAP_SYS_NICE: inherit rather than fail. */
+    pthread_attr_setinheritsched(&attr, PTHREAD_INHERIT_SCHED);
+    rc = pthread_create(out, &attr, main_fn, arg);
+  }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   return rc ? -EAGAIN : 0;

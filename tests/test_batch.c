@@ -446,12 +446,11 @@ Test(batch, concurrent_batches_keep_ids_consecutive) {
   bctx_free(c);
 }
 
-#ifdef TKO_KNOWN_BUG_batch_caller_runs_over_capacity
 /* With TKO_FULL_CALLER_RUNS a batch larger than queue_capacity can never be
  * queued, but it can run on the caller like any batch that finds no room;
  * the header gives -EAGAIN for the reject policy only. The core refuses it
  * with -EAGAIN whatever the policy. */
-Test(batch, known_bug_caller_runs_batch_over_capacity) {
+Test(batch, regression_caller_runs_batch_over_capacity) {
   enum { CAP = 2 };
   bctx *c = bctx_new(8);
   tko_pool *pool = make_pool(c, 1, CAP, TKO_FULL_CALLER_RUNS);
@@ -462,4 +461,3 @@ Test(batch, known_bug_caller_runs_batch_over_capacity) {
   free(t);
   bctx_free(c);
 }
-#endif

@@ -305,13 +305,12 @@ Test(blocking, shutdown_cancel_waits_for_blocked_tasks) {
   shutdown_with_blocked(TKO_CANCEL);
 }
 
-/* ---- known core bugs (built only with -DTKO_KNOWN_BUG_<name>) ------------- */
+/* ---- regressions: core bugs these tests found, now fixed ------------- */
 
-#ifdef TKO_KNOWN_BUG_blocking_nested_count
 /* stats.blocking is documented as "workers inside tko_blocking_begin/end
  * now", and calls nest; but the core counts calls, so one worker inside two
  * nested regions shows as two blocked workers. */
-Test(blocking, known_bug_nested_regions_count_one_worker) {
+Test(blocking, regression_nested_regions_count_one_worker) {
   kctx c;
   kctx_init(&c);
   tko_pool *pool = make_pool(&c, 1, 0, 0);
@@ -321,4 +320,3 @@ Test(blocking, known_bug_nested_regions_count_one_worker) {
                atomic_load(&c.nested_seen));
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
-#endif

@@ -391,7 +391,7 @@ Test(group, wait_inside_a_task_for_members_from_outside) {
 /* With max_batch = 1 a worker never holds a member it took behind the task
  * that waits for it: the waiter and a member queued before it, taken by the
  * one worker in turn, do not deadlock. (With the default batch they do:
- * see known_bug_wait_on_member_taken_in_same_batch.) */
+ * see regression_wait_on_member_taken_in_same_batch.) */
 typedef struct one_waiter {
   tko_group *g;
   int rc;
@@ -636,9 +636,8 @@ Test(group, threads_wait_on_their_own_groups) {
   cr_assert_eq(atomic_load(&c.bad), 0);
 }
 
-/* ---- known core bugs (built only with -DTKO_KNOWN_BUG_<name>) ------------- */
+/* ---- regressions: core bugs these tests found, now fixed ------------- */
 
-#ifdef TKO_KNOWN_BUG_group_wait_taken_batch
 /* A worker takes several queued tasks at once (max_batch, default 16). If
  * the task that waits is in the same take as a member of its group, the
  * member sits in the waiting worker's private batch: nobody else can run it,
@@ -656,7 +655,7 @@ static int group_waiter(void *arg) {
   return 0;
 }
 
-Test(group, known_bug_wait_on_member_taken_in_same_batch) {
+Test(group, regression_wait_on_member_taken_in_same_batch) {
   gctx c;
   gctx_init(&c);
   tko_pool *pool = make_pool(&c, 1);
@@ -675,10 +674,7 @@ Test(group, known_bug_wait_on_member_taken_in_same_batch) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c.bad), 0);
 }
-#endif
 
-#if defined(TKO_KNOWN_BUG_group_wait_misses_resume) ||                                             \
-    defined(TKO_KNOWN_BUG_group_wait_misses_async_slot)
 typedef struct helper_wait {
   gctx *c;
   tko_group g;
@@ -707,14 +703,12 @@ static int helper_wait_fn(void *arg) {
   h->rc = tko_group_wait(&h->g, 5000); /* -1 in real code: a deadlock */
   return 0;
 }
-#endif
 
-#ifdef TKO_KNOWN_BUG_group_wait_misses_resume
 /* One worker, paused by its own task, which then waits on a group: the
  * helping wait blocks on the group's condition variable because nothing is
  * runnable. tko_pool_resume wakes only sleeping workers, not helpers, so the
  * member is never run and the wait never returns. */
-Test(group, known_bug_helping_wait_misses_resume) {
+Test(group, regression_helping_wait_misses_resume) {
   gctx c;
   gctx_init(&c);
   tko_pool *pool = make_pool(&c, 1);
@@ -734,9 +728,7 @@ Test(group, known_bug_helping_wait_misses_resume) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c.bad), 0);
 }
-#endif
 
-#ifdef TKO_KNOWN_BUG_group_wait_misses_async_slot
 /* Same shape with max_async_inflight = 1: the group's async member waits
  * for an in-flight slot; when another async task completes, the completion
  * wakes sleeping workers only, so the helping worker never starts it. */
@@ -754,7 +746,7 @@ static int hold_op(tko_async *op, void *arg) {
   return 0;
 }
 
-Test(group, known_bug_helping_wait_misses_freed_async_slot) {
+Test(group, regression_helping_wait_misses_freed_async_slot) {
   gctx c;
   gctx_init(&c);
   tko_options o = tko_basic_options(1);
@@ -787,4 +779,3 @@ Test(group, known_bug_helping_wait_misses_freed_async_slot) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c.bad), 0);
 }
-#endif

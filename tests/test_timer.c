@@ -471,9 +471,8 @@ Test(timer, shutdown_cancel_cancels_a_fired_queued_task) {
   fired_task_at_shutdown(TKO_CANCEL);
 }
 
-/* ---- known core bugs (built only with -DTKO_KNOWN_BUG_<name>) ------------- */
+/* ---- regressions: core bugs these tests found, now fixed ------------- */
 
-#ifdef TKO_KNOWN_BUG_timer_blocked_submit_hangs_shutdown
 /* The timer thread submits like any producer, so on a full TKO_FULL_BLOCK
  * pool it blocks waiting for room. tko_pool_shutdown first joins the timer
  * thread (tko__timers_close) and only then sets closing, resumes a paused
@@ -485,7 +484,7 @@ static int shutdown_drain_fn(void *pool) {
   return tko_pool_shutdown(pool, TKO_DRAIN);
 }
 
-Test(timer, known_bug_shutdown_hangs_on_a_timer_blocked_in_submit) {
+Test(timer, regression_shutdown_hangs_on_a_timer_blocked_in_submit) {
   tctx c;
   tctx_init(&c);
   tko_options o = tko_basic_options(1);
@@ -512,4 +511,3 @@ Test(timer, known_bug_shutdown_hangs_on_a_timer_blocked_in_submit) {
   cr_assert_eq(rc, 0);
   finish(&c, pool);
 }
-#endif
