@@ -29,6 +29,12 @@
  * whose allocator fails, and pool calls from hooks or tasks that run on
  * threads the pool does not own. */
 #define _GNU_SOURCE
+/* Every core bug this harness found is fixed: walk into all of those paths
+ * (the guarded steering below is kept for bisecting old builds). */
+#ifndef FUZZ_STEER_AROUND_FIXED_BUGS
+#define FUZZ_KNOWN_BUGS 1
+#endif
+
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -589,12 +595,12 @@ static void op_group(input *in, int op, int si) {
       if (!t) return;
       t->status = 1 + (int)(u8(in) % 3);
       t->maybe_lost = async && s->failing;
+      /* Members pending at once share one pool; an empty group may move. */
+      bool bound_elsewhere = g->slot >= 0 && g->slot != si && tko_group_pending(&g->g) > 0;
       int rc = async ? tko_group_submit_async(p, &g->g, async_fn, t, weight(in))
                      : tko_group_submit(p, &g->g, task_fn, t, weight(in));
-      if (g->slot >= 0 && g->slot != si) {
-        CHECK(rc == -EINVAL); /* a group spans one pool */
-        return;
-      }
+      if (bound_elsewhere && rc == -EINVAL) return; /* (its members may also have
+                                                        finished meanwhile) */
       check_submit_rc(s, rc);
       if (rc == 0) atomic_store(&t->accepted, true);
 #ifdef FUZZ_KNOWN_BUGS

@@ -20,4 +20,6 @@ for flavour in plain thread address; do
   UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1" \
     ctest --test-dir "$dir" --output-on-failure -j 1
 done
-echo "== all test flavours passed"
+echo "== fuzzing (libFuzzer, ASan+UBSan; ${FUZZ_SECONDS:-30} s per harness)"
+FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh
+echo "== all test flavours and the fuzzers passed"
