@@ -14,9 +14,9 @@
  * the Nth call is the same call in every run. A reference run without
  * failures counts the calls, and the loop then fails each of them in turn.
  *
- * Two failures that are bugs in the core are kept here behind
- * TKO_KNOWN_BUG_* guards (see the comments there) so that the suite stays
- * green until they are fixed. */
+ * Two failures that were bugs in the core (a big batch losing a task, tasks
+ * stuck in the inbox while allocations keep failing) are regression tests
+ * now; their comments say what went wrong. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -296,34 +296,28 @@ Test(faults, batch_is_all_or_nothing_at_every_allocation) {
   batch_every_failure(false, big, 2);
 }
 
-#ifdef TKO_KNOWN_BUG_big_batch_enomem
-/* Core bug: a batch larger than the inbox (submit_big_batch in submit.c)
- * reserves queue room for its n tasks, then drains the inbox into the queue
- * - which uses up that room - and then pushes its tasks ignoring
- * tko__queue_push's result ("cannot fail: reserved above"). When the push
- * has to grow the queue and that allocation fails, the task is dropped
- * while the batch returns 0: with 100 tasks waiting in the inbox and a
- * 2048-task batch, failing the 5th allocation loses one task (ran 2147 of
- * 2148) and wait_idle never returns 0. Fix: reserve n + (inbox tail - head)
- * items and buckets before draining, or drain first and reserve after. */
+/* Regression, fixed in 8f0737a. It was: a batch larger than the inbox (submit_big_batch in
+ * submit.c) reserves queue room for its n tasks, then drains the inbox into the queue - which uses
+ * up that room - and then pushes its tasks ignoring tko__queue_push's result ("cannot fail:
+ * reserved above"). When the push has to grow the queue and that allocation fails, the task is
+ * dropped while the batch returns 0: with 100 tasks waiting in the inbox and a 2048-task batch,
+ * failing the 5th allocation loses one task (ran 2147 of 2148) and wait_idle never returns 0. Fix:
+ * reserve n + (inbox tail - head) items and buckets before draining, or drain first and reserve
+ * after. */
 Test(faults, big_batch_behind_queued_tasks_loses_no_task) {
   static const size_t sizes[] = {2048};
   batch_every_failure(true, sizes, 1);
 }
-#endif
 
 /* ---- persistent allocation failure --------------------------------------------- */
 
-#ifdef TKO_KNOWN_BUG_drain_all_or_nothing
-/* Core bug: tko__inbox_drain moves tasks from the inbox into the queue all
- * or nothing (tko__queue_reserve for tail - head). If the queue cannot grow
- * to hold every task waiting in the inbox, nothing moves, even though the
- * queue has free slots: with a 16-slot queue and 1024 tasks accepted into
- * the inbox, none of them ever runs while allocations keep failing, the
- * worker spins at full speed (take_batch finds nothing, spin_for_work sees
- * the inbox pending), and wait_idle, shutdown and destroy never return.
- * Memory that never comes back is an extreme, but accepted tasks should not
- * depend on new memory: drain min(tail - head, free slots) when growing
+/* Regression, fixed in 8f0737a. It was: tko__inbox_drain moves tasks from the inbox into the queue
+ * all or nothing (tko__queue_reserve for tail - head). If the queue cannot grow to hold every task
+ * waiting in the inbox, nothing moves, even though the queue has free slots: with a 16-slot queue
+ * and 1024 tasks accepted into the inbox, none of them ever runs while allocations keep failing,
+ * the worker spins at full speed (take_batch finds nothing, spin_for_work sees the inbox pending),
+ * and wait_idle, shutdown and destroy never return. Memory that never comes back is an extreme, but
+ * accepted tasks should not depend on new memory: drain min(tail - head, free slots) when growing
  * fails, and let the worker sleep when it could move nothing. */
 Test(faults, accepted_tasks_run_while_allocations_keep_failing) {
   static tft_token tok[2000];
@@ -347,7 +341,6 @@ Test(faults, accepted_tasks_run_while_allocations_keep_failing) {
   cr_assert_eq(tko_pool_destroy(p), 0);
   check_tokens(tok, n, "persistent failure", 0);
 }
-#endif
 
 /* With allocation failing for a while and then recovering, every task that
  * was accepted meanwhile runs once memory is back, and shutdown returns. */

@@ -1,9 +1,9 @@
 /* Regressions found by fuzz/fuzz_api.c: each crash the fuzzer found,
- * reduced to a direct test. Crashes that are bugs in the core are kept
- * behind TKO_KNOWN_BUG_* guards (the suite stays green until they are
- * fixed; build with -DTKO_KNOWN_BUG_<name> to see them fail) and the fuzz
- * harness steers around them unless built with -DFUZZ_KNOWN_BUGS. The parts
- * of each scenario that do work are checked unguarded. */
+ * reduced to a direct test. Both were bugs in the core, fixed in 8f0737a;
+ * the comments say what went wrong. A new core bug found this way goes
+ * behind a TKO_KNOWN_BUG_<name> guard until it is fixed (build with
+ * -DTKO_KNOWN_BUG_<name> to see it fail), and the harness steers around it
+ * when built with -DFUZZ_STEER_AROUND_FIXED_BUGS. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -23,19 +23,15 @@ static int nop_fn(void *arg) {
 
 /* ---- async task run by TKO_FULL_CALLER_RUNS ----------------------------------------- */
 
-#ifdef TKO_KNOWN_BUG_async_caller_runs
-/* Core bug (fuzz_api, check "async_inflight == 0" after wait_idle): an async
- * task that a full TKO_FULL_CALLER_RUNS queue runs on the submitting thread
- * (run_here -> tko__run_item -> tko__async_start) never takes an in-flight
- * slot - only take_batch and shutdown's empty_queue count async_running up
- * - but its completion gives one back (finish -> tko__async_release_slot),
- * so async_running wraps to UINT_MAX: stats say 4294967295 async tasks in
- * flight, shutdown (and so destroy) waits in tko__async_quiesce for good,
- * with or without a limit, and with max_async_inflight set no async task
- * ever starts again (refresh_backlog sees the limit reached), so wait_idle
- * never returns either. Fix: count the slot in
- * run_here for async items (and let caller-runs respect the limit, or
- * document that it bypasses it). */
+/* Regression, fixed in 8f0737a (fuzz_api, check "async_inflight == 0" after wait_idle): an async
+ * task that a full TKO_FULL_CALLER_RUNS queue runs on the submitting thread (run_here ->
+ * tko__run_item -> tko__async_start) never takes an in-flight slot - only take_batch and shutdown's
+ * empty_queue count async_running up - but its completion gives one back (finish ->
+ * tko__async_release_slot), so async_running wraps to UINT_MAX: stats say 4294967295 async tasks in
+ * flight, shutdown (and so destroy) waits in tko__async_quiesce for good, with or without a limit,
+ * and with max_async_inflight set no async task ever starts again (refresh_backlog sees the limit
+ * reached), so wait_idle never returns either. Fix: count the slot in run_here for async items (and
+ * let caller-runs respect the limit, or document that it bypasses it). */
 static int complete_at_once(tko_async *op, void *arg) {
   atomic_fetch_add(&((tft_token *)arg)->runs, 1);
   return tko_async_complete(op, 0) == 0 ? 0 : 1;
@@ -101,7 +97,6 @@ Test(fuzz_regressions, caller_runs_async_task_gives_back_no_slot_it_did_not_take
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
-#endif
 
 /* ---- a group whose submit failed ---------------------------------------------------------- */
 
@@ -122,16 +117,13 @@ Test(fuzz_regressions, a_group_refuses_a_second_pool_only_while_bound_by_members
   cr_assert_eq(tko_pool_destroy(b), 0);
 }
 
-#ifdef TKO_KNOWN_BUG_group_bound_by_failed_submit
-/* Core bug (fuzz_api, a group submit that returned -EINVAL): in
- * tko__group_submit_ctx the group records its pool (g->pool = pool) before
- * the submit, and a failed submit (-ESHUTDOWN, -ENOMEM, -EAGAIN, ...) only
- * takes back the pending count. The group stays bound to a pool where it
- * has no member: a later submit to another pool is refused with -EINVAL,
- * and once that pool is destroyed, tko_group_cancel on the group locks the
- * freed pool (ASan: heap-use-after-free in tko_group_cancel). Fix: bind
- * only when pending goes 0 -> 1 and the submit succeeds (or unbind on
- * failure when pending returns to 0). */
+/* Regression, fixed in 8f0737a (fuzz_api, a group submit that returned -EINVAL): in
+ * tko__group_submit_ctx the group records its pool (g->pool = pool) before the submit, and a failed
+ * submit (-ESHUTDOWN, -ENOMEM, -EAGAIN, ...) only takes back the pending count. The group stays
+ * bound to a pool where it has no member: a later submit to another pool is refused with -EINVAL,
+ * and once that pool is destroyed, tko_group_cancel on the group locks the freed pool (ASan:
+ * heap-use-after-free in tko_group_cancel). Fix: bind only when pending goes 0 -> 1 and the submit
+ * succeeds (or unbind on failure when pending returns to 0). */
 Test(fuzz_regressions, a_failed_group_submit_leaves_the_group_unbound) {
   tko_options o = tko_basic_options(1);
   tko_pool *a, *b;
@@ -148,4 +140,3 @@ Test(fuzz_regressions, a_failed_group_submit_leaves_the_group_unbound) {
   cr_assert_eq(tko_group_destroy(&g), 0);
   cr_assert_eq(tko_pool_destroy(b), 0);
 }
-#endif

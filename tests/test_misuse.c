@@ -11,9 +11,10 @@
  *
  * Waits that the library should refuse are made with timeout 0 where
  * possible, so that a regression shows as a wrong return value rather than
- * as a hang. A few cases where the core does not refuse (tasks run on the
- * submitting thread, hooks run on a thread the pool does not own) are kept
- * behind TKO_KNOWN_BUG_* guards; see the comments there. */
+ * as a hang. Cases the core once got wrong (tasks run on the submitting
+ * thread, hooks run on a thread the pool does not own, the timer thread
+ * blocking shutdown) are regression tests now, their comments saying what
+ * went wrong; what is still open sits behind a TKO_KNOWN_BUG_* guard. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -360,18 +361,15 @@ static void hs_on_cancel(void *user, const tko_task_info *t) {
   hs_submit(h);
 }
 
-#ifdef TKO_KNOWN_BUG_retiring_hook_self_join
-/* Core bug: an elastic worker that retires calls thread_stop after giving
- * back its slot (RETIRING) and count. If the hook submits and no worker is
- * idle, tko__elastic_spawn runs on that retiring thread, claims a free slot
- * - its own, with max_elastic 1 - and, finding has_thread set, joins the
- * slot's old thread: itself. pthread_join returns EDEADLK, which is
- * ignored; has_thread is cleared and the handle is overwritten by the new
- * thread's, so the retiring thread is never joined (its stack and
- * descriptor leak; ThreadSanitizer: "thread leak ... created by
- * tko__elastic_spawn"). Fix: never claim (or join) the calling thread's own
- * slot - compare w == tko__current_worker - or hand the join to the next
- * spawner by leaving has_thread set. */
+/* Regression, fixed in 8f0737a. It was: an elastic worker that retires calls thread_stop after
+ * giving back its slot (RETIRING) and count. If the hook submits and no worker is idle,
+ * tko__elastic_spawn runs on that retiring thread, claims a free slot - its own, with max_elastic 1
+ * - and, finding has_thread set, joins the slot's old thread: itself. pthread_join returns EDEADLK,
+ * which is ignored; has_thread is cleared and the handle is overwritten by the new thread's, so the
+ * retiring thread is never joined (its stack and descriptor leak; ThreadSanitizer: "thread leak ...
+ * created by tko__elastic_spawn"). Fix: never claim (or join) the calling thread's own slot -
+ * compare w == tko__current_worker - or hand the join to the next spawner by leaving has_thread
+ * set. */
 Test(misuse, a_retiring_workers_thread_stop_hook_may_submit_and_its_task_runs) {
   /* Elastic-only: every task needs a spawn, and every retirement's hook
    * submits a task that needs the next spawn, 20 times over. */
@@ -403,7 +401,6 @@ Test(misuse, a_retiring_workers_thread_stop_hook_may_submit_and_its_task_runs) {
   cr_assert_eq(runs, acc);
   tt_count_fini(&h.submitted);
 }
-#endif
 
 Test(misuse, thread_stop_hooks_submitting_at_shutdown_are_refused) {
   static hook_submit h;
@@ -747,27 +744,21 @@ Test(misuse, caller_errors_are_reported_and_change_nothing) {
   for (int i = 0; i < 4; i++) cr_assert_eq(atomic_load(&tok[i].runs), 0, "token %d", i);
 }
 
-/* ---- known bugs: pool calls from threads the pool does not own ----------------------------- */
+/* ---- pool calls from threads the pool does not own ----------------------------------------- */
 
-#ifdef TKO_KNOWN_BUG_foreign_thread_self_wait
-/* Core bug: the -EDEADLK checks look only at tko__current_pool (set on the
- * pool's workers) and at the thread running shutdown. Three places run a
- * pool's task or hook on some other thread, and there a call that waits on
- * the pool waits on itself:
- * - a TKO_FULL_CALLER_RUNS task runs on the submitting thread (run_here in
- *   submit.c), counted as submitted but not finished: tko_pool_wait_idle(p,
- *   -1) from it never returns (timeout 0 gives -ETIMEDOUT, not -EDEADLK);
- * - on_cancel, when tko_group_cancel is called from a thread outside the
- *   pool: the task counts as cancelled only after the hook returns, so the
- *   hook's wait_idle(p, -1) never returns;
- * - after_run / on_failure of an async task run on whatever thread calls
- *   tko_async_complete; the task is still in flight there, so wait_idle
- *   never returns and destroy (tko__async_quiesce) never returns either.
- * Worse, tko_pool_destroy from the first two frees the pool under the code
- * that called the task or hook (use after free; see the destroy test
- * below). Fix: mark the thread (a thread-local "running a task/hook of
- * pool p" set by run_here, tko__cancel_item and finish) and refuse with
- * -EDEADLK there too. */
+/* Regression, fixed in 8f0737a. It was: the -EDEADLK checks look only at tko__current_pool (set on
+ * the pool's workers) and at the thread running shutdown. Three places run a pool's task or hook on
+ * some other thread, and there a call that waits on the pool waits on itself: - a
+ * TKO_FULL_CALLER_RUNS task runs on the submitting thread (run_here in submit.c), counted as
+ * submitted but not finished: tko_pool_wait_idle(p, -1) from it never returns (timeout 0 gives
+ * -ETIMEDOUT, not -EDEADLK); - on_cancel, when tko_group_cancel is called from a thread outside the
+ * pool: the task counts as cancelled only after the hook returns, so the hook's wait_idle(p, -1)
+ * never returns; - after_run / on_failure of an async task run on whatever thread calls
+ * tko_async_complete; the task is still in flight there, so wait_idle never returns and destroy
+ * (tko__async_quiesce) never returns either. Worse, tko_pool_destroy from the first two frees the
+ * pool under the code that called the task or hook (use after free; see the destroy test below).
+ * Fix: mark the thread (a thread-local "running a task/hook of pool p" set by run_here,
+ * tko__cancel_item and finish) and refuse with -EDEADLK there too. */
 typedef struct foreign {
   tko_pool *_Atomic pool;
   atomic_int wait0_rc, calls;
@@ -843,14 +834,13 @@ Test(misuse, pool_calls_from_foreign_threads_running_its_tasks_get_edeadlk) {
                atomic_load(&a.wait0_rc));
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
-#endif
 
-#ifdef TKO_KNOWN_BUG_foreign_thread_destroy
-/* The destroy side of the bug above: from a caller-runs task, destroy
- * returns 0 and frees the pool; run_here then counts the task's end in the
- * freed pool (ASan: heap-use-after-free in tko__count / tko__run_item). The
- * same from on_cancel under tko_group_cancel (use after free in
- * tko__cancel_item's count, then group_cancel's next lock). */
+/* The destroy side of the bug above (fixed in 8f0737a too). It was: from a
+ * caller-runs task, destroy returned 0 and freed the pool; run_here then
+ * counted the task's end in the freed pool (ASan: heap-use-after-free in
+ * tko__count / tko__run_item). The same from on_cancel under
+ * tko_group_cancel (use after free in tko__cancel_item's count, then
+ * group_cancel's next lock). */
 typedef struct foreign_destroy {
   tko_pool *_Atomic pool;
   atomic_int rc;
@@ -900,24 +890,20 @@ Test(misuse, destroy_from_on_cancel_under_group_cancel_is_edeadlk) {
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
   cr_assert_eq(tko_group_submit(p, &g, nop_fn, NULL, 0), 0);
-  tt_gate_open(&pn.gate);
-  cr_assert_eq(tko_group_cancel(&g), 1);
+  cr_assert_eq(tko_group_cancel(&g), 1); /* the member is still queued */
   cr_assert_eq(atomic_load(&d.rc), -EDEADLK);
+  tt_gate_open(&pn.gate);
   cr_assert_eq(tko_pool_destroy(p), 0);
   cr_assert_eq(tko_group_destroy(&g), 0);
 }
-#endif
 
-#ifdef TKO_KNOWN_BUG_timer_blocked_shutdown
-/* Core bug: tko_pool_shutdown closes the timers first (tko__timers_close
- * joins the timer thread) and only then sets `closing`, resumes a paused
- * pool and wakes submitters blocked on a full bounded queue. A timer that
- * fell due while the pool's TKO_FULL_BLOCK queue was full and the pool was
- * paused leaves the timer thread blocked in its submit (wait_for_room),
- * waiting for room or `closing` - neither of which comes before the join:
- * shutdown (and destroy) never return. Fix: set closing / wake space_cv
- * (or let timer submits never block: a timed or reject-style submit) before
- * joining the timer thread. */
+/* Regression, fixed in 8f0737a. It was: tko_pool_shutdown closes the timers first
+ * (tko__timers_close joins the timer thread) and only then sets `closing`, resumes a paused pool
+ * and wakes submitters blocked on a full bounded queue. A timer that fell due while the pool's
+ * TKO_FULL_BLOCK queue was full and the pool was paused leaves the timer thread blocked in its
+ * submit (wait_for_room), waiting for room or `closing` - neither of which comes before the join:
+ * shutdown (and destroy) never return. Fix: set closing / wake space_cv (or let timer submits never
+ * block: a timed or reject-style submit) before joining the timer thread. */
 static pid_t thread_named(const char *name) {
   DIR *d = opendir("/proc/self/task");
   if (!d) return 0;
@@ -966,7 +952,6 @@ Test(misuse, shutdown_returns_while_the_timer_thread_waits_for_room) {
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
-#endif
 
 #ifdef TKO_KNOWN_BUG_timer_cancel_after_destroy
 /* API gap: a caller-owned timer keeps a pointer to its pool after it stops

@@ -293,15 +293,13 @@ Test(threads, elastic_only_pool_recovers_when_threads_can_start) {
   cr_assert_eq(tft_first_bad(tok, 100), -1);
 }
 
-#ifdef TKO_KNOWN_BUG_shutdown_drain_enomem
-/* Core bug: when no worker is left to run them (an elastic-only pool whose
- * spawns failed), tko_pool_shutdown's final empty_queue moves the inbox
- * into the queue (tko__pool_drain_locked) and stops as soon as the queue
- * comes back empty - also when the drain failed to grow the queue. One
- * failed allocation then strands every task still in the inbox: shutdown
- * returns 0 and the tasks never run nor reach on_cancel (observed: 0 of 100
- * run). Fix: retry (or drain in pieces) until the inbox is empty; the queue
- * has slots for 16 at a time even when it cannot grow. */
+/* Regression, fixed in 8f0737a. It was: when no worker is left to run them (an elastic-only pool
+ * whose spawns failed), tko_pool_shutdown's final empty_queue moves the inbox into the queue
+ * (tko__pool_drain_locked) and stops as soon as the queue comes back empty - also when the drain
+ * failed to grow the queue. One failed allocation then strands every task still in the inbox:
+ * shutdown returns 0 and the tasks never run nor reach on_cancel (observed: 0 of 100 run). Fix:
+ * retry (or drain in pieces) until the inbox is empty; the queue has slots for 16 at a time even
+ * when it cannot grow. */
 Test(threads, shutdown_of_a_threadless_pool_survives_a_failed_allocation) {
   static tft_token tok[100];
   memset(tok, 0, sizeof tok);
@@ -324,7 +322,6 @@ Test(threads, shutdown_of_a_threadless_pool_survives_a_failed_allocation) {
   cr_assert_eq(tko_pool_destroy(p), 0);
   cr_assert_eq(tft_first_bad(tok, 100), -1, "a task was stranded in the inbox");
 }
-#endif
 
 /* ---- timer thread ------------------------------------------------------------------- */
 
