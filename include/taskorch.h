@@ -99,7 +99,11 @@ typedef struct tko_allocator {
 } tko_allocator;
 
 /* Pool options. Fill them with tko_basic_options or tko_elastic_options, then
- * adjust fields. Zero-filled fields mean the defaults noted beside them. */
+ * adjust fields. Zero-filled fields mean the defaults noted beside them.
+ * Workers get the default scheduling policy, not their creator's, but on
+ * Linux a new thread takes its creator's nice value: basic workers the
+ * creating thread's, an elastic worker that of the thread whose submit
+ * started it (lowering it again needs CAP_SYS_NICE). */
 typedef struct tko_options {
   unsigned workers;          /* basic workers; tko_basic_options(0) = CPU count */
   unsigned max_elastic;      /* extra workers spawned under backlog; default 0 */
@@ -240,7 +244,8 @@ TKO_API long tko_group_cancel(tko_group *group);
  * (started on first use) serve every timer; nothing is allocated per timer
  * beyond the heap's geometric growth. When a timer is due its task is
  * submitted with its weight and runs like any other. At shutdown, timers
- * not yet due are handed to on_cancel (id 0) and count as cancelled.
+ * not yet due are handed to on_cancel (id 0); they were never submitted, so
+ * they are not in stats.cancelled.
  * -EINVAL: NULL argument or negative delay; -EBUSY: the timer is armed;
  * -ESHUTDOWN; -ENOMEM; -EAGAIN: the timer thread could not start. */
 typedef struct tko_timer {
@@ -259,7 +264,10 @@ TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, t
                              void *arg, int weight);
 /* Disarms a timer: 0 if it was armed (a one-shot task will not be
  * submitted; a periodic one stops), -ENOENT if it was not armed (already
- * fired, cancelled, or never armed). Safe from any thread, tasks included. */
+ * fired, cancelled, or never armed). Safe from any thread, tasks included,
+ * and after the pool is destroyed (shutdown disarms every timer). A
+ * periodic timer may still deliver the one run it was submitting when the
+ * cancel came. */
 TKO_API int tko_timer_cancel(tko_timer *timer);
 
 /* Async (completion-based) tasks. fn starts some work and returns 0; the

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "internal.h"
 #include "mem.h"
 #include "taskorch/coalescer.h"
 
@@ -243,6 +244,7 @@ static bool before(const struct timespec *a, const struct timespec *b) {
 
 static void *timer_main(void *arg) {
   tko_coalescer *c = arg;
+  tko__thread_set_name("tko-coalesce");
   struct timespec next, now;
   clock_gettime(CLOCK_MONOTONIC, &next);
   add_ms(&next, c->interval_ms);
@@ -323,7 +325,9 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
     if (!sync_ok) rc = -ENOMEM;
   }
   if (!rc && interval_ms) {
-    if (pthread_create(&c->thread, NULL, timer_main, c))
+    /* A pool-style thread: default scheduling, asynchronous signals blocked,
+     * and the thread-creation test seam applies. */
+    if (tko__thread_create(&c->thread, timer_main, c))
       rc = -EAGAIN;
     else
       c->has_thread = true;

@@ -23,7 +23,9 @@ typedef struct tko__timer {
   uint64_t deadline_ns, period_ns; /* period 0 = one-shot */
   uint32_t heap_pos;
   int weight;
-  int state; /* guarded by pool->timer_mu once armed */
+  /* Written under pool->timer_mu; atomic so that tko_timer_cancel can see
+   * "not armed" without touching a pool that may be gone. */
+  atomic_int state;
 } tko__timer;
 
 _Static_assert(sizeof(tko__timer) <= sizeof(tko_timer), "tko_timer too small");
@@ -107,7 +109,7 @@ static void *timer_main(void *arg) {
       sift_down(pool, 0);
     } else {
       heap_remove(pool, t);
-      t->state = TIMER_FIRED;
+      atomic_store_explicit(&t->state, TIMER_FIRED, memory_order_release);
     }
     pthread_mutex_unlock(&pool->timer_mu);
     if (tko__submit_item(pool, fn, targ, 0, weight, -1)) hand_to_cancel(pool, fn, targ, weight);
@@ -174,13 +176,16 @@ int tko_timer_cancel(tko_timer *timer) {
   if (!timer) return -EINVAL;
   tko__timer *t = as_timer(timer);
   tko_pool *pool = t->pool;
-  if (!pool) return -ENOENT; /* never armed */
+  /* Not armed: fired, cancelled (shutdown disarms every timer) or never
+   * armed; its pool may be destroyed by now, so do not touch it. Acquire:
+   * pairs with the release stores made under timer_mu. */
+  if (!pool || atomic_load_explicit(&t->state, memory_order_acquire) != TIMER_ARMED) return -ENOENT;
   if (tko__pool_forked(pool)) return -ECHILD;
   pthread_mutex_lock(&pool->timer_mu);
   int rc = -ENOENT;
   if (t->state == TIMER_ARMED) {
     heap_remove(pool, t);
-    t->state = TIMER_CANCELLED;
+    atomic_store_explicit(&t->state, TIMER_CANCELLED, memory_order_release);
     rc = 0;
   }
   pthread_mutex_unlock(&pool->timer_mu);
@@ -196,7 +201,7 @@ void tko__timers_close(tko_pool *pool) {
     void *arg = t->arg;
     int weight = t->weight;
     heap_remove(pool, t);
-    t->state = TIMER_CANCELLED;
+    atomic_store_explicit(&t->state, TIMER_CANCELLED, memory_order_release);
     pthread_mutex_unlock(&pool->timer_mu);
     hand_to_cancel(pool, fn, arg, weight);
     pthread_mutex_lock(&pool->timer_mu);

@@ -953,7 +953,6 @@ Test(misuse, shutdown_returns_while_the_timer_thread_waits_for_room) {
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
-#ifdef TKO_KNOWN_BUG_timer_cancel_after_destroy
 /* API gap: a caller-owned timer keeps a pointer to its pool after it stops
  * being armed (fired, cancelled, or disarmed by shutdown), and
  * tko_timer_cancel locks that pool's timer_mu. Cancelling a timer after its
@@ -973,4 +972,3 @@ Test(misuse, cancelling_a_timer_after_its_pool_is_gone_is_harmless) {
   cr_assert_eq(tko_pool_destroy(p), 0); /* disarms it */
   cr_assert_eq(tko_timer_cancel(&t), -ENOENT);
 }
-#endif

@@ -427,7 +427,6 @@ Test(process, a_process_directed_signal_reaches_no_pool_thread) {
   cr_assert_eq(r, 0, "child result 0x%x (0x1000a: a pool thread took SIGUSR1)", r);
 }
 
-#ifdef TKO_KNOWN_BUG_coalescer_thread_signals
 /* Core bug: the coalescer's timer thread (coalescer.c, tko_coalescer_create)
  * is started with a plain pthread_create, not tko__thread_create, so it
  * inherits the creating thread's signal mask (often: nothing blocked) and
@@ -500,7 +499,6 @@ Test(process, the_coalescer_thread_blocks_asynchronous_signals) {
   cr_assert_eq(tko_pool_destroy(p), 0);
   pthread_sigmask(SIG_SETMASK, &before, NULL);
 }
-#endif
 
 /* ---- scheduling policy --------------------------------------------------------------- */
 
