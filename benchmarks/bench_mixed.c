@@ -5,6 +5,7 @@
  * themselves (the producer stamps each task just before submitting it; the
  * task stamps its own start), so no hook changes what the pool does. */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ typedef struct mixed_task {
   uint64_t iters; /* CPU tasks: arithmetic; 0 for I/O tasks */
   uint64_t io_ns; /* I/O tasks: sleep */
   int weight;
+  bool hint;      /* I/O tasks announce the sleep with tko_blocking_begin/end */
 } mixed_task;
 
 static int mixed_fn(void *arg) {
@@ -24,8 +26,13 @@ static int mixed_fn(void *arg) {
   t->start_ns = bench_now_ns();
   if (t->iters)
     (void)bench_work(t->iters, t->start_ns);
-  else
+  else if (t->hint) {
+    tko_blocking_begin();
     bench_sleep_ns(t->io_ns);
+    tko_blocking_end();
+  } else {
+    bench_sleep_ns(t->io_ns);
+  }
   return 0;
 }
 
@@ -55,31 +62,41 @@ int main(int argc, char **argv) {
                "weights[(i / 2) %% %zu]",
                weights.n);
 
-  tko_options pools[2] = {tko_basic_options((unsigned)workers),
-                          tko_elastic_options((unsigned)ebasic, (unsigned)emax, (unsigned)eidle)};
-  char label[2][48];
+  /* Pool 2 is pool 1 with the blocking hint around every I/O sleep. */
+  enum { NPOOLS = 3 };
+  tko_options pools[NPOOLS] = {
+      tko_basic_options((unsigned)workers),
+      tko_elastic_options((unsigned)ebasic, (unsigned)emax, (unsigned)eidle),
+      tko_elastic_options((unsigned)ebasic, (unsigned)emax, (unsigned)eidle)};
+  char label[NPOOLS][48];
   snprintf(label[0], sizeof label[0], "basic %ld", workers);
   snprintf(label[1], sizeof label[1], "elastic %ld+%ld", ebasic, emax);
+  snprintf(label[2], sizeof label[2], "elastic %ld+%ld, hint", ebasic, emax);
 
   size_t runs = (size_t)b->runs;
   mixed_task *tk = calloc((size_t)tasks, sizeof *tk);
   /* waits[p][w]: every run's waits for pool p and weight index w. */
-  double *waits[2][BENCH_LIST_MAX] = {{0}};
-  size_t nwait[2][BENCH_LIST_MAX] = {{0}};
-  double *wall[2];
-  for (int p = 0; p < 2; p++) {
+  double *waits[NPOOLS][BENCH_LIST_MAX] = {{0}};
+  size_t nwait[NPOOLS][BENCH_LIST_MAX] = {{0}};
+  double *cpu_waits[NPOOLS]; /* CPU tasks only: do they wait behind blocked I/O? */
+  size_t ncpu[NPOOLS] = {0};
+  double *wall[NPOOLS];
+  for (int p = 0; p < NPOOLS; p++) {
     wall[p] = calloc(runs, sizeof *wall[p]);
+    cpu_waits[p] = calloc((size_t)tasks * runs, sizeof(double));
+    if (!wall[p] || !cpu_waits[p]) bench_die("out of memory");
     for (size_t w = 0; w < weights.n; w++)
       waits[p][w] = calloc((size_t)tasks * runs, sizeof(double));
   }
-  if (!tk || !wall[0] || !wall[1]) bench_die("out of memory");
+  if (!tk) bench_die("out of memory");
 
   for (size_t r = 0; r < runs; r++)
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < NPOOLS; p++) {
       for (long i = 0; i < tasks; i++)
         tk[i] = (mixed_task){.iters = i % 2 ? 0 : iters,
                              .io_ns = (uint64_t)io_us * 1000u,
-                             .weight = (int)weights.v[(size_t)(i / 2) % weights.n]};
+                             .weight = (int)weights.v[(size_t)(i / 2) % weights.n],
+                             .hint = p == 2};
       tko_pool *pool;
       int rc = tko_pool_create(&pool, &pools[p]);
       if (rc) bench_die("tko_pool_create: %s", tko_strerror(rc));
@@ -98,11 +115,12 @@ int main(int argc, char **argv) {
         bench_check(b, tk[i].start_ns >= tk[i].submit_ns, "%s: task %ld never started", label[p],
                     i);
         waits[p][w][nwait[p][w]++] = (double)(tk[i].start_ns - tk[i].submit_ns);
+        if (tk[i].iters) cpu_waits[p][ncpu[p]++] = (double)(tk[i].start_ns - tk[i].submit_ns);
       }
     }
 
   bench_table *t = bench_table_new(b, "mixed", "queue wait per weight (all runs pooled)");
-  for (int p = 0; p < 2; p++)
+  for (int p = 0; p < NPOOLS; p++)
     for (size_t w = weights.n; w-- > 0;) {
       double *v = waits[p][w];
       size_t n = nwait[p][w];
@@ -116,12 +134,24 @@ int main(int argc, char **argv) {
       bench_cell_num(t, "run wall ms", "%.2f", bench_median(wall[p], runs) / 1e6);
     }
   bench_table_print(t);
+  bench_table *c = bench_table_new(b, "cpu_wait",
+                                   "queue wait of the CPU tasks only (behind blocked I/O?)");
+  for (int p = 0; p < NPOOLS; p++) {
+    bench_row(c);
+    bench_cell_str(c, "pool", "%s", label[p]);
+    bench_cell_int(c, "cpu tasks", (long long)ncpu[p]);
+    bench_cell_num(c, "wait p50 ms", "%.3f", bench_percentile(cpu_waits[p], ncpu[p], 50) / 1e6);
+    bench_cell_num(c, "wait p99 ms", "%.3f", bench_percentile(cpu_waits[p], ncpu[p], 99) / 1e6);
+    bench_cell_num(c, "run wall ms", "%.2f", bench_median(wall[p], runs) / 1e6);
+  }
+  bench_table_print(c);
   bench_note(b,
              "run wall ms: median time for the whole burst on that pool (same for each weight's "
              "row). A worker takes up to 16 queued tasks at a time, so a burst's first tasks may "
              "start before higher weights submitted just after them.");
-  for (int p = 0; p < 2; p++) {
+  for (int p = 0; p < NPOOLS; p++) {
     free(wall[p]);
+    free(cpu_waits[p]);
     for (size_t w = 0; w < weights.n; w++)
       free(waits[p][w]);
   }
