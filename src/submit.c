@@ -15,7 +15,10 @@ int tko__pool_drain_locked(tko_pool *pool) {
 /* The inbox is full: move it into the queue ourselves (workers are busy). */
 static int make_room(tko_pool *pool) {
   tko__lock_acquire(&pool->lock);
+  uint64_t before = tko__load_relaxed(&pool->inbox.head);
   int rc = tko__pool_drain_locked(pool);
+  /* Out of memory but some tasks moved: there is room, so try again. */
+  if (rc && tko__load_relaxed(&pool->inbox.head) != before) rc = 0;
   tko__unlock(&pool->lock);
   return rc;
 }
