@@ -136,16 +136,6 @@ int tko_group_status(tko_group *group) {
   return st;
 }
 
-static void deadline_after(struct timespec *ts, long ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000L;
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
 /* Waits on cv until deadline; false once it has passed. Caller holds mu. */
 static bool wait_until(tko__group *g, long timeout_ms, const struct timespec *deadline) {
   if (timeout_ms == 0) return false;
@@ -199,7 +189,7 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
   tko__group *g = get(group);
   if (!g || timeout_ms < -1) return -EINVAL;
   struct timespec deadline;
-  if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
+  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
   tko__worker *self = tko__current_worker;
   pthread_mutex_lock(&g->mu);
   tko_pool *pool = g->pool;

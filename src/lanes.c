@@ -55,6 +55,7 @@
 
 #include "atomics.h"
 #include "mem.h"
+#include "prim.h"
 #include "taskorch/lanes.h"
 
 typedef struct lane {
@@ -440,16 +441,6 @@ int tko_lanes_pool_cancelled(const tko_task_info *task) {
   return 1;
 }
 
-static void deadline_after(struct timespec *ts, long ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000L;
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
 /* True when the calling thread runs a task of the pool (the pool's own
  * wait_idle says so with -EDEADLK) or a batch of these lanes. */
 static bool in_own_task(tko_lanes *l) {
@@ -460,7 +451,7 @@ int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
   if (!l || timeout_ms < -1) return -EINVAL;
   if (in_own_task(l)) return -EDEADLK;
   struct timespec deadline;
-  if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
+  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
   int rc = 0;
   pthread_mutex_lock(&l->idle_mu);
   while (tko__load_seq(&l->pending) != 0) {

@@ -180,22 +180,12 @@ static bool pool_is_idle(tko_pool *pool) {
   return done == tko__submitted(pool);
 }
 
-static void deadline_after(struct timespec *ts, long ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000L;
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
 int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
   if (!pool || timeout_ms < -1) return -EINVAL;
   if (tko__pool_forked(pool)) return -ECHILD;
   if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
   struct timespec deadline;
-  if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
+  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: see sum_finished */
   int rc = 0;
   pthread_mutex_lock(&pool->idle_mu);

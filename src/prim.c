@@ -19,6 +19,16 @@ uint64_t tko__now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void tko__deadline_after(struct timespec *ts, long ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
 #ifdef TKO_HAVE_FUTEX
 void tko__futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns) {
   struct timespec ts, *tsp = NULL;

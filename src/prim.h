@@ -11,6 +11,11 @@
 /* Monotonic time in nanoseconds. */
 uint64_t tko__now_ns(void);
 
+struct timespec;
+/* An absolute CLOCK_MONOTONIC deadline ms from now, for timed waits on
+ * condition variables created with that clock. */
+void tko__deadline_after(struct timespec *ts, long ms);
+
 #if defined(__linux__) && !defined(TKO_NO_FUTEX)
 #define TKO_HAVE_FUTEX 1
 /* Blocks while *word == expected, until woken, or until timeout_ns passes

@@ -47,16 +47,6 @@ static bool try_admit(tko_pool *pool, size_t k) {
   return true;
 }
 
-static void deadline_after(struct timespec *ts, long ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000L;
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
 /* Blocks until k tasks may fit, the pool closes or the deadline passes. */
 static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct timespec *deadline) {
   int rc = 0;
@@ -89,7 +79,7 @@ static int admit(tko_pool *pool, size_t k, long timeout_ms) {
   if (k > pool->opts.queue_capacity) /* could never fit */
     return pool->opts.full_policy == TKO_FULL_CALLER_RUNS ? RUN_HERE : -EAGAIN;
   struct timespec deadline;
-  if (timeout_ms > 0) deadline_after(&deadline, timeout_ms);
+  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
   while (!try_admit(pool, k)) {
     if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
     switch (pool->opts.full_policy) {
