@@ -102,6 +102,10 @@ Test(fuzz_regressions, caller_runs_async_task_gives_back_no_slot_it_did_not_take
 
 /* A group whose submits all went to one pool works; one whose members are
  * in one pool refuses another. */
+static int gated_member(void *arg) {
+  return tt_gate_wait(arg) ? 0 : 1;
+}
+
 Test(fuzz_regressions, a_group_refuses_a_second_pool_only_while_bound_by_members) {
   tko_options o = tko_basic_options(1);
   tko_pool *a, *b;
@@ -109,8 +113,15 @@ Test(fuzz_regressions, a_group_refuses_a_second_pool_only_while_bound_by_members
   cr_assert_eq(tko_pool_create(&b, &o), 0);
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
-  cr_assert_eq(tko_group_submit(a, &g, nop_fn, NULL, 0), 0);
+  /* The member stays pending until the gate opens, so the group is bound. */
+  tt_gate gate = TT_GATE_INIT;
+  cr_assert_eq(tko_group_submit(a, &g, gated_member, &gate, 0), 0);
   cr_assert_eq(tko_group_submit(b, &g, nop_fn, NULL, 0), -EINVAL);
+  tt_gate_open(&gate);
+  cr_assert_eq(tko_group_wait(&g, TT_LONG_MS), 0);
+  cr_assert_eq(tko_group_status(&g), 0);
+  /* Empty again: the group may now move to the other pool. */
+  cr_assert_eq(tko_group_submit(b, &g, nop_fn, NULL, 0), 0);
   cr_assert_eq(tko_group_wait(&g, TT_LONG_MS), 0);
   cr_assert_eq(tko_group_destroy(&g), 0);
   cr_assert_eq(tko_pool_destroy(a), 0);
