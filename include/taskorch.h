@@ -100,10 +100,12 @@ typedef struct tko_allocator {
 
 /* Pool options. Fill them with tko_basic_options or tko_elastic_options, then
  * adjust fields. Zero-filled fields mean the defaults noted beside them.
- * Workers get the default scheduling policy, not their creator's, but on
- * Linux a new thread takes its creator's nice value: basic workers the
- * creating thread's, an elastic worker that of the thread whose submit
- * started it (lowering it again needs CAP_SYS_NICE). */
+ * Workers get the default scheduling policy, not their creator's, and the
+ * nice value of the thread that created the pool: on Linux a new thread
+ * copies its creator's, so an elastic worker started by a submit resets
+ * itself to the pool creator's value. Going back to a higher priority (a
+ * submitter niced above the pool's creator) needs CAP_SYS_NICE; without it
+ * that elastic worker keeps the submitter's value. */
 typedef struct tko_options {
   unsigned workers;          /* basic workers; tko_basic_options(0) = CPU count */
   unsigned max_elastic;      /* extra workers spawned under backlog; default 0 */

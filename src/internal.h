@@ -133,6 +133,7 @@ struct tko_pool {
   bool shut_down;
 
   unsigned fork_gen; /* tko__fork_generation() at create */
+  int creator_nice;  /* the creating thread's nice value: every worker's */
   _Atomic(tko_lanes *) keyed; /* tko_submit_keyed's lane table, made on first use */
   tko_options opts;
   char name[10];

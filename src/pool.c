@@ -115,6 +115,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   pool->opts = *opts;
   tko__fork_watch();
   pool->fork_gen = tko__fork_generation();
+  pool->creator_nice = tko__thread_nice();
   if (!pool->opts.elastic_idle_ms) pool->opts.elastic_idle_ms = 1000;
   if (!pool->opts.spin_yields) pool->opts.spin_yields = 8;
   if (!pool->opts.max_batch) pool->opts.max_batch = TKO__GRAB_MAX;

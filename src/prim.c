@@ -4,12 +4,15 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #ifdef TKO_HAVE_FUTEX
 #include <linux/futex.h>
+#endif
+#if defined(__linux__)
 #include <sys/syscall.h>
 #endif
 
@@ -79,6 +82,27 @@ unsigned tko__fork_generation(void) {
 }
 
 _Atomic int tko__test_thread_create_errno;
+
+int tko__thread_nice(void) {
+#if defined(__linux__)
+  errno = 0;
+  int n = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+  return errno ? 0 : n;
+#else
+  return 0;
+#endif
+}
+
+void tko__thread_set_nice(int nice) {
+#if defined(__linux__)
+  id_t tid = (id_t)syscall(SYS_gettid);
+  errno = 0;
+  int now = getpriority(PRIO_PROCESS, tid);
+  if (errno == 0 && now != nice) (void)setpriority(PRIO_PROCESS, tid, nice);
+#else
+  (void)nice;
+#endif
+}
 
 unsigned tko__cpu_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);

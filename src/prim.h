@@ -37,6 +37,12 @@ unsigned tko__fork_generation(void);
  * thread-creation failure; never set by the library itself). */
 extern _Atomic int tko__test_thread_create_errno;
 
+/* The calling thread's nice value (Linux: per thread; elsewhere 0), and a
+ * best-effort set of it: raising priority back needs CAP_SYS_NICE, so a
+ * failure is ignored. */
+int tko__thread_nice(void);
+void tko__thread_set_nice(int nice);
+
 /* Online CPU count, at least 1. */
 unsigned tko__cpu_count(void);
 

@@ -248,6 +248,11 @@ void *tko__worker_main(void *arg) {
   snprintf(name, sizeof name, "%s-%c%u", pool->name,
            w->kind == TKO_WORKER_BASIC ? 'b' : 'e', w->index);
   tko__thread_set_name(name);
+  /* A new thread copies its creator's nice value whatever the attributes
+   * say, and an elastic worker's creator is whichever thread submitted:
+   * take the pool creator's value instead (best effort: going back up to a
+   * higher priority needs CAP_SYS_NICE). */
+  tko__thread_set_nice(pool->creator_nice);
   if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
 
   bool searching, retired;
