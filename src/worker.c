@@ -102,12 +102,17 @@ void tko__notify_idle(tko_pool *pool) {
 
 static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
   tko__lock_acquire(&pool->lock);
-  tko__pool_drain_locked(pool);
-  size_t len = pool->queue.len, n = 0;
-  /* seq_cst (a plain load on x86): pairs with tko_pool_pause's store, so a
-   * take that follows the pause in the total order sees it even when the
-   * submitter never synchronised with the pausing thread. */
+  /* paused first, then the drain's tail: seq_cst both (plain loads on x86).
+   * A take that sees a resume then also sees every task submitted before
+   * it, so the tasks queued while paused are all in the queue - and run in
+   * priority order - before any is taken. (Read only after the drain, a
+   * stale tail plus a fresh resume let a take pick from half the backlog.) */
   bool paused = tko__load_seq(&pool->paused);
+  tko__pool_drain_locked(pool);
+  /* And again after the drain: a task the drain saw was submitted after a
+   * pause that happened before it, which this load then sees. */
+  paused = paused || tko__load_seq(&pool->paused);
+  size_t len = pool->queue.len, n = 0;
   unsigned max_async = pool->opts.max_async_inflight;
   if (!paused && pool->async_queue.len && (!max_async || pool->async_running < max_async) &&
       (!len || tko__queue_top_before(&pool->async_queue, &pool->queue))) {
