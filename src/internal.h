@@ -138,6 +138,9 @@ struct tko_pool {
   tko_options opts;
   char name[10];
   bool timing;     /* some hook needs wait/run times */
+  bool stamp_enqueue; /* timing or aging: submits read the clock. Kept here, with
+                         the read-only options, not read from the queue's
+                         aging_ns, whose line the lock holder writes per take */
   unsigned nslots; /* workers + max_elastic */
   tko__worker *slots;
 };

@@ -24,7 +24,7 @@ static int make_room(tko_pool *pool) {
 }
 
 static uint64_t enqueue_time(tko_pool *pool) {
-  return pool->timing || pool->queue.aging_ns ? tko__now_ns() : 0;
+  return pool->stamp_enqueue ? tko__now_ns() : 0;
 }
 
 void tko__release_room(tko_pool *pool, size_t n) {
