@@ -11,6 +11,7 @@ int tko__inbox_init(tko__inbox *in, uint32_t capacity, const tko_allocator *allo
   while (cap < capacity) cap *= 2;
   atomic_init(&in->tail, 0);
   atomic_init(&in->head, 0);
+  atomic_init(&in->head_seen, 0);
   in->mask = cap - 1;
   in->slots = tko__mem_alloc(alloc, cap * sizeof *in->slots);
   if (!in->slots) return -ENOMEM;

@@ -39,6 +39,10 @@ typedef struct tko__inbox_slot {
 typedef struct tko__inbox {
   /* Written by every submitter; read by workers once per visit. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t tail;
+  /* A head value some submitter read (never ahead of head): the room check
+   * reads this, on the line it writes anyway, and reads head's line (which
+   * every drain writes) only when the ring looks full. */
+  atomic_uint_fast64_t head_seen;
   /* Written by the queue lock's holder only; read by submitters for room. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t head;
   TKO_CACHE_ALIGNED tko__inbox_slot *slots;
@@ -55,10 +59,16 @@ static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) 
   uint64_t t = tko__load_relaxed(&in->tail);
   for (;;) {
     if (t & TKO__INBOX_CLOSED) return -ESHUTDOWN;
-    /* Acquire: pairs with the release in tko__inbox_drain, so the slots'
-     * previous tasks have been copied out before this reservation reuses
-     * them. */
-    if (t + n - tko__load_acquire(&in->head) > in->mask + 1) return -EAGAIN;
+    /* Acquire, both: pairs with the release in tko__inbox_drain (directly,
+     * or through the submitter whose release store of head_seen passed it
+     * on), so the slots' previous tasks have been copied out before this
+     * reservation reuses them. */
+    uint64_t h = tko__load_acquire(&in->head_seen);
+    if (t + n - h > in->mask + 1) {
+      h = tko__load_acquire(&in->head);
+      tko__store_release(&in->head_seen, h); /* a racing store may lower it: harmless */
+      if (t + n - h > in->mask + 1) return -EAGAIN;
+    }
     /* seq_cst: step (1') of signal.c's essay: the reservation is what a
      * worker about to sleep re-checks. */
     if (tko__cas_seq(&in->tail, &t, t + n)) break;

@@ -19,6 +19,9 @@
 /* The most tasks a worker takes per visit to the queue. */
 #define TKO__GRAB_MAX 16u
 
+/* A take of fewer tasks than this is followed by a yield (worker.c). */
+#define TKO__SMALL_TAKE 4u
+
 /* Inbox slots per pool (40 bytes each). */
 #define TKO__INBOX_CAPACITY 1024u
 
