@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Scaling past two cores: the concurrent-enqueue benchmark at 1-16 producers,
+# the peers at 8 producers and 8 workers, and the write-combining (lanes)
+# benchmark at 1-16 writers, on a machine with more cores. Runs already-built
+# benchmark executables (BIN) and writes their JSON and a log to OUT:
+#   benchmarks/device_scaling.sh build-bench/benchmarks /tmp/scaling
+# Each step has its own time limit so that one slow step cannot eat the rest.
+set -uo pipefail
+bin=${1:?usage: device_scaling.sh BIN_DIR OUT_DIR}
+out=${2:?usage: device_scaling.sh BIN_DIR OUT_DIR}
+mkdir -p "$out"
+log="$out/scaling.log"
+{
+  echo "# date: $(date -u +%FT%TZ)"
+  echo "# cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  echo "# kernel: $(uname -sr)"
+} | tee "$log"
+step() { # $1 = limit in seconds, then the command
+  local limit=$1
+  shift
+  echo "## $*" | tee -a "$log"
+  timeout "$limit" "$@" 2>&1 | tee -a "$log"
+  echo "## exit ${PIPESTATUS[0]}" | tee -a "$log"
+}
+step 150 "$bin/bench_concurrent" --producers 1,2,4,8,16 --workers 8 --runs 3 \
+  --json "$out/concurrent_w8.json"
+step 90 "$bin/bench_concurrent" --producers 1,2,4,8,16 --workers 2 --runs 3 --batch 1 \
+  --json "$out/concurrent_w2.json"
+step 90 "$bin/bench_peers" --workloads empty,concurrent --workers 8 --producers 8 --runs 3 \
+  --json "$out/peers_w8.json"
+step 150 "$bin/bench_combining" --writers 1,2,4,8,16 --workers 8 --runs 3 \
+  --json "$out/combining_w8.json"
