@@ -283,8 +283,10 @@ restart:
        * gets a batch (1 producer, 2 workers, empty tasks on 2 cores: from
        * ~190 to ~65 ns/task); a worker alone on its core is back at once.
        * It yields as a searcher, so a submit meanwhile counts on it rather
-       * than waking or spawning another worker. */
-      if (n < TKO__SMALL_TAKE) {
+       * than waking or spawning another worker. A take as large as
+       * max_batch allows is not small: with max_batch 1 (the C-Thread-Pool
+       * layer) a yield per task tripled the cost of a job. */
+      if (n < TKO__SMALL_TAKE && n < pool->opts.max_batch) {
         searching = true;
         tko__idle_search_begin(&pool->idle);
         sched_yield();
