@@ -111,7 +111,10 @@ typedef struct tko_options {
   unsigned max_elastic;      /* extra workers spawned under backlog; default 0 */
   unsigned elastic_idle_ms;  /* an elastic worker idle this long retires; 0 = 1000 */
   unsigned spin_yields;      /* yields a worker makes looking for work before it
-                                sleeps; 0 = 8 */
+                                sleeps; 0 = 8. (A worker whose take came back
+                                with fewer than 4 tasks, and fewer than
+                                max_batch, also yields once before looking
+                                again, so that tasks gather into batches.) */
   unsigned max_batch;        /* most queued tasks a worker takes at once, 1..16;
                                 0 = 16. Use 1 when tasks wait for each other
                                 (a worker never runs a task it took while an
