@@ -94,11 +94,6 @@ static inline uint64_t tko__inbox_reserved(tko__inbox *in) {
   return tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
 }
 
-/* Reservations not yet moved out, read relaxed: a hint. */
-static inline uint64_t tko__inbox_backlog_hint(tko__inbox *in) {
-  return (tko__load_relaxed(&in->tail) & ~TKO__INBOX_CLOSED) - tko__load_relaxed(&in->head);
-}
-
 /* True if some reservation has not been moved out yet. seq_cst: step (2)
  * of signal.c's essay when a worker re-checks before sleeping. */
 static inline bool tko__inbox_pending(tko__inbox *in) {

@@ -278,16 +278,7 @@ static inline void tko__signal_work(tko_pool *pool) {
   if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
   /* seq_cst: step (2') of signal.c's essay, after the inbox reservation. */
   uint64_t st = tko__load_seq(&pool->idle.state);
-  uint32_t searching = tko__idle_searching(st);
-  /* A searcher will look at the queue, so waking another is usually
-   * wasted; but a burst bigger than the searchers take in one visit each
-   * wakes one more sleeper now, from the submitting thread. (Left to the
-   * searcher - "the last searcher to find work wakes the next" - the
-   * second worker was woken onto the first one's core and, on a VM, sat
-   * there for up to 1.5 ms while the other core idled.) */
-  if (searching > 0 &&
-      (!tko__idle_sleeping(st) || tko__inbox_backlog_hint(&pool->inbox) <= searching * TKO__GRAB_MAX))
-    return;
+  if (tko__idle_searching(st) > 0) return;
   if (tko__idle_sleeping(st) > 0 && tko__idle_wake_one(&pool->idle)) return;
   if (pool->opts.max_elastic) tko__elastic_spawn(pool);
 }
