@@ -2,7 +2,8 @@
  * (tko_test_fault.h) fails exactly the Nth call, for every N that a
  * scenario reaches, in pool create, queue growth (single submits, group
  * submits and batches into a 16-slot queue), the timer heap, async record
- * chunks, lane tables and rings, and the coalescer's dirty tables. Each
+ * chunks, lane tables and rings (also tko_submit_keyed's default table),
+ * and the coalescer's dirty tables. Each
  * time: the failing call returns -ENOMEM (or succeeds, if the failure hit a
  * path that retries), the pool stays usable, every accepted task runs or is
  * cancelled exactly once and no refused task ever runs (tokens), and every
@@ -734,6 +735,44 @@ Test(faults, lane_rings_fail_cleanly_at_every_allocation) {
   note_calls("lane rings", calls);
   cr_assert_gt(calls, 8);
   for (long nth = 1; nth <= calls + 1; nth++) lanes_scenario(nth, nth % 3 == 0);
+}
+
+#define NKEYED_TOK 400
+
+/* tko_submit_keyed on 13 keys while call `nth` fails: the pool's default
+ * lane table is made on the first keyed submit (a failure there must leave
+ * no table behind, and the next submit tries again), then its rings grow,
+ * all in the pool's allocator. Cancelled keyed tasks reach the pool's
+ * on_cancel with their own argument. */
+static long keyed_scenario(long nth, bool cancel) {
+  static tft_token tok[NKEYED_TOK];
+  memset(tok, 0, sizeof tok);
+  tfa f;
+  tfa_init(&f);
+  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
+  tko_pool *p = pinned_pool(&f, &pn);
+  long before = atomic_load(&f.calls);
+  if (nth) tfa_fail_nth(&f, nth);
+  for (size_t i = 0; i < NKEYED_TOK; i++) {
+    int rc = tko_submit_keyed(p, i % 13, tft_run, &tok[i], weight_of(i));
+    if (rc == 0) tok[i].accepted = true;
+    else cr_assert_eq(rc, -ENOMEM, "failing call %ld: keyed submit %zu rc %d", nth, i, rc);
+  }
+  long calls = atomic_load(&f.calls) - before;
+  tt_gate_open(&pn.gate);
+  if (cancel) cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  else cr_assert_eq(tko_pool_shutdown(p, TKO_DRAIN), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  check_tokens(tok, NKEYED_TOK, "keyed", nth);
+  cr_assert_eq(atomic_load(&f.live), 0, "failing call %ld: blocks leaked", nth);
+  return calls;
+}
+
+Test(faults, submit_keyed_fails_cleanly_at_every_allocation) {
+  long calls = keyed_scenario(0, false);
+  note_calls("tko_submit_keyed", calls);
+  cr_assert_gt(calls, 2);
+  for (long nth = 1; nth <= calls + 1; nth++) keyed_scenario(nth, nth % 3 == 0);
 }
 
 /* ---- coalescer ------------------------------------------------------------------------ */
