@@ -3,7 +3,8 @@
 # the peers at 8 producers and 8 workers, and the write-combining (lanes)
 # benchmark at 1-16 writers, on a machine with more cores; with PARTS=seeds
 # (or "scaling seeds"), also the NStore and durable-streams seed benchmarks,
-# to see them where the background work has cores of its own. Runs
+# to see them where the background work has cores of its own; with
+# PARTS=cpu, bench_cpu in the 2-worker configuration. Runs
 # already-built benchmark executables (BIN) and writes their JSON and a log
 # to OUT:
 #   benchmarks/device_scaling.sh build-bench/benchmarks /tmp/scaling
@@ -36,6 +37,11 @@ step 90 "$bin/bench_peers" --workloads empty,concurrent --workers 8 --producers 
   --json "$out/peers_w8.json"
 step 150 "$bin/bench_combining" --writers 1,2,4,8,16 --workers 8 --runs 3 \
   --json "$out/combining_w8.json"
+fi
+if [[ " $parts " == *" cpu "* ]]; then
+  # The 2-core configuration, on a machine whose idle cores wake fast.
+  step 120 "$bin/bench_cpu" --workers 2 --elastic-basic 1 --elastic-max 2 --runs 7 \
+    --json "$out/cpu_w2.json"
 fi
 if [[ " $parts " == *" seeds "* ]]; then
   step 150 "$bin/bench_commit" --runs 5 --dir "${TMPDIR:-/tmp}" --json "$out/commit.json"
