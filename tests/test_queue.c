@@ -1,7 +1,8 @@
 /* Unit tests for the by-value weighted priority queue (src/queue.h): pop
  * order (weight desc, FIFO for ties) over the whole int range, growth, many
  * distinct weights checked against a reference sort, interleaved push/pop
- * against a reference model, and no growth in a steady push/pop stream. */
+ * against a reference model, no growth in a steady push/pop stream, and
+ * refills after the queue empties. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +268,40 @@ Test(queue, steady_push_pop_does_not_grow) {
   cr_assert_eq(q.buckets_cap, buckets_cap, "the bucket array grew in a steady state");
   cr_assert_eq(q.table_cap, table_cap, "the weight table grew in a steady state");
   cr_assert_leq(q.items_cap, 64, "48 queued items fit the initial 64 slots");
+  tko__queue_fini(&q);
+}
+
+/* Bursts that drain the queue to empty: each refill hands out the slab from
+ * its start again (the slab-locality reset), and order stays exact, with a
+ * partial drain (queue never empty) in between to mix reused and new slots. */
+Test(queue, refills_after_emptying_keep_order_and_reuse_the_slab) {
+  tko__queue q;
+  cr_assert_eq(tko__queue_init(&q, 16, NULL), 0);
+  enum { BURST = 3000 };
+  tko__item *ref = malloc(BURST * sizeof *ref), *out = malloc(BURST * sizeof *out);
+  cr_assert(ref && out);
+  uint64_t id = 1;
+  uint32_t cap_after_first = 0;
+  for (int burst = 0; burst < 6; burst++) {
+    size_t n = BURST - (size_t)burst * 100;
+    for (size_t i = 0; i < n; i++) {
+      ref[i] = make_item(id++, (int)((i * 7 + (size_t)burst) % 5) - 2);
+      cr_assert_eq(tko__queue_push(&q, &ref[i]), 0);
+    }
+    qsort(ref, n, sizeof *ref, ref_cmp);
+    size_t got = 0;
+    /* Pop half, push nothing, pop the rest 13 at a time. */
+    got += tko__queue_pop(&q, out, n / 2);
+    while (got < n) got += tko__queue_pop(&q, out + got, 13);
+    cr_assert_eq(q.len, 0);
+    for (size_t i = 0; i < n; i++)
+      cr_assert_eq(out[i].id, ref[i].id, "burst %d, position %zu", burst, i);
+    cr_assert_eq(q.items_used, 0, "an empty queue hands out its slab from the start");
+    if (burst == 0) cap_after_first = q.items_cap;
+    else cr_assert_eq(q.items_cap, cap_after_first, "a smaller burst grew the slab");
+  }
+  free(ref);
+  free(out);
   tko__queue_fini(&q);
 }
 
