@@ -217,35 +217,37 @@ static uint32_t take_slot(tko__queue *q) {
   return q->items_used++;
 }
 
-static uint32_t bucket_for(tko__queue *q, int weight) {
-  uint32_t b = q->last_bucket;
-  if (b != TKO__NIL && q->buckets[b].weight == weight) return b;
-  b = table_find(q, weight);
-  if (b == TKO__NIL) {
-    b = q->free_bucket;
-    if (b != TKO__NIL) {
-      q->free_bucket = q->buckets[b].head;
-      q->free_buckets--;
-    } else
-      b = q->buckets_used++;
-    q->buckets[b] = (tko__bucket){.weight = weight, .head = TKO__NIL, .tail = TKO__NIL,
-                                  .heap_pos = TKO__NIL};
-    table_insert(q, b);
+/* A new, empty bucket for weight, entered in the table; room for it was
+ * reserved. */
+static uint32_t new_bucket(tko__queue *q, int weight) {
+  uint32_t b = q->free_bucket;
+  if (b != TKO__NIL) {
+    q->free_bucket = q->buckets[b].head;
+    q->free_buckets--;
+  } else {
+    b = q->buckets_used++;
   }
-  q->last_bucket = b;
+  q->buckets[b] = (tko__bucket){.weight = weight, .head = TKO__NIL, .tail = TKO__NIL,
+                                .heap_pos = TKO__NIL};
+  table_insert(q, b);
   return b;
 }
 
 int tko__queue_push(tko__queue *q, const tko__item *item) {
   int rc = grow_items(q, 1);
   if (rc) return rc;
-  uint32_t known = q->last_bucket;
-  if ((known == TKO__NIL || q->buckets[known].weight != item->weight) &&
-      table_find(q, item->weight) == TKO__NIL) {
-    rc = reserve_buckets(q, 1);
-    if (rc) return rc;
+  /* The last push's bucket is the common case; otherwise one table lookup,
+   * and a new bucket only for a weight not queued yet. */
+  uint32_t b = q->last_bucket;
+  if (b == TKO__NIL || q->buckets[b].weight != item->weight) {
+    b = table_find(q, item->weight);
+    if (b == TKO__NIL) {
+      rc = reserve_buckets(q, 1); /* may rebuild the table: look up nothing across it */
+      if (rc) return rc;
+      b = new_bucket(q, item->weight);
+    }
+    q->last_bucket = b;
   }
-  uint32_t b = bucket_for(q, item->weight);
   uint32_t slot = take_slot(q);
   tko__item *it = &q->items[slot];
   *it = *item;
