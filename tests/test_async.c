@@ -196,12 +196,6 @@ static tko_pool *make_pool(actx *c, unsigned workers, unsigned max_inflight) {
   return p;
 }
 
-static tko_stats stats_of(tko_pool *pool) {
-  tko_stats s;
-  tko_pool_stats(pool, &s);
-  return s;
-}
-
 static void finish(actx *c, tko_pool *pool) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c->bad), 0);
@@ -219,7 +213,7 @@ Test(async, completed_from_another_thread) {
   cr_assert_eq(tko_submit_async(pool, async_fn, &a, 0), 0);
   cr_assert(wait_started(c, 1));
   /* In flight: running for stats and wait_idle. */
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.running, 1);
   cr_assert_eq(s.async_inflight, 1);
   cr_assert_eq(s.completed, 0);
@@ -235,7 +229,7 @@ Test(async, completed_from_another_thread) {
   cr_assert(tf_thread_join(&t, &rc));
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  s = stats_of(pool);
+  s = tf_stats(pool);
   cr_assert_eq(s.submitted, 1);
   cr_assert_eq(s.completed, 1);
   cr_assert_eq(s.failed, 0);
@@ -251,7 +245,7 @@ Test(async, nonzero_return_completes_at_once_with_that_status) {
   aop a = {c, 0, 5, false};
   cr_assert_eq(tko_submit_async(pool, async_fn, &a, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0); /* nobody completes it */
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, 1);
   cr_assert_eq(s.failed, 1);
   cr_assert_eq(s.async_inflight, 0);
@@ -267,7 +261,7 @@ Test(async, completed_by_fn_itself) {
   for (int i = 0; i < 10; i++)
     cr_assert_eq(tko_submit_async(pool, async_fn, &a, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, 10);
   cr_assert_eq(s.failed, 0);
   finish(c, pool);
@@ -287,7 +281,7 @@ Test(async, errors) {
   cr_assert_eq(tko_group_pending(&g), 0);
   cr_assert_eq(tko_async_complete(NULL, 0), -EINVAL);
   cr_assert_null(tko_async_arg(NULL));
-  cr_assert_eq(stats_of(pool).submitted, 0);
+  cr_assert_eq(tf_stats(pool).submitted, 0);
 
   cr_assert_eq(tko_submit_async(pool, async_fn, &a, 0), 0);
   cr_assert(wait_started(c, 1));
@@ -297,7 +291,7 @@ Test(async, errors) {
   cr_assert_eq(complete_one(c, 0), 0);
   cr_assert_eq(tko_async_complete(op, 0), -EALREADY, "completed twice");
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, 1, "a double complete counted twice");
   cr_assert_eq(tt_count_get(&c->after), 1);
 
@@ -325,7 +319,7 @@ Test(async, hooks_see_the_completion_status) {
   cr_assert_eq(atomic_load(&c->last_fail_status), 9);
   cr_assert_eq(atomic_load(&c->before_id), 1);
   cr_assert_eq(atomic_load(&c->after_id), 1);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.failed, 1);
   finish(c, pool);
 }
@@ -350,13 +344,13 @@ Test(async, inflight_limit_is_never_exceeded) {
       ok = pthread_cond_timedwait(&c->cv, &c->mu, &dl) != ETIMEDOUT;
     pthread_mutex_unlock(&c->mu);
     cr_assert(ok, "async tasks stopped starting");
-    cr_assert_leq(stats_of(pool).async_inflight, MAX);
+    cr_assert_leq(tf_stats(pool).async_inflight, MAX);
     cr_assert_eq(complete_one(c, 0), 0);
   }
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(c->started, N);
   cr_assert_eq(c->max_inflight, MAX, "in flight at once: %ld", c->max_inflight);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, N);
   cr_assert_eq(s.async_inflight, 0);
   finish(c, pool);
@@ -406,14 +400,14 @@ Test(async, plain_tasks_run_while_the_limit_is_reached) {
   pthread_mutex_lock(&c->mu);
   cr_assert_eq(c->started, 1);
   pthread_mutex_unlock(&c->mu);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.queued, 1);
   cr_assert_eq(s.async_inflight, 1);
   cr_assert_eq(complete_one(c, 0), 0);
   cr_assert(wait_started(c, 2));
   cr_assert_eq(complete_one(c, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  cr_assert_eq(stats_of(pool).completed, 12);
+  cr_assert_eq(tf_stats(pool).completed, 12);
   finish(c, pool);
 }
 
@@ -430,7 +424,7 @@ Test(async, completed_by_a_pool_task) {
   cr_assert(wait_started(c, 1));
   cr_assert_eq(tko_submit(pool, complete_from_task, c, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, 2);
   cr_assert_eq(s.failed, 0);
   finish(c, pool);
@@ -486,7 +480,7 @@ Test(async, group_cancel_cancels_queued_async_members) {
   cr_assert_eq(tko_pool_resume(pool), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(c->started, 0);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.cancelled, 3);
   cr_assert_eq(s.async_inflight, 0);
   cr_assert_eq(tko_group_destroy(&g), 0);
@@ -518,12 +512,12 @@ static void shutdown_waits_for_inflight(tko_shutdown_mode mode) {
   tf_wait_thread_sleeping(t.tid); /* best effort: it waits for the completion */
   cr_assert_not(tf_thread_is_done(&t), "shutdown returned with a task in flight");
   cr_assert_eq(tko_submit_async(pool, async_fn, &a, 0), -ESHUTDOWN);
-  cr_assert_eq(stats_of(pool).async_inflight, 1);
+  cr_assert_eq(tf_stats(pool).async_inflight, 1);
   cr_assert_eq(complete_one(c, 0), 0);
   int rc = -1;
   cr_assert(tf_thread_join(&t, &rc));
   cr_assert_eq(rc, 0);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, 1);
   cr_assert_eq(s.cancelled, 0);
   cr_assert_eq(s.async_inflight, 0);
@@ -555,7 +549,7 @@ Test(async, shutdown_cancel_cancels_queued_async_tasks) {
   cr_assert_eq(rc, 0);
   cr_assert_eq(c->started, 0);
   cr_assert_eq(tt_count_get(&c->cancels), N);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.cancelled, N);
   cr_assert_eq(s.async_inflight, 0);
   cr_assert_eq(s.completed + s.cancelled, s.submitted);
@@ -582,7 +576,7 @@ Test(async, shutdown_cancel_with_tasks_waiting_for_the_slot) {
   cr_assert(tf_thread_join(&t, &rc));
   cr_assert_eq(rc, 0);
   cr_assert_eq(c->started, 1);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, 1);
   cr_assert_eq(s.cancelled, N - 1);
   cr_assert_eq(s.submitted, N);
@@ -609,7 +603,7 @@ Test(async, shutdown_drain_starts_and_waits_for_queued_async_tasks) {
   cr_assert_eq(k.errors, 0);
   cr_assert_eq(c->started, N);
   cr_assert_leq(c->max_inflight, 1);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, N);
   cr_assert_eq(s.cancelled, 0);
   finish(c, pool);
@@ -638,7 +632,7 @@ Test(async, many_tasks_two_completers) {
   }
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_leq(c->max_inflight, MAX);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.completed, N);
   cr_assert_eq(s.async_inflight, 0);
   finish(c, pool);

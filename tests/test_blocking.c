@@ -77,19 +77,13 @@ static tko_pool *make_pool(kctx *c, unsigned basic, unsigned elastic, unsigned i
   return p;
 }
 
-static tko_stats stats_of(tko_pool *pool) {
-  tko_stats s;
-  tko_pool_stats(pool, &s);
-  return s;
-}
-
 /* Waits until no elastic worker is alive. The stop count is read before the
  * stats: a worker counted alive there releases its count before its
  * thread_stop hook runs, so its stop is still to come and the wait ends. */
 static void wait_elastic_retired(kctx *c) {
   for (;;) {
     long stops = tt_count_get(&c->elastic_stops);
-    if (stats_of(c->pool).elastic_workers == 0) return;
+    if (tf_stats(c->pool).elastic_workers == 0) return;
     cr_assert(tt_count_wait_geq(&c->elastic_stops, stops + 1), "elastic workers did not retire");
   }
 }
@@ -188,7 +182,7 @@ Test(blocking, four_blocked_tasks_run_at_once) {
   for (int i = 0; i < 4; i++)
     cr_assert_eq(tko_submit(pool, blocking_fn, &c, 0), 0);
   cr_assert(tt_count_wait_eq(&c.inside, 4), "the pool did not run 4 blocked tasks at once");
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.blocking, 4);
   cr_assert_eq(s.running, 4);
   cr_assert_eq(s.basic_workers, 1);
@@ -200,14 +194,14 @@ Test(blocking, four_blocked_tasks_run_at_once) {
   tt_gate_open(&c.gate);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(tt_count_get(&c.runs), 5);
-  s = stats_of(pool);
+  s = tf_stats(pool);
   cr_assert_eq(s.blocking, 0);
   /* The extra workers retire as usual once idle. */
   wait_elastic_retired(&c);
   /* The three that ran the blocked tasks retired (a retirement is counted
    * before the worker's thread_stop hook runs). */
   cr_assert(tt_count_wait_geq(&c.elastic_stops, 3));
-  s = stats_of(pool);
+  s = tf_stats(pool);
   cr_assert_eq(s.elastic_workers, 0);
   cr_assert_geq(s.elastic_retired, 3);
   cr_assert_eq(tko_pool_destroy(pool), 0);
@@ -236,7 +230,7 @@ Test(blocking, calls_nest) {
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(tt_count_get(&c.runs), 1);
   cr_assert_geq(atomic_load(&c.nested_seen), 1);
-  cr_assert_eq(stats_of(pool).blocking, 0);
+  cr_assert_eq(tf_stats(pool).blocking, 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c.bad), 0);
 }
@@ -248,7 +242,7 @@ Test(blocking, a_basic_pool_accepts_the_hint) {
   cr_assert_eq(tko_submit(pool, blocking_fn, &c, 0), 0);
   cr_assert(tt_count_wait_eq(&c.inside, 1));
   cr_assert_eq(tko_submit(pool, plain_fn, &c, 0), 0); /* waits: no elastic workers */
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.blocking, 1);
   cr_assert_eq(s.elastic_workers, 0);
   cr_assert_eq(s.elastic_spawned, 0);
@@ -291,7 +285,7 @@ static void shutdown_with_blocked(tko_shutdown_mode mode) {
   long runs = tt_count_get(&c.runs), cancels = tt_count_get(&c.cancels);
   cr_assert_eq(runs + cancels, 5, "a task was lost");
   cr_assert_eq(runs, mode == TKO_DRAIN ? 5 : 2);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.blocking, 0);
   cr_assert_eq(s.completed + s.cancelled, s.submitted);
   cr_assert_eq(tko_pool_destroy(pool), 0);

@@ -114,12 +114,6 @@ static tko_pool *make_pool(qctx *c, unsigned workers, size_t cap, tko_full_polic
   return p;
 }
 
-static tko_stats stats_of(tko_pool *pool) {
-  tko_stats s;
-  tko_pool_stats(pool, &s);
-  return s;
-}
-
 static void finish(qctx *c, tko_pool *pool) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c->bad), 0);
@@ -148,10 +142,10 @@ Test(bounded, reject_never_exceeds_capacity) {
     cr_assert(rc == 0 || rc == -EAGAIN);
     if (rc == 0) accepted++;
     cr_assert_eq(rc == 0, i < CAP, "the first CAP fit, the rest do not");
-    cr_assert_leq(stats_of(pool).queued, CAP);
+    cr_assert_leq(tf_stats(pool).queued, CAP);
   }
   cr_assert_eq(accepted, CAP);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, CAP);
   cr_assert_eq(s.queued, CAP);
   cr_assert_eq(tko_pool_resume(pool), 0);
@@ -177,12 +171,12 @@ Test(bounded, block_never_exceeds_capacity) {
   cr_assert_eq(tko_pool_pause(pool), 0);
   for (int i = 0; i < CAP; i++) {
     cr_assert_eq(tko_submit_timed(pool, job_fn, &jobs[i], 0, 0), 0);
-    cr_assert_eq(stats_of(pool).queued, (uint64_t)i + 1);
+    cr_assert_eq(tf_stats(pool).queued, (uint64_t)i + 1);
   }
   cr_assert_eq(tko_submit_timed(pool, job_fn, &jobs[CAP], 0, 0), -ETIMEDOUT);
   cr_assert_eq(tko_submit_timed(pool, job_fn, &jobs[CAP + 1], 0, 20), -ETIMEDOUT);
-  cr_assert_eq(stats_of(pool).queued, CAP);
-  cr_assert_eq(stats_of(pool).submitted, CAP);
+  cr_assert_eq(tf_stats(pool).queued, CAP);
+  cr_assert_eq(tf_stats(pool).submitted, CAP);
   cr_assert_eq(tko_pool_resume(pool), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(atomic_load(&jobs[CAP].ran), 0);
@@ -291,14 +285,14 @@ Test(bounded, caller_runs_on_the_submitting_thread) {
   cr_assert_eq(tko_submit(pool, job_fn, &failing, 0), 0);
   cr_assert_eq(atomic_load(&failing.ran), 1);
 
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.caller_runs, 3);
   cr_assert_eq(s.submitted, CAP + 3);
   cr_assert_eq(s.queued, CAP);
   cr_assert_eq(s.failed, 1);
   cr_assert_eq(tko_pool_resume(pool), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  s = stats_of(pool);
+  s = tf_stats(pool);
   cr_assert_eq(s.completed, CAP + 3);
   for (int i = 0; i < CAP; i++)
     cr_assert_not(pthread_equal(fill[i].thread, pthread_self()));
@@ -324,7 +318,7 @@ Test(bounded, block_waits_until_there_is_room) {
   cr_assert_eq(tf_thread_start(&t, submit_from_thread, &sj), 0);
   cr_assert(tf_wait_thread_sleeping(t.tid)); /* waiting for room */
   cr_assert_not(tf_thread_is_done(&t), "a submit to a full, paused pool returned");
-  cr_assert_eq(stats_of(pool).submitted, CAP);
+  cr_assert_eq(tf_stats(pool).submitted, CAP);
   cr_assert_eq(tko_pool_resume(pool), 0);
   int rc = -1;
   cr_assert(tf_thread_join(&t, &rc));
@@ -375,7 +369,7 @@ Test(bounded, timed_submit_times_out_then_succeeds_with_room) {
   cr_assert_eq(tko_submit(pool, job_fn, &fill, 0), 0);
   cr_assert_eq(tko_submit_timed(pool, job_fn, &late, 0, 0), -ETIMEDOUT);
   cr_assert_eq(tko_submit_timed(pool, job_fn, &late, 0, 30), -ETIMEDOUT);
-  cr_assert_eq(stats_of(pool).submitted, 1);
+  cr_assert_eq(tf_stats(pool).submitted, 1);
   /* A timed submit blocked in another thread gets in once room appears. */
   submit_job sj = {pool, &late, TT_LONG_MS, 0};
   tf_thread t;
@@ -487,7 +481,7 @@ Test(bounded, producers_through_a_small_queue) {
   }
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(tt_count_get(&c.runs), T * PER);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, (uint64_t)T * PER);
   cr_assert_eq(s.completed, (uint64_t)T * PER);
   finish(&c, pool);
@@ -527,7 +521,7 @@ static void shutdown_wakes_blocked(tko_shutdown_mode mode) {
   } else {
     cr_assert_eq(atomic_load(&fill.cancelled), 1);
   }
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, 1);
   cr_assert_eq(s.completed + s.cancelled, 1);
   cr_assert_eq(tko_submit(pool, job_fn, &fill, 0), -ESHUTDOWN);
@@ -589,7 +583,7 @@ Test(bounded, regression_queued_exceeds_capacity_after_a_take) {
     job_init(&more[i], &c, 0);
     if (tko_submit(pool, job_fn, &more[i], 0) == 0) accepted++;
   }
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   tt_gate_open(&c.gate);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_leq(s.queued, CAP, "queued (not started) %llu > capacity %d (accepted %d more)",

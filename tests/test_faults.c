@@ -47,19 +47,6 @@ static void note_calls(const char *what, long calls) {
 #endif
 }
 
-/* A task that holds its worker until the gate opens. */
-typedef struct pin {
-  tt_gate gate;
-  tt_count started;
-} pin;
-
-static int pin_fn(void *arg) {
-  pin *p = arg;
-  tt_count_add(&p->started, 1);
-  tt_gate_wait(&p->gate);
-  return 0;
-}
-
 /* Weights that make the queue create buckets and rebuild its weight table,
  * the extremes of int included. */
 static int weight_of(size_t i) {
@@ -72,21 +59,21 @@ static int weight_of(size_t i) {
 
 /* A pool with one worker pinned by `pn`, a 16-slot queue and allocator f.
  * Its on_cancel hook counts tokens. */
-static tko_pool *pinned_pool(tfa *f, pin *pn) {
+static tko_pool *pinned_pool(tfa *f, tt_pin *pn) {
   tko_options o = tko_basic_options(1);
   o.initial_capacity = 16;
   o.allocator = &f->al;
   o.hooks.on_cancel = tft_on_cancel;
   tko_pool *p = NULL;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
-  cr_assert_eq(tko_submit(p, pin_fn, pn, 0), 0);
+  cr_assert_eq(tko_submit(p, tt_pin_fn, pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn->started, 1));
   return p;
 }
 
 /* Releases the pinned worker, then drains or cancels; checks the stats add
  * up and frees the pool. `extra` tasks were submitted besides the tokens. */
-static void finish_pool(tko_pool *p, pin *pn, bool cancel) {
+static void finish_pool(tko_pool *p, tt_pin *pn, bool cancel) {
   tt_gate_open(&pn->gate);
   if (cancel) cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
   else cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0, "an accepted task was lost");
@@ -174,7 +161,7 @@ static long submit_scenario(long nth, via_t via, bool cancel) {
   memset(tok, 0, sizeof tok);
   tfa f;
   tfa_init(&f);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
+  tt_pin pn = TT_PIN_INIT;
   tko_pool *p = pinned_pool(&f, &pn);
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
@@ -250,7 +237,7 @@ static long batch_scenario(long nth, bool prefill, const size_t *sizes, size_t n
   cr_assert(tok && tasks);
   tfa f;
   tfa_init(&f);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
+  tt_pin pn = TT_PIN_INIT;
   tko_pool *p = pinned_pool(&f, &pn);
   size_t next = 0;
   if (prefill) {
@@ -325,7 +312,7 @@ Test(faults, accepted_tasks_run_while_allocations_keep_failing) {
   memset(tok, 0, sizeof tok);
   tfa f;
   tfa_init(&f);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
+  tt_pin pn = TT_PIN_INIT;
   tko_pool *p = pinned_pool(&f, &pn);
   tfa_fail_from(&f, 1);
   size_t n = 0;
@@ -350,7 +337,7 @@ Test(faults, accepted_tasks_run_once_allocations_recover) {
   memset(tok, 0, sizeof tok);
   tfa f;
   tfa_init(&f);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
+  tt_pin pn = TT_PIN_INIT;
   tko_pool *p = pinned_pool(&f, &pn);
   tfa_fail_from(&f, 1);
   size_t n = 0;
@@ -563,8 +550,8 @@ static long async_scenario(long nth) {
   o.hooks.on_cancel = tft_on_cancel;
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
@@ -688,14 +675,14 @@ static long lanes_scenario(long nth, bool cancel) {
   memset(tok, 0, sizeof tok);
   tfa f;
   tfa_init(&f);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
+  tt_pin pn = TT_PIN_INIT;
   tko_options o = tko_basic_options(1);
   o.initial_capacity = 16;
   o.allocator = &f.al;
   o.hooks.on_cancel = pool_cancel_lanes;
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   tko_lane_options lo = lane_opts(&f);
   tko_lanes *l;
@@ -749,7 +736,7 @@ static long keyed_scenario(long nth, bool cancel) {
   memset(tok, 0, sizeof tok);
   tfa f;
   tfa_init(&f);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
+  tt_pin pn = TT_PIN_INIT;
   tko_pool *p = pinned_pool(&f, &pn);
   long before = atomic_load(&f.calls);
   if (nth) tfa_fail_nth(&f, nth);

@@ -16,11 +16,6 @@
 #include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
-static int nop_fn(void *arg) {
-  (void)arg;
-  return 0;
-}
-
 /* ---- async task run by TKO_FULL_CALLER_RUNS ----------------------------------------- */
 
 /* Regression, fixed in 8f0737a (fuzz_api, check "async_inflight == 0" after wait_idle): an async
@@ -48,7 +43,7 @@ Test(fuzz_regressions, caller_runs_async_task_runs_once) {
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   cr_assert_eq(tko_pool_pause(p), 0);
-  cr_assert_eq(tko_submit(p, nop_fn, NULL, 0), 0); /* fills the queue */
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0); /* fills the queue */
   static tft_token tok;
   memset(&tok, 0, sizeof tok);
   tko_group g;
@@ -78,7 +73,7 @@ Test(fuzz_regressions, caller_runs_async_task_gives_back_no_slot_it_did_not_take
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   cr_assert_eq(tko_pool_pause(p), 0);
-  cr_assert_eq(tko_submit(p, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
   static tft_token tok[2];
   memset(tok, 0, sizeof tok);
   cr_assert_eq(tko_submit_async(p, complete_at_once, &tok[0], 0), 0);
@@ -116,12 +111,12 @@ Test(fuzz_regressions, a_group_refuses_a_second_pool_only_while_bound_by_members
   /* The member stays pending until the gate opens, so the group is bound. */
   tt_gate gate = TT_GATE_INIT;
   cr_assert_eq(tko_group_submit(a, &g, gated_member, &gate, 0), 0);
-  cr_assert_eq(tko_group_submit(b, &g, nop_fn, NULL, 0), -EINVAL);
+  cr_assert_eq(tko_group_submit(b, &g, tt_nop_fn, NULL, 0), -EINVAL);
   tt_gate_open(&gate);
   cr_assert_eq(tko_group_wait(&g, TT_LONG_MS), 0);
   cr_assert_eq(tko_group_status(&g), 0);
   /* Empty again: the group may now move to the other pool. */
-  cr_assert_eq(tko_group_submit(b, &g, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_group_submit(b, &g, tt_nop_fn, NULL, 0), 0);
   cr_assert_eq(tko_group_wait(&g, TT_LONG_MS), 0);
   cr_assert_eq(tko_group_destroy(&g), 0);
   cr_assert_eq(tko_pool_destroy(a), 0);
@@ -143,10 +138,10 @@ Test(fuzz_regressions, a_failed_group_submit_leaves_the_group_unbound) {
   cr_assert_eq(tko_pool_shutdown(a, TKO_DRAIN), 0);
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
-  cr_assert_eq(tko_group_submit(a, &g, nop_fn, NULL, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_group_submit(a, &g, tt_nop_fn, NULL, 0), -ESHUTDOWN);
   cr_assert_eq(tko_pool_destroy(a), 0);
   cr_assert_eq(tko_group_cancel(&g), 0); /* must not touch the freed pool */
-  cr_assert_eq(tko_group_submit(b, &g, nop_fn, NULL, 0), 0, "the group is still bound to a");
+  cr_assert_eq(tko_group_submit(b, &g, tt_nop_fn, NULL, 0), 0, "the group is still bound to a");
   cr_assert_eq(tko_group_wait(&g, TT_LONG_MS), 0);
   cr_assert_eq(tko_group_destroy(&g), 0);
   cr_assert_eq(tko_pool_destroy(b), 0);

@@ -32,23 +32,6 @@
 #include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
-typedef struct pin {
-  tt_gate gate;
-  tt_count started;
-} pin;
-
-static int pin_fn(void *arg) {
-  pin *p = arg;
-  tt_count_add(&p->started, 1);
-  tt_gate_wait(&p->gate);
-  return 0;
-}
-
-static int nop_fn(void *arg) {
-  (void)arg;
-  return 0;
-}
-
 static int count_fn(void *arg) {
   tt_count_add(arg, 1);
   return 0;
@@ -132,8 +115,8 @@ Test(misuse, tasks_of_every_kind_get_edeadlk_from_their_own_pool) {
   expect_all_edeadlk(&basic, "basic worker");
 
   /* Pin the basic worker: the next task needs the elastic one. */
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   self_rc elastic;
   self_rc_init(&elastic);
@@ -284,8 +267,8 @@ static void chain_case(tko_shutdown_mode mode) {
   o.hooks.user = &c;
   o.hooks.on_cancel = chain_on_cancel;
   cr_assert_eq(tko_pool_create(&c.pool, &o), 0);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(c.pool, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(c.pool, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   for (int i = 0; i < 64; i++) atomic_store(&c.submit_rc[i], 1);
   for (int i = 0; i < 64; i++) cr_assert_eq(tko_submit(c.pool, chain_fn, &c, 0), 0);
@@ -433,13 +416,13 @@ Test(misuse, on_cancel_hooks_submit_refused_at_shutdown_accepted_at_group_cancel
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   atomic_store(&h.pool, p);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   /* Group cancel while the pool runs: the hook's submits are accepted. */
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
-  for (int i = 0; i < 5; i++) cr_assert_eq(tko_group_submit(p, &g, nop_fn, NULL, 0), 0);
+  for (int i = 0; i < 5; i++) cr_assert_eq(tko_group_submit(p, &g, tt_nop_fn, NULL, 0), 0);
   cr_assert_eq(tko_group_cancel(&g), 5);
   cr_assert_eq(tko_group_wait(&g, 0), 0);
   cr_assert_eq(tko_group_status(&g), -ECANCELED);
@@ -447,7 +430,7 @@ Test(misuse, on_cancel_hooks_submit_refused_at_shutdown_accepted_at_group_cancel
   cr_assert_eq(atomic_load(&h.refused), 0);
   /* Shutdown with CANCEL: the five accepted ones are cancelled (their
    * tokens count it) and each plain task's hook submit is refused. */
-  for (int i = 0; i < 3; i++) cr_assert_eq(tko_submit(p, nop_fn, NULL, 0), 0);
+  for (int i = 0; i < 3; i++) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
   tf_thread t;
   void *args[2] = {p, (void *)(intptr_t)TKO_CANCEL};
   cr_assert_eq(tf_thread_start(&t, run_shutdown, args), 0);
@@ -575,7 +558,7 @@ Test(misuse, a_blocking_before_run_hook_holds_only_its_worker) {
   o.hooks.before_run = blocking_before;
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
-  cr_assert_eq(tko_submit(p, nop_fn, &b, 0), 0); /* its hook blocks */
+  cr_assert_eq(tko_submit(p, tt_nop_fn, &b, 0), 0); /* its hook blocks */
   cr_assert(tt_count_wait_geq(&b.blocked, 1));
   tt_count done = TT_COUNT_INIT;
   for (int i = 0; i < 20; i++) cr_assert_eq(tko_submit(p, count_fn, &done, 0), 0);
@@ -694,8 +677,8 @@ Test(misuse, caller_errors_are_reported_and_change_nothing) {
   /* A group spans one pool. */
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_group_submit(a, &g, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_group_submit(a, &g, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   cr_assert_eq(tko_group_submit(b, &g, tft_run, &tok[0], 0), -EINVAL);
   /* A busy group is not destroyed. */
@@ -786,10 +769,10 @@ Test(misuse, pool_calls_from_foreign_threads_running_its_tasks_get_edeadlk) {
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   atomic_store(&f.pool, p);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
-  cr_assert_eq(tko_submit(p, nop_fn, NULL, 0), 0);            /* fills the queue */
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);            /* fills the queue */
   cr_assert_eq(tko_submit(p, foreign_wait_task, &f, 0), 0); /* runs right here */
   cr_assert_eq(atomic_load(&f.calls), 1);
   cr_assert_eq(atomic_load(&f.wait0_rc), -EDEADLK, "caller-runs task: wait_idle said %d",
@@ -805,12 +788,12 @@ Test(misuse, pool_calls_from_foreign_threads_running_its_tasks_get_edeadlk) {
   o.hooks.on_cancel = foreign_wait_hook;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   atomic_store(&c.pool, p);
-  pin pn2 = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn2, 0), 0);
+  tt_pin pn2 = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn2, 0), 0);
   cr_assert(tt_count_wait_geq(&pn2.started, 1));
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
-  cr_assert_eq(tko_group_submit(p, &g, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_group_submit(p, &g, tt_nop_fn, NULL, 0), 0);
   cr_assert_eq(tko_group_cancel(&g), 1);
   cr_assert_eq(atomic_load(&c.wait0_rc), -EDEADLK, "on_cancel: wait_idle said %d",
                atomic_load(&c.wait0_rc));
@@ -865,10 +848,10 @@ Test(misuse, destroy_from_a_caller_runs_task_is_edeadlk) {
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   atomic_store(&d.pool, p);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
-  cr_assert_eq(tko_submit(p, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
   /* The queue is full while the worker is pinned: this one runs here. */
   cr_assert_eq(tko_submit(p, destroy_own_task, &d, 0), 0);
   cr_assert_eq(atomic_load(&d.rc), -EDEADLK);
@@ -884,12 +867,12 @@ Test(misuse, destroy_from_on_cancel_under_group_cancel_is_edeadlk) {
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   atomic_store(&d.pool, p);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
-  cr_assert_eq(tko_group_submit(p, &g, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_group_submit(p, &g, tt_nop_fn, NULL, 0), 0);
   cr_assert_eq(tko_group_cancel(&g), 1); /* the member is still queued */
   cr_assert_eq(atomic_load(&d.rc), -EDEADLK);
   tt_gate_open(&pn.gate);
@@ -933,10 +916,10 @@ Test(misuse, shutdown_returns_while_the_timer_thread_waits_for_room) {
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   cr_assert_eq(tko_pool_pause(p), 0);
-  cr_assert_eq(tko_submit(p, nop_fn, NULL, 0), 0); /* the queue is full */
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0); /* the queue is full */
   tko_timer t;
   tko_timer_init(&t);
-  cr_assert_eq(tko_submit_after(p, &t, 0, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_submit_after(p, &t, 0, tt_nop_fn, NULL, 0), 0);
   /* The timer thread names itself when it starts; once it sleeps, it is
    * blocked in the due timer's submit (its task is no longer armed). */
   pid_t tid = 0;
@@ -968,7 +951,7 @@ Test(misuse, cancelling_a_timer_after_its_pool_is_gone_is_harmless) {
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   tko_timer t;
   tko_timer_init(&t);
-  cr_assert_eq(tko_submit_after(p, &t, 3600000, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_submit_after(p, &t, 3600000, tt_nop_fn, NULL, 0), 0);
   cr_assert_eq(tko_pool_destroy(p), 0); /* disarms it */
   cr_assert_eq(tko_timer_cancel(&t), -ENOENT);
 }

@@ -37,18 +37,6 @@ static int warm_baseline(void) {
   return tt_thread_count();
 }
 
-typedef struct pin {
-  tt_gate gate;
-  tt_count started;
-} pin;
-
-static int pin_fn(void *arg) {
-  pin *p = arg;
-  tt_count_add(&p->started, 1);
-  tt_gate_wait(&p->gate);
-  return 0;
-}
-
 /* ---- create ------------------------------------------------------------------ */
 
 Test(threads, create_fails_with_eagain_and_leaks_nothing) {
@@ -158,8 +146,8 @@ Test(threads, failed_elastic_spawn_leaves_queued_work_to_running_workers) {
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   seam_set(EAGAIN);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   /* Every submit now finds the worker busy and tries to spawn: all fail. */
   for (int i = 0; i < 100; i++) {
@@ -183,10 +171,10 @@ Test(threads, failed_elastic_spawn_leaves_queued_work_to_running_workers) {
 
   /* Threads can start again: the next backlog spawns elastic workers. */
   seam_set(0);
-  pin pn2 = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn2, 0), 0);
+  tt_pin pn2 = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn2, 0), 0);
   cr_assert(tt_count_wait_geq(&pn2.started, 1));
-  cr_assert_eq(tko_submit(p, pin_fn, &pn2, 0), 0); /* needs an elastic worker */
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn2, 0), 0); /* needs an elastic worker */
   cr_assert(tt_count_wait_geq(&pn2.started, 2));
   for (int i = 100; i < 200; i++) {
     cr_assert_eq(tko_submit(p, tft_run, &tok[i], 0), 0);

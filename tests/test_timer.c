@@ -113,12 +113,6 @@ static tko_pool *make_pool(tctx *c, unsigned workers) {
   return make_pool_opts(c, tko_basic_options(workers));
 }
 
-static tko_stats stats_of(tko_pool *pool) {
-  tko_stats s;
-  tko_pool_stats(pool, &s);
-  return s;
-}
-
 static void finish(tctx *c, tko_pool *pool) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c->bad), 0);
@@ -147,7 +141,7 @@ Test(timer, delayed_tasks_run_once_and_not_early) {
                   "timer %d ran early", i);
     cr_assert_eq(tko_timer_cancel(&js[i].timer), -ENOENT, "a fired timer is not armed");
   }
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, N);
   cr_assert_eq(s.completed, N);
   finish(&c, pool);
@@ -221,7 +215,7 @@ Test(timer, cancel_before_firing_means_never) {
     cr_assert_eq(atomic_load(&js[i].ran), 0);
     cr_assert_eq(atomic_load(&js[i].cancelled), 0, "a cancelled timer is the caller's again");
   }
-  cr_assert_eq(stats_of(pool).submitted, 0);
+  cr_assert_eq(tf_stats(pool).submitted, 0);
   finish(&c, pool);
 }
 
@@ -264,7 +258,7 @@ Test(timer, periodic_fires_until_cancelled) {
   cr_assert_eq(atomic_load(&sentinel.ran), 1);
   cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
   cr_assert_eq(tt_count_get(&c.cancels), 0, "a cancelled periodic timer went to on_cancel");
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, (uint64_t)atomic_load(&p.ran) + 1, "every firing ran");
   finish(&c, pool);
 }
@@ -409,7 +403,7 @@ static void pending_timers_at_shutdown(tko_shutdown_mode mode) {
     cr_assert_eq(tko_timer_cancel(&js[i].timer), -ENOENT, "still armed after shutdown");
   }
   /* Never submitted, so not in the pool's counts. */
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, 0);
   cr_assert_eq(s.cancelled, 0);
   tjob late;
@@ -443,7 +437,7 @@ static void fired_task_at_shutdown(tko_shutdown_mode mode) {
   cr_assert_eq(tko_submit_after(pool, &fired.timer, 0, tjob_fn, &fired, 0), 0);
   cr_assert(tt_count_wait_geq(&c.elastic_starts, 1));
   cr_assert_eq(tko_timer_cancel(&fired.timer), -ENOENT);
-  tko_stats s = stats_of(pool);
+  tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, 1);
   cr_assert_eq(s.queued, 1);
   cr_assert_eq(tko_pool_shutdown(pool, mode), 0);
@@ -457,7 +451,7 @@ static void fired_task_at_shutdown(tko_shutdown_mode mode) {
     cr_assert_eq(atomic_load(&fired.cancelled), 1);
   }
   cr_assert_eq(tt_count_get(&c.runs) + tt_count_get(&c.cancels), 2, "a timer task was lost");
-  s = stats_of(pool);
+  s = tf_stats(pool);
   cr_assert_eq(s.submitted, 1);
   cr_assert_eq(s.completed + s.cancelled, 1);
   cr_assert_eq(s.cancelled, mode == TKO_CANCEL ? 1u : 0u);

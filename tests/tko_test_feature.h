@@ -22,6 +22,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "taskorch.h"
 #include "tko_test_sync.h"
 
 static inline pid_t tf_gettid(void) {
@@ -54,6 +55,13 @@ static inline bool tf_wait_thread_sleeping(pid_t tid) {
     if (tt_now_ns() >= end) return false;
     sched_yield();
   }
+}
+
+/* The pool's stats, by value. */
+static inline tko_stats tf_stats(tko_pool *pool) {
+  tko_stats s;
+  tko_pool_stats(pool, &s);
+  return s;
 }
 
 /* A helper thread running fn(arg) once; the test waits for its int result

@@ -146,6 +146,28 @@ static inline bool tt_gate_wait(tt_gate *g) {
   return ok;
 }
 
+/* A task that holds its worker until the gate opens; started counts it in,
+ * so the test knows the worker is taken. */
+typedef struct tt_pin {
+  tt_gate gate;
+  tt_count started;
+} tt_pin;
+
+#define TT_PIN_INIT {TT_GATE_INIT, TT_COUNT_INIT}
+
+static inline int tt_pin_fn(void *arg) {
+  tt_pin *p = arg;
+  tt_count_add(&p->started, 1);
+  tt_gate_wait(&p->gate);
+  return 0;
+}
+
+/* A task that does nothing. */
+static inline int tt_nop_fn(void *arg) {
+  (void)arg;
+  return 0;
+}
+
 /* Threads in this process, from /proc/self/task (Linux); -1 if unreadable. */
 static inline int tt_thread_count(void) {
   DIR *d = opendir("/proc/self/task");
