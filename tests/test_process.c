@@ -66,23 +66,6 @@
 #define TP_FORK_SKIP 1
 #endif
 
-typedef struct pin {
-  tt_gate gate;
-  tt_count started;
-} pin;
-
-static int pin_fn(void *arg) {
-  pin *p = arg;
-  tt_count_add(&p->started, 1);
-  tt_gate_wait(&p->gate);
-  return 0;
-}
-
-static int nop_fn(void *arg) {
-  (void)arg;
-  return 0;
-}
-
 static int nop_async(tko_async *op, void *arg) {
   (void)op;
   (void)arg;
@@ -213,7 +196,7 @@ typedef struct busy {
 static void *producer(void *arg) {
   busy *b = arg;
   while (!atomic_load(&b->stop)) {
-    int rc = tko_submit(b->pool, nop_fn, NULL, 0);
+    int rc = tko_submit(b->pool, tt_nop_fn, NULL, 0);
     if (rc) atomic_store(&b->bad, rc);
     if (tko_pool_wait_idle(b->pool, 0) == -EINVAL) atomic_store(&b->bad, -EINVAL);
   }
@@ -222,7 +205,7 @@ static void *producer(void *arg) {
 
 static int child_destroy(void *arg) {
   int bad = 0;
-  if (tko_submit(arg, nop_fn, NULL, 0) != -ECHILD) bad |= 1;
+  if (tko_submit(arg, tt_nop_fn, NULL, 0) != -ECHILD) bad |= 1;
   if (tko_pool_destroy(arg) != 0) bad |= 2;
   return bad;
 }
@@ -259,7 +242,7 @@ static int child_timer(void *arg) {
   tko_timer t;
   tko_timer_init(&t);
   int bad = 0;
-  if (tko_submit_after(arg, &t, 0, nop_fn, NULL, 0) != -ECHILD) bad |= 1;
+  if (tko_submit_after(arg, &t, 0, tt_nop_fn, NULL, 0) != -ECHILD) bad |= 1;
   if (tko_pool_destroy(arg) != 0) bad |= 2;
   return bad;
 }
@@ -275,7 +258,7 @@ Test(process, timer_calls_in_a_forked_child_get_echild) {
   cr_assert_eq(r, 0, "child result 0x%x", r);
   tko_timer t;
   tko_timer_init(&t);
-  cr_assert_eq(tko_submit_after(p, &t, 3600000, nop_fn, NULL, 0), 0); /* starts it */
+  cr_assert_eq(tko_submit_after(p, &t, 3600000, tt_nop_fn, NULL, 0), 0); /* starts it */
   r = run_in_child(child_timer, p);
   cr_assert_eq(r, 0, "child result 0x%x", r);
   cr_assert_eq(tko_pool_destroy(p), 0);
@@ -366,8 +349,8 @@ Test(process, pool_threads_block_asynchronous_signals) {
   cr_assert_eq(tko_submit(p, mask_fn, &m, 0), 0);
   cr_assert(tt_count_wait_geq(&m.done, 1));
   /* Elastic worker, spawned by this (unblocked) thread's submit. */
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   cr_assert_eq(tko_submit(p, mask_fn, &m, 0), 0);
   cr_assert(tt_count_wait_geq(&m.done, 2));
@@ -377,7 +360,7 @@ Test(process, pool_threads_block_asynchronous_signals) {
   /* The timer thread. */
   tko_timer t;
   tko_timer_init(&t);
-  cr_assert_eq(tko_submit_after(p, &t, 3600000, nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_submit_after(p, &t, 3600000, tt_nop_fn, NULL, 0), 0);
   cr_assert_eq(atomic_load(&m.bad_blocked), 0, "signal %d reaches a worker",
                atomic_load(&m.bad_blocked));
   cr_assert_eq(atomic_load(&m.bad_sync), 0, "synchronous signal %d blocked",
@@ -416,14 +399,14 @@ static int signal_child(void *arg) {
   tko_options o = tko_elastic_options(1, 1, 60000);
   tko_pool *p;
   if (tko_pool_create(&p, &o)) return 1;
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  tko_submit(p, pin_fn, &pn, 0);
+  tt_pin pn = TT_PIN_INIT;
+  tko_submit(p, tt_pin_fn, &pn, 0);
   tt_count_wait_geq(&pn.started, 1);
-  tko_submit(p, pin_fn, &pn, 0); /* the elastic worker */
+  tko_submit(p, tt_pin_fn, &pn, 0); /* the elastic worker */
   tt_count_wait_geq(&pn.started, 2);
   tko_timer t;
   tko_timer_init(&t);
-  tko_submit_after(p, &t, 3600000, nop_fn, NULL, 0); /* the timer thread */
+  tko_submit_after(p, &t, 3600000, tt_nop_fn, NULL, 0); /* the timer thread */
   if (tt_thread_count() != 4) bad |= 2; /* this one, two workers, the timer */
   pthread_sigmask(SIG_BLOCK, &usr1, NULL);
   kill(getpid(), SIGUSR1);
@@ -523,6 +506,7 @@ typedef struct sched_probe {
   int policy[2]; /* [kind]: what a task saw on a basic / elastic worker */
   int nice[2];
   tt_count done;
+  tt_gate hold; /* each probe keeps its worker until the test opens this */
 } sched_probe;
 
 static _Thread_local tko_worker_kind tl_kind;
@@ -537,6 +521,7 @@ static int sched_fn(void *arg) {
   s->policy[tl_kind] = sched_getscheduler(0);
   s->nice[tl_kind] = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
   tt_count_add(&s->done, 1);
+  tt_gate_wait(&s->hold);
   return 0;
 }
 
@@ -569,8 +554,9 @@ static bool have_cap_sys_nice(void) {
 }
 
 /* Runs on a thread of its own: takes the case's policy and nice, creates an
- * elastic pool, pins its basic worker, and probes both worker kinds (the
- * elastic one is started by this thread's submit). */
+ * elastic pool of one basic and one elastic worker, and probes both kinds:
+ * the first probe holds whichever worker took it, so the second runs on the
+ * other one (the elastic one is started by this thread's submit). */
 static void *sched_thread(void *arg) {
   sched_case *c = arg;
   if (c->drop_nice_cap) set_cap_sys_nice(false);
@@ -586,14 +572,12 @@ static void *sched_thread(void *arg) {
   if (c->create_rc) return NULL;
   tt_count_init(&c->probe.done);
   c->probe.policy[0] = c->probe.policy[1] = -2;
-  tko_submit(p, sched_fn, &c->probe, 0); /* basic worker */
+  c->probe.hold = (tt_gate)TT_GATE_INIT;
+  tko_submit(p, sched_fn, &c->probe, 0);
   tt_count_wait_geq(&c->probe.done, 1);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  tko_submit(p, pin_fn, &pn, 0);
-  tt_count_wait_geq(&pn.started, 1);
-  tko_submit(p, sched_fn, &c->probe, 0); /* needs the elastic worker */
+  tko_submit(p, sched_fn, &c->probe, 0); /* the other worker */
   tt_count_wait_geq(&c->probe.done, 2);
-  tt_gate_open(&pn.gate);
+  tt_gate_open(&c->probe.hold);
   tko_pool_destroy(p);
   tt_count_fini(&c->probe.done);
   return NULL;
@@ -671,18 +655,20 @@ Test(process, elastic_workers_do_not_inherit_the_submitters_nice_value) {
   o.hooks.before_run = note_kind;
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
-  pin pn = {TT_GATE_INIT, TT_COUNT_INIT};
-  cr_assert_eq(tko_submit(p, pin_fn, &pn, 0), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
   sched_probe probe;
   memset(&probe, 0, sizeof probe);
   probe.nice[1] = -100;
   tt_count_init(&probe.done);
+  probe.hold = (tt_gate)TT_GATE_INIT;
   nice_submit n = {p, &probe};
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, niced_submitter, &n), 0);
   pthread_join(t, NULL);
   cr_assert(tt_count_wait_geq(&probe.done, 1));
+  tt_gate_open(&probe.hold);
   tt_gate_open(&pn.gate);
   cr_assert_eq(tko_pool_destroy(p), 0);
   cr_assert_eq(probe.nice[TKO_WORKER_ELASTIC], base,
