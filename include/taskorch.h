@@ -152,6 +152,10 @@ typedef struct tko_stats {
   uint64_t lock_contended;   /* times a worker or full-inbox submitter waited
                                 for the queue lock (a contention gauge) */
   unsigned async_inflight;   /* async tasks started, not yet completed */
+  uint64_t queue_bytes;      /* memory the queue's item slabs hold: it grows
+                                to the largest backlog seen and is kept (past
+                                2 MiB, with the default allocator, it is a
+                                huge-page mapping of its own, not malloc'd) */
 } tko_stats;
 
 /* Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */

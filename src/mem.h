@@ -3,8 +3,11 @@
 #ifndef TKO_MEM_H
 #define TKO_MEM_H
 
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "prim.h"
 #include "taskorch.h"
 
 static inline void *tko__mem_alloc(const tko_allocator *a, size_t size) {
@@ -20,6 +23,35 @@ static inline void tko__mem_free(const tko_allocator *a, void *p) {
     a->free(a->ctx, p);
   else
     free(p);
+}
+
+/* Growable arrays (the queue's slab): through the caller's realloc if it
+ * gave one; otherwise malloc'd while small and, from TKO__MAP_MIN bytes on,
+ * a huge-page mapping of their own that grows without copying (prim.h).
+ * Which one an array is follows from its size, so nothing records it. */
+static inline bool tko__mem_mapped(const tko_allocator *a, size_t bytes) {
+  return !(a && a->realloc) && bytes >= TKO__MAP_MIN;
+}
+
+static inline void *tko__mem_array_alloc(const tko_allocator *a, size_t bytes) {
+  return tko__mem_mapped(a, bytes) ? tko__map_alloc(bytes) : tko__mem_alloc(a, bytes);
+}
+
+/* NULL, with p untouched, if there is no memory. */
+static inline void *tko__mem_array_grow(const tko_allocator *a, void *p, size_t old_bytes,
+                                        size_t new_bytes) {
+  if (!tko__mem_mapped(a, new_bytes)) return tko__mem_realloc(a, p, new_bytes);
+  if (tko__mem_mapped(a, old_bytes)) return tko__map_grow(p, old_bytes, new_bytes);
+  void *n = tko__map_alloc(new_bytes);
+  if (!n) return NULL;
+  memcpy(n, p, old_bytes);
+  tko__mem_free(a, p);
+  return n;
+}
+
+static inline void tko__mem_array_free(const tko_allocator *a, void *p, size_t bytes) {
+  if (tko__mem_mapped(a, bytes)) tko__map_free(p, bytes);
+  else tko__mem_free(a, p);
 }
 
 #endif

@@ -349,4 +349,7 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   out->caller_runs = tko__load_relaxed(&pool->caller_runs);
   out->lock_contended = tko__load_relaxed(&pool->lock.contended);
   out->async_inflight = tko__load_relaxed(&pool->async_inflight);
+  /* Relaxed, both: statistics (see queue.c's grow_items). */
+  out->queue_bytes = tko__load_relaxed(&pool->queue.slab_bytes) +
+                     tko__load_relaxed(&pool->async_queue.slab_bytes);
 }

@@ -4,8 +4,9 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sys/resource.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,7 +14,9 @@
 #include <linux/futex.h>
 #endif
 #if defined(__linux__)
+#include <sys/mman.h>
 #include <sys/syscall.h>
+#define TKO_HAVE_MREMAP 1
 #endif
 
 uint64_t tko__now_ns(void) {
@@ -103,6 +106,55 @@ void tko__thread_set_nice(int nice) {
   (void)nice;
 #endif
 }
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+size_t tko__map_size(size_t bytes) { return (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1); }
+
+#ifdef TKO_HAVE_MREMAP
+/* Maps one huge page more than asked and trims both ends, so the mapping
+ * starts on a huge-page boundary (THP only backs aligned 2 MiB spans). */
+void *tko__map_alloc(size_t bytes) {
+  size_t len = tko__map_size(bytes), span = len + HUGE_PAGE;
+  char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  char *start = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+  if (start > p) munmap(p, (size_t)(start - p));
+  size_t after = (size_t)(p + span - (start + len));
+  if (after) munmap(start + len, after);
+  /* Advice only: where THP is off, this is plain 4 KiB memory. */
+  (void)madvise(start, len, MADV_HUGEPAGE);
+  return start;
+}
+
+void *tko__map_grow(void *p, size_t old_bytes, size_t new_bytes) {
+  size_t old_len = tko__map_size(old_bytes);
+  if (tko__map_size(new_bytes) == old_len) return p;
+  void *n = tko__map_alloc(new_bytes);
+  if (!n) return NULL;
+  /* Move the old pages to the front of the new mapping: page tables move,
+   * the bytes stay where they are in memory and nothing faults again. */
+  if (mremap(p, old_len, old_len, MREMAP_MAYMOVE | MREMAP_FIXED, n) == MAP_FAILED) {
+    memcpy(n, p, old_bytes);
+    munmap(p, old_len);
+  }
+  return n;
+}
+
+void tko__map_free(void *p, size_t bytes) {
+  if (p) munmap(p, tko__map_size(bytes));
+}
+#else
+void *tko__map_alloc(size_t bytes) { return malloc(bytes); }
+void *tko__map_grow(void *p, size_t old_bytes, size_t new_bytes) {
+  (void)old_bytes;
+  return realloc(p, new_bytes);
+}
+void tko__map_free(void *p, size_t bytes) {
+  (void)bytes;
+  free(p);
+}
+#endif
 
 unsigned tko__cpu_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -6,7 +6,9 @@
  * single heap of items would pay O(log n) cache misses per pop with a million
  * tasks waiting. FIFO order among equal weights falls out of the lists.
  *
- * Memory: items live in one slab grown by doubling, and freed slots are
+ * Memory: items live in one slab grown by doubling (past 2 MiB, with the
+ * default allocator, a huge-page mapping that grows without copying: mem.h),
+ * and freed slots are
  * reused FIFO (from the slab's start again whenever the queue empties), so
  * a steady stream of tasks allocates nothing. A bucket that
  * empties stays in the weight table (a burst of one weight usually comes
@@ -139,10 +141,13 @@ static int grow_items(tko__queue *q, size_t need) {
   size_t cap = q->items_cap;
   while (cap - q->len < need) cap *= 2;
   if (cap >= TKO__NIL - 1) return -ENOMEM;
-  tko__item *items = tko__mem_realloc(q->alloc, q->items, cap * sizeof *items);
+  tko__item *items = tko__mem_array_grow(q->alloc, q->items, (size_t)q->items_cap * sizeof *items,
+                                         cap * sizeof *items);
   if (!items) return -ENOMEM;
   q->items = items;
   q->items_cap = (uint32_t)cap;
+  /* Relaxed: a statistic; tko_pool_stats reads it without the lock. */
+  atomic_store_explicit(&q->slab_bytes, cap * sizeof *items, memory_order_relaxed);
   return 0;
 }
 
@@ -181,7 +186,7 @@ int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc) 
   q->free_bucket = TKO__NIL;
   q->last_bucket = TKO__NIL;
   q->buckets_cap = 8;
-  q->items = tko__mem_alloc(alloc, capacity * sizeof *q->items);
+  q->items = tko__mem_array_alloc(alloc, capacity * sizeof *q->items);
   q->buckets = tko__mem_alloc(alloc, q->buckets_cap * sizeof *q->buckets);
   q->heap = tko__mem_alloc(alloc, q->buckets_cap * sizeof *q->heap);
   q->table_cap = MIN_TABLE;
@@ -191,11 +196,12 @@ int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc) 
     return -ENOMEM;
   }
   memset(q->table, 0xff, MIN_TABLE * sizeof *q->table);
+  atomic_init(&q->slab_bytes, capacity * sizeof *q->items);
   return 0;
 }
 
 void tko__queue_fini(tko__queue *q) {
-  tko__mem_free(q->alloc, q->items);
+  if (q->items) tko__mem_array_free(q->alloc, q->items, (size_t)q->items_cap * sizeof *q->items);
   tko__mem_free(q->alloc, q->buckets);
   tko__mem_free(q->alloc, q->heap);
   tko__mem_free(q->alloc, q->table);

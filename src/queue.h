@@ -5,6 +5,7 @@
 #ifndef TKO_QUEUE_H
 #define TKO_QUEUE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +52,7 @@ typedef struct tko__queue {
   uint32_t table_used;    /* buckets in the table, empty ones included */
   uint32_t last_bucket;   /* the bucket the last push used: the common case */
 
+  atomic_size_t slab_bytes; /* items_cap * item size, for lock-free stats */
   uint64_t aging_ns;      /* 0 = off; else one weight unit per aging_ns waited */
   const tko_allocator *alloc;
 } tko__queue;

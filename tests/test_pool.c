@@ -501,6 +501,33 @@ Test(pool, stats_while_a_task_runs) {
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
+Test(pool, stats_show_the_queue_memory_it_grew_and_kept) {
+  tko_pool *p;
+  tko_options o = tko_basic_options(1);
+  o.initial_capacity = 16;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_stats s0, s1, s2;
+  tko_pool_stats(p, &s0);
+  cr_assert_gt(s0.queue_bytes, 0, "the initial slab is counted");
+  gate_task g;
+  gate_task_init(&g);
+  cr_assert_eq(tko_submit(p, gate_fn, &g, 0), 0);
+  cr_assert(tt_count_wait_geq(&g.started, 1));
+  /* More than the inbox holds, while the only worker is held: the queue
+   * must take them and grow. */
+  atomic_long n = 0;
+  const long backlog = 5000;
+  for (long i = 0; i < backlog; i++) cr_assert_eq(tko_submit(p, count_fn, &n, (int)(i & 3)), 0);
+  tko_pool_stats(p, &s1);
+  cr_assert_gt(s1.queue_bytes, s0.queue_bytes, "a backlog of %ld grew the slab", backlog);
+  tt_gate_open(&g.gate);
+  pool_wait(p);
+  tko_pool_stats(p, &s2);
+  cr_assert_eq(atomic_load(&n), backlog);
+  cr_assert_geq(s2.queue_bytes, s1.queue_bytes, "the slab is kept for the next burst");
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
 typedef struct counting_alloc {
   atomic_long allocs, frees; /* calls, realloc counted as an alloc */
   atomic_long live;          /* blocks not yet freed */

@@ -1,14 +1,16 @@
 /* Unit tests for the by-value weighted priority queue (src/queue.h): pop
  * order (weight desc, FIFO for ties) over the whole int range, growth, many
  * distinct weights checked against a reference sort, interleaved push/pop
- * against a reference model, no growth in a steady push/pop stream, and
- * refills after the queue empties. */
+ * against a reference model, no growth in a steady push/pop stream,
+ * refills after the queue empties, and where a big slab's memory comes
+ * from. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tko_test.h"
 #include "tko_test_sync.h"
+#include "prim.h"
 #include "queue.h"
 
 static int dummy_fn(void *arg) { return arg != NULL; }
@@ -150,6 +152,52 @@ Test(queue, grows_geometrically_past_initial_capacity) {
   for (size_t i = 0; i < n; i++) w[i] = (int)(i % 13) - 6;
   check_order(w, n, 16, 16);
   free(w);
+}
+
+/* Counts the bytes a host allocator was asked to grow to. */
+static size_t host_biggest;
+static void *host_alloc(void *ctx, size_t n) { (void)ctx; return malloc(n); }
+static void *host_realloc(void *ctx, void *p, size_t n) {
+  (void)ctx;
+  if (n > host_biggest) host_biggest = n;
+  return realloc(p, n);
+}
+static void host_free(void *ctx, void *p) { (void)ctx; free(p); }
+
+/* Pushes n items of 3 weights, pops them all and checks the order. */
+static void fill_and_drain(tko__queue *q, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    tko__item it = make_item(i + 1, (int)(i % 3));
+    cr_assert_eq(tko__queue_push(q, &it), 0);
+  }
+  tko__item prev, cur;
+  cr_assert_eq(tko__queue_pop(q, &prev, 1), 1);
+  for (size_t i = 1; i < n; i++) {
+    cr_assert_eq(tko__queue_pop(q, &cur, 1), 1);
+    cr_assert(ref_before(&prev, &cur), "order broken at %zu", i);
+    cr_assert_eq(cur.arg, (void *)(uintptr_t)(cur.id * 7 + 1), "item %zu intact", i);
+    prev = cur;
+  }
+}
+
+Test(queue, big_slab_is_mapped_unless_the_host_allocates) {
+  const size_t n = 300000; /* 14 MiB of items: past TKO__MAP_MIN, several growths */
+  tko__queue q;
+  cr_assert_eq(tko__queue_init(&q, 16, NULL), 0);
+  fill_and_drain(&q, n);
+#if defined(__linux__)
+  /* The default allocator's big slab is a huge-page-aligned mapping. */
+  cr_assert_eq((uintptr_t)q.items % TKO__MAP_MIN, 0, "slab at %p", (void *)q.items);
+#endif
+  fill_and_drain(&q, n); /* the grown mapping is reused as it is */
+  tko__queue_fini(&q);
+
+  tko_allocator host = {host_alloc, host_realloc, host_free, NULL};
+  host_biggest = 0;
+  cr_assert_eq(tko__queue_init(&q, 16, &host), 0);
+  fill_and_drain(&q, n);
+  cr_assert_geq(host_biggest, n * sizeof(tko__item), "a host allocator sees every growth");
+  tko__queue_fini(&q);
 }
 
 Test(queue, reserve_makes_pushes_allocation_free) {
