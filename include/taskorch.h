@@ -115,10 +115,14 @@ typedef struct tko_options {
                                 with fewer than 4 tasks, and fewer than
                                 max_batch, also yields once before looking
                                 again, so that tasks gather into batches.) */
-  unsigned max_batch;        /* most queued tasks a worker takes at once, 1..16;
-                                0 = 16. Use 1 when tasks wait for each other
-                                (a worker never runs a task it took while an
-                                earlier one of its batch blocks). */
+  unsigned max_batch;        /* most queued tasks a worker takes at once, 1..64;
+                                0 = 64. Within it a worker sizes each take to
+                                about 20 us of work, timing its last batch
+                                (short tasks: big takes; tasks of 20 us or
+                                more: one at a time). Use 1 when tasks wait
+                                for each other (a worker never runs a task it
+                                took while an earlier one of its batch
+                                blocks). */
   size_t initial_capacity;   /* queue slots allocated up front; 0 = 256 */
   size_t queue_capacity;     /* most tasks queued (not started) at once; 0 = no
                                 limit. Memory is then bounded too. */
@@ -174,8 +178,9 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
  * -ENOMEM: the queue could not grow.
  * A worker may take a few queued tasks at once (up to max_batch, fewer when
- * the queue is short), so a task submitted later with a higher weight can
- * run after tasks that a worker had already taken. */
+ * the queue is short or its tasks are long: about 20 us of work), so a task
+ * submitted later with a higher weight can run after tasks that a worker had
+ * already taken. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
 /* Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits

@@ -16,8 +16,14 @@
 #include "tko_signal.h"
 #include "taskorch.h"
 
-/* The most tasks a worker takes per visit to the queue. */
-#define TKO__GRAB_MAX 16u
+/* The most tasks a worker takes per visit to the queue (max_batch's upper
+ * bound), the default, and the work a take aims to hold: a worker sizes its
+ * takes so that a batch lasts about TKO__BATCH_BUDGET_NS, judging by its
+ * last batch (worker.c). */
+#define TKO__GRAB_MAX 64u
+#define TKO__BATCH_DEFAULT 64u
+#define TKO__BATCH_START 16u
+#define TKO__BATCH_BUDGET_NS 20000u
 
 /* A take of fewer tasks than this is followed by a yield (worker.c). */
 #define TKO__SMALL_TAKE 4u
@@ -47,6 +53,7 @@ typedef struct tko__worker {
    * wait takes from it first. */
   const tko__item *local;
   size_t local_n, local_next;
+  size_t batch_cap; /* most tasks the next take may hold; owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,
    * together with releasing its elastic count. */

@@ -118,7 +118,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   pool->creator_nice = tko__thread_nice();
   if (!pool->opts.elastic_idle_ms) pool->opts.elastic_idle_ms = 1000;
   if (!pool->opts.spin_yields) pool->opts.spin_yields = 8;
-  if (!pool->opts.max_batch) pool->opts.max_batch = TKO__GRAB_MAX;
+  if (!pool->opts.max_batch) pool->opts.max_batch = TKO__BATCH_DEFAULT;
   /* Thread names are limited to 15 characters: "<name>-e1023" fits a
    * 9-character prefix, so longer names are cut. */
   snprintf(pool->name, sizeof pool->name, "%s", opts->name ? opts->name : "tko");

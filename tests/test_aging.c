@@ -1,6 +1,6 @@
 /* Tests for anti-starvation aging (aging_ms). The starvation tests run a
  * self-sustaining stream of higher-weight tasks on one worker (each stream
- * task submits the next, and 32 stay queued so a worker's take of up to 16
+ * task submits the next, and 128 stay queued so a worker's take of up to 64
  * never reaches the low task by accident) with one low-weight task queued
  * before it:
  *  - aging off: the low task runs exactly last, after the whole stream;
@@ -22,7 +22,7 @@
 #include "tko_test.h"
 #include "tko_test_sync.h"
 
-enum { LOW_W = 0, HIGH_W = 20, INITIAL_HIGH = 32 };
+enum { LOW_W = 0, HIGH_W = 20, INITIAL_HIGH = 128 };
 
 typedef struct actx {
   tko_pool *pool;

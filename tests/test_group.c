@@ -638,7 +638,7 @@ Test(group, threads_wait_on_their_own_groups) {
 
 /* ---- regressions: core bugs these tests found, now fixed ------------- */
 
-/* A worker takes several queued tasks at once (max_batch, default 16). If
+/* A worker takes several queued tasks at once (max_batch, default 64). If
  * the task that waits is in the same take as a member of its group, the
  * member sits in the waiting worker's private batch: nobody else can run it,
  * and the helping wait only looks at the queue, so the wait never returns

@@ -306,6 +306,53 @@ Test(pool, submit_from_inside_a_task_single_worker) {
   cr_assert_eq(tko_pool_destroy(t.pool), 0);
 }
 
+/* ---- takes are sized by time ------------------------------------------- */
+
+/* Long tasks (each spins 100 us, five times the 20 us a take aims to hold)
+ * are taken one at a time once the worker has timed its first batch, so a
+ * higher weight submitted by one of them runs next, not behind a batch. */
+typedef struct long_stream {
+  tko_pool *pool;
+  atomic_int ran;     /* stream tasks run so far */
+  atomic_int high_at; /* stream tasks run before the high one; -1 = not yet */
+  int submit_after;   /* the stream task that submits the high one */
+  atomic_int errors;
+} long_stream;
+
+static int high_fn(void *arg) {
+  long_stream *ls = arg;
+  atomic_store(&ls->high_at, atomic_load(&ls->ran));
+  return 0;
+}
+
+static int long_fn(void *arg) {
+  long_stream *ls = arg;
+  tt_spin_ns(100000);
+  if (atomic_fetch_add(&ls->ran, 1) + 1 == ls->submit_after &&
+      tko_submit(ls->pool, high_fn, ls, 10) != 0)
+    atomic_fetch_add(&ls->errors, 1);
+  return 0;
+}
+
+Test(pool, long_tasks_are_taken_one_at_a_time) {
+  long_stream ls = {.submit_after = 40};
+  atomic_init(&ls.ran, 0);
+  atomic_init(&ls.high_at, -1);
+  atomic_init(&ls.errors, 0);
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&ls.pool, &o), 0);
+  cr_assert_eq(tko_pool_pause(ls.pool), 0);
+  for (int i = 0; i < 100; i++) cr_assert_eq(tko_submit(ls.pool, long_fn, &ls, 0), 0);
+  cr_assert_eq(tko_pool_resume(ls.pool), 0);
+  pool_wait(ls.pool);
+  cr_assert_eq(atomic_load(&ls.errors), 0);
+  cr_assert_eq(atomic_load(&ls.ran), 100);
+  cr_assert_eq(atomic_load(&ls.high_at), ls.submit_after,
+               "the high task ran after %d stream tasks, not right after the %dth",
+               atomic_load(&ls.high_at), ls.submit_after);
+  cr_assert_eq(tko_pool_destroy(ls.pool), 0);
+}
+
 /* ---- exactly once under concurrent submitters --------------------------- */
 
 #define SUBMITTERS 8
