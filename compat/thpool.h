@@ -11,12 +11,9 @@
  * Unlike the original, nothing is global: every pool is independent, so
  * pausing, resuming or destroying one never touches another.
  *
- * Known difference, pending a core option: a taskorch worker may take a few
- * queued jobs at once (up to 16 when the queue is long), so a job that
- * blocks until a job added after it has run can wait forever if the same
- * thread took both, where C-Thread-Pool would run the later job on another
- * free thread. Jobs that only wait for jobs added before them, or for
- * nothing, are unaffected. */
+ * Like C-Thread-Pool, each thread takes one job at a time (the core option
+ * max_batch = 1), so a job that blocks until a later job has run finds it
+ * on another free thread. */
 #ifndef TASKORCH_THPOOL_H
 #define TASKORCH_THPOOL_H
 
