@@ -122,10 +122,10 @@ static int cmp_expected(const void *x, const void *y) {
   return i - j; /* ties: submit order */
 }
 
-Test(pool, one_worker_exact_order_over_mixed_weights_and_ties) {
-  static const int palette[] = {INT_MIN, -100, -1, 0, 0, 1, 7, 7, 100, INT_MAX, INT_MAX - 1,
-                                INT_MIN + 1};
-  const size_t n = 3000;
+/* n tasks queued behind a gate on one worker, weights drawn from palette
+ * (and, if any_int, one in eight from the whole int range), must run in
+ * exactly (weight desc, submit order) with ids in submit order. */
+static void check_exact_order(const int *palette, size_t palette_n, bool any_int, size_t n) {
   int *weights = malloc(n * sizeof *weights);
   int *expected = malloc(n * sizeof *expected);
   order_ctx c;
@@ -142,8 +142,7 @@ Test(pool, one_worker_exact_order_over_mixed_weights_and_ties) {
   uint64_t seed = 7;
   for (size_t i = 0; i < n; i++) {
     uint64_t r = tt_rand(&seed);
-    weights[i] = (r & 7) ? palette[(r >> 8) % (sizeof palette / sizeof palette[0])]
-                         : (int)(uint32_t)(r >> 32);
+    weights[i] = (r & 7) || !any_int ? palette[(r >> 8) % palette_n] : (int)(uint32_t)(r >> 32);
     expected[i] = (int)i;
     c.args[i] = (order_arg){&c, (int)i};
   }
@@ -182,6 +181,20 @@ Test(pool, one_worker_exact_order_over_mixed_weights_and_ties) {
   free(c.ids);
   free(c.seen_weight);
   free(c.args);
+}
+
+Test(pool, one_worker_exact_order_over_mixed_weights_and_ties) {
+  static const int palette[] = {INT_MIN, -100, -1, 0, 0, 1, 7, 7, 100, INT_MAX, INT_MAX - 1,
+                                INT_MIN + 1};
+  check_exact_order(palette, sizeof palette / sizeof palette[0], true, 3000);
+}
+
+/* A few weights: the inbox moves tasks into the queue grouped by weight
+ * (inbox.c), which must keep submit order within each weight. */
+Test(pool, one_worker_exact_order_over_a_few_weights) {
+  static const int palette[] = {3, 0, 2, 1, INT_MAX, INT_MIN};
+  check_exact_order(palette, 4, false, 5000);
+  check_exact_order(palette, 6, false, 5000);
 }
 
 /* ---- independence ------------------------------------------------------- */
