@@ -12,6 +12,7 @@ int tko__inbox_init(tko__inbox *in, uint32_t capacity, const tko_allocator *allo
   atomic_init(&in->tail, 0);
   atomic_init(&in->head, 0);
   atomic_init(&in->head_seen, 0);
+  in->mixed_weights = false;
   in->mask = cap - 1;
   in->slots = tko__mem_alloc(alloc, cap * sizeof *in->slots);
   if (!in->slots) return -ENOMEM;
@@ -50,8 +51,11 @@ static tko__item item_at(const tko__inbox_slot *s, uint64_t pos) {
  * (bench_quick's four interleaved weights, batch 256 on a reused pool:
  * ~43 ns/task, against ~28 with a single weight). Only for a handful of
  * weights and when room was reserved, so that no push can fail halfway
- * through a group; otherwise tasks move in submit order. */
-enum { GROUPS_MAX = 8, GROUPED_MAX = 1024 };
+ * through a group; otherwise tasks move in submit order. And only for big
+ * moves (a full inbox: that is when a backlog builds) after a big move
+ * that looked mixed: a tally pass on every drain cost bench_peers' single-
+ * weight 4-producer case ~5 ns/task. */
+enum { GROUPS_MAX = 8, GROUPED_MIN = 256, GROUPED_MAX = 1024 };
 
 /* Fills order with offsets from h, grouped by weight; false if the tasks
  * cannot be grouped (too many weights, an async task, too many tasks). */
@@ -90,8 +94,12 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
    * so accepted tasks never wait on memory that may not come. */
   bool room = tko__queue_reserve(q, (size_t)(t - h)) == 0;
   uint16_t order[GROUPED_MAX];
-  size_t groups;
-  if (room && group_by_weight(in, h, t, async_tag, order, &groups) && groups > 1 &&
+  size_t groups = 0;
+  bool big = t - h >= GROUPED_MIN;
+  /* Tally only when the last big drain was mixed: a stream of one weight
+   * then pays nothing for the grouping it never needs. */
+  if (big && in->mixed_weights && room &&
+      group_by_weight(in, h, t, async_tag, order, &groups) && groups > 1 &&
       tko__queue_reserve_buckets(q, groups) == 0) {
     for (uint64_t i = 0; i < t - h; i++) {
       uint64_t pos = h + order[i];
@@ -102,12 +110,17 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
     tko__store_release(&in->head, t);
     return 0;
   }
+  if (groups == 1 && in->mixed_weights) in->mixed_weights = false;
   int rc = 0;
+  /* A cheap sign of interleaved weights: the first and last differ. */
+  int first_weight = big ? published(in, h)->weight : 0;
   for (; h != t; h++) {
     tko__item item = item_at(published(in, h), h);
     rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
     if (rc) break; /* out of memory: the rest stay in the inbox for later */
   }
+  if (big && !in->mixed_weights && h == t && in->slots[(t - 1) & in->mask].weight != first_weight)
+    in->mixed_weights = true;
   /* Release: pairs with the acquire in tko__inbox_reserve. */
   tko__store_release(&in->head, h);
   return rc;

@@ -47,6 +47,10 @@ typedef struct tko__inbox {
   TKO_CACHE_ALIGNED atomic_uint_fast64_t head;
   TKO_CACHE_ALIGNED tko__inbox_slot *slots;
   uint64_t mask; /* capacity - 1; capacity is a power of two */
+  /* The last big drain saw several weights (inbox.c); the drainer's, under
+   * the queue lock, and written only when it changes, since submitters
+   * read this line on every publish. */
+  bool mixed_weights;
 } tko__inbox;
 
 int tko__inbox_init(tko__inbox *in, uint32_t capacity, const tko_allocator *alloc);
