@@ -11,7 +11,8 @@
  * nobody idle, CASes the count to spawn. The retiring worker releases the
  * count (seq_cst), then re-reads the inbox. Either the submit's CAS sees the
  * released count and spawns, or the worker's re-read sees the task and the
- * worker takes its slot and reservation back and carries on.
+ * worker takes its reservation and then its slot back (take_slot_back) and
+ * carries on.
  *
  * Threads: max_elastic slots, each holding at most one thread handle. A
  * retiring worker marks its slot RETIRING; the next spawn into that slot
@@ -103,6 +104,26 @@ void tko__elastic_spawn(tko_pool *pool) {
   raise_peak(pool, tko__load_relaxed(&pool->elastic_count));
 }
 
+/* A retiring worker that saw work come in takes its count and then its
+ * slot back. Count first: a slot is RUNNING only while someone holds a
+ * count for it, so a spawner that holds a count always finds a slot it may
+ * claim. (Slot first, as this once did, let a spawner that had just taken
+ * the last count find the slot briefly RUNNING and give up, while the
+ * worker, finding no count, gave its slot up too: the task was stranded.
+ * test_elastic's racing-retirement case caught it once in CI.) If the
+ * count is taken, its holder - a live worker or a spawner, who will find
+ * this slot - runs the work; if a spawner claimed the slot meanwhile, its
+ * new thread does. */
+static bool take_slot_back(tko_pool *pool, tko__worker *w) {
+  if (!reserve_count(pool)) return false;
+  int state = TKO__SLOT_RETIRING;
+  /* seq_cst CAS: races with a spawner claiming this slot (then its new
+   * thread takes the work and joins this one). */
+  if (tko__cas_seq(&w->slot_state, &state, TKO__SLOT_RUNNING)) return true;
+  tko__sub_seq(&pool->elastic_count, 1);
+  return false;
+}
+
 bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
   /* Stop searching before looking, so a submit from now on spawns. */
   tko__idle_search_end(&pool->idle);
@@ -118,32 +139,16 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
   tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
   tko__sub_seq(&pool->elastic_count, 1);
   /* The re-check of the essay above: seq_cst, after the count's release. */
-  if (tko__runnable_seq(pool)) {
-    int state = TKO__SLOT_RETIRING;
-    if (tko__cas_seq(&w->slot_state, &state, TKO__SLOT_RUNNING)) {
-      if (reserve_count(pool)) {
-        tko__idle_search_begin(&pool->idle);
-        return false;
-      }
-      /* max_elastic others exist already; they will take the work. */
-      tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
-    }
-    /* else a spawner claimed the slot: its new thread takes the work. */
+  if (tko__runnable_seq(pool) && take_slot_back(pool, w)) {
+    tko__idle_search_begin(&pool->idle);
+    return false;
   }
   tko__add_relaxed(&pool->elastic_retired, 1);
   return true;
 }
 
 bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w) {
-  if (!tko__runnable_seq(pool)) return false;
-  int state = TKO__SLOT_RETIRING;
-  /* seq_cst CAS: races with a spawner claiming this slot (then its new
-   * thread takes the work and joins this one). */
-  if (!tko__cas_seq(&w->slot_state, &state, TKO__SLOT_RUNNING)) return false;
-  if (!reserve_count(pool)) {
-    tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
-    return false; /* max_elastic others exist: they take the work */
-  }
+  if (!tko__runnable_seq(pool) || !take_slot_back(pool, w)) return false;
   tko__add_relaxed(&pool->elastic_spawned, 1); /* a new start, as far as counts go */
   raise_peak(pool, tko__load_relaxed(&pool->elastic_count));
   return true;
