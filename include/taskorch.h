@@ -90,7 +90,9 @@ typedef enum tko_full_policy {
 } tko_full_policy;
 
 /* Optional allocator for the pool's own memory (create, queue growth,
- * destroy). Tasks never allocate. NULL functions mean the C library's. */
+ * destroy). Tasks never allocate. Set all three functions, or none (the C
+ * library's); a mix is -EINVAL, since memory from one side must never reach
+ * the other's realloc or free. */
 typedef struct tko_allocator {
   void *(*alloc)(void *ctx, size_t size);
   void *(*realloc)(void *ctx, void *ptr, size_t size);

@@ -293,6 +293,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
   memset(&o, 0, sizeof o);
   if (opts) o = *opts;
   if (o.initial_keys > ((size_t)1 << 30)) return -EINVAL;
+  if (!tko__allocator_valid(o.allocator)) return -EINVAL;
   if (!o.initial_keys) o.initial_keys = 64;
   const tko_allocator *a = o.allocator;
   tko_coalescer *c = tko__mem_alloc(a, sizeof *c);

@@ -133,6 +133,7 @@ int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *op
   tko_lane_options o = opts ? *opts : tko_lane_default_options();
   if (o.lanes > TKO_MAX_LANES || o.max_drain > TKO_MAX_LANE_DRAIN) return -EINVAL;
   if (o.lane_capacity > ((size_t)1 << 30)) return -EINVAL;
+  if (!tko__allocator_valid(o.allocator)) return -EINVAL;
   if (!o.lanes) o.lanes = 256;
   if (!o.max_drain) o.max_drain = 32;
   if (!o.lane_capacity) o.lane_capacity = 16;

@@ -10,6 +10,14 @@
 #include "prim.h"
 #include "taskorch.h"
 
+/* An allocator gives all three functions or none: memory from the host's
+ * alloc must not reach the C library's realloc or free, nor the reverse. */
+static inline bool tko__allocator_valid(const tko_allocator *a) {
+  if (!a) return true;
+  int set = (a->alloc != NULL) + (a->realloc != NULL) + (a->free != NULL);
+  return set == 0 || set == 3;
+}
+
 static inline void *tko__mem_alloc(const tko_allocator *a, size_t size) {
   return a && a->alloc ? a->alloc(a->ctx, size) : malloc(size);
 }

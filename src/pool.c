@@ -46,6 +46,7 @@ static int check_options(const tko_options *o) {
   if (o->max_batch > TKO__GRAB_MAX) return -EINVAL;
   if (o->aging_ms > TKO_MAX_IDLE_MS) return -EINVAL;
   if (o->queue_capacity > ((size_t)1 << 31)) return -EINVAL;
+  if (!tko__allocator_valid(o->allocator)) return -EINVAL;
   return 0;
 }
 

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "taskorch.h"
+#include "taskorch/coalescer.h"
+#include "taskorch/lanes.h"
 #include "tko_test.h"
 #include "tko_test_sync.h"
 
@@ -199,6 +201,12 @@ static void *fa_alloc(void *ctx, size_t size) {
   return p;
 }
 
+static void noop_flush(void *user, const tko_coalesce_entry *e, size_t n) {
+  (void)user;
+  (void)e;
+  (void)n;
+}
+
 static void *fa_realloc(void *ctx, void *ptr, size_t size) {
   failing_alloc *f = ctx;
   if (!fa_take(f)) return NULL;
@@ -212,6 +220,46 @@ static void fa_free(void *ctx, void *ptr) {
   if (!ptr) return;
   atomic_fetch_sub(&f->live, 1);
   free(ptr);
+}
+
+/* Host memory must never reach the C library's realloc or free (or the
+ * reverse): an allocator with some functions set and others NULL is
+ * refused by everything that takes one. */
+Test(errors, an_allocator_with_some_functions_missing_is_einval) {
+  failing_alloc f = {0};
+  atomic_store(&f.budget, -1);
+  const tko_allocator partial[] = {{fa_alloc, NULL, fa_free, &f},
+                                   {fa_alloc, fa_realloc, NULL, &f},
+                                   {NULL, fa_realloc, fa_free, &f},
+                                   {NULL, NULL, fa_free, &f}};
+  tko_options o = tko_basic_options(1);
+  tko_pool *p = NULL;
+  for (size_t i = 0; i < sizeof partial / sizeof partial[0]; i++) {
+    o.allocator = &partial[i];
+    cr_assert_eq(tko_pool_create(&p, &o), -EINVAL, "partial allocator %zu", i);
+    cr_assert_null(p);
+  }
+  const tko_allocator none = {NULL, NULL, NULL, NULL}, all = {fa_alloc, fa_realloc, fa_free, &f};
+  o.allocator = &none;
+  cr_assert_eq(tko_pool_create(&p, &o), 0, "no functions: the C library's");
+  tko_lane_options lo = tko_lane_default_options();
+  tko_coalesce_options co;
+  memset(&co, 0, sizeof co);
+  tko_lanes *l = NULL;
+  tko_coalescer *c = NULL;
+  for (size_t i = 0; i < sizeof partial / sizeof partial[0]; i++) {
+    lo.allocator = co.allocator = &partial[i];
+    cr_assert_eq(tko_lanes_create(&l, p, &lo), -EINVAL, "lanes, partial allocator %zu", i);
+    cr_assert_eq(tko_coalescer_create(&c, p, 10, noop_flush, NULL, &co), -EINVAL,
+                 "coalescer, partial allocator %zu", i);
+  }
+  lo.allocator = co.allocator = &all;
+  cr_assert_eq(tko_lanes_create(&l, p, &lo), 0);
+  cr_assert_eq(tko_coalescer_create(&c, p, 10, noop_flush, NULL, &co), 0);
+  cr_assert_eq(tko_coalescer_destroy(c), 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(atomic_load(&f.live), 0, "lanes and coalescer gave back what they took");
 }
 
 Test(errors, create_reports_enomem_at_every_allocation_and_leaks_nothing) {
