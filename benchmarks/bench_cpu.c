@@ -23,11 +23,24 @@ typedef struct cpu_task {
  * waking a sleeping thread can cost a large share of a 2 ms job. */
 static _Atomic uint64_t first_start_ns;
 
+/* And when the last thread to join in ran its first task of the run: how
+ * long the pool took to get every worker going (the run number tells a
+ * thread that it has not counted itself in this run yet). */
+static _Atomic uint64_t run_number, last_join_ns;
+static _Thread_local uint64_t joined_run;
+
 static int cpu_task_fn(void *arg) {
   cpu_task *t = arg;
   if (!atomic_load_explicit(&first_start_ns, memory_order_relaxed)) {
     uint64_t none = 0;
     atomic_compare_exchange_strong(&first_start_ns, &none, bench_now_ns());
+  }
+  uint64_t run = atomic_load_explicit(&run_number, memory_order_relaxed);
+  if (joined_run != run) {
+    joined_run = run;
+    uint64_t now = bench_now_ns(), seen = atomic_load(&last_join_ns);
+    while (seen < now && !atomic_compare_exchange_weak(&last_join_ns, &seen, now)) {
+    }
   }
   t->result = bench_work(t->iters, t->seed);
   return 0;
@@ -47,25 +60,33 @@ static void prepare(cpu_task *tasks, long n, double mean_ns) {
   }
 }
 
-static double run_inline(cpu_task *tasks, long n, double *first_us) {
+/* Starts a run's clocks; the task threads count themselves in again. */
+static void begin_run(void) {
   atomic_store(&first_start_ns, 0);
+  atomic_store(&last_join_ns, 0);
+  atomic_fetch_add(&run_number, 1);
+}
+
+static double run_inline(cpu_task *tasks, long n, double *first_us, double *last_us) {
+  begin_run();
   uint64_t t0 = bench_now_ns();
   for (long i = 0; i < n; i++)
     cpu_task_fn(&tasks[i]);
   double ns = (double)(bench_now_ns() - t0);
   *first_us = (double)(atomic_load(&first_start_ns) - t0) / 1e3;
+  *last_us = (double)(atomic_load(&last_join_ns) - t0) / 1e3;
   return ns;
 }
 
 /* One end-to-end run on a fresh pool; returns wall ns, fills *peak and
  * *first_us (first submit to first task start). */
 static double run_pool(const tko_options *o, cpu_task *tasks, long n, unsigned *peak,
-                       double *first_us) {
+                       double *first_us, double *last_us) {
   tko_pool *pool;
   int rc = tko_pool_create(&pool, o);
   if (rc) bench_die("tko_pool_create: %s", tko_strerror(rc));
   bench_wait_others_asleep(500);
-  atomic_store(&first_start_ns, 0);
+  begin_run();
   uint64_t t0 = bench_now_ns();
   for (long i = 0; i < n; i++)
     if ((rc = tko_submit(pool, cpu_task_fn, &tasks[i], weight_of(i))) != 0)
@@ -73,6 +94,7 @@ static double run_pool(const tko_options *o, cpu_task *tasks, long n, unsigned *
   tko_pool_wait_idle(pool, -1);
   double ns = (double)(bench_now_ns() - t0);
   *first_us = (double)(atomic_load(&first_start_ns) - t0) / 1e3;
+  *last_us = (double)(atomic_load(&last_join_ns) - t0) / 1e3;
   tko_stats st;
   tko_pool_stats(pool, &st);
   *peak = st.elastic_peak;
@@ -120,10 +142,12 @@ int main(int argc, char **argv) {
   size_t runs = (size_t)b->runs;
   double *res = calloc(sizes.n * 3 * runs, sizeof *res);
   double *first = calloc(sizes.n * 3 * runs, sizeof *first);
+  double *last = calloc(sizes.n * 3 * runs, sizeof *last);
   unsigned *peak = calloc(sizes.n * runs, sizeof *peak);
-  if (!res || !first || !peak) bench_die("out of memory");
+  if (!res || !first || !last || !peak) bench_die("out of memory");
 #define RES(s, p, r) res[((s)*3 + (p)) * runs + (r)]
 #define FIRST(s, p, r) first[((s)*3 + (p)) * runs + (r)]
+#define LAST(s, p, r) last[((s)*3 + (p)) * runs + (r)]
   for (size_t r = 0; r < runs; r++) {
     for (size_t s = 0; s < sizes.n; s++) {
       long n = sizes.v[s];
@@ -131,11 +155,12 @@ int main(int argc, char **argv) {
       cpu_task *tasks = calloc((size_t)n, sizeof *tasks);
       if (!expect || !tasks) bench_die("out of memory");
       prepare(expect, n, task_ns);
-      RES(s, 0, r) = run_inline(expect, n, &FIRST(s, 0, r));
+      RES(s, 0, r) = run_inline(expect, n, &FIRST(s, 0, r), &LAST(s, 0, r));
       for (int p = 1; p <= 2; p++) {
         prepare(tasks, n, task_ns);
         unsigned pk = 0;
-        RES(s, p, r) = run_pool(p == 1 ? &basic : &elastic, tasks, n, &pk, &FIRST(s, p, r));
+        RES(s, p, r) = run_pool(p == 1 ? &basic : &elastic, tasks, n, &pk, &FIRST(s, p, r),
+                                &LAST(s, p, r));
         if (p == 2) peak[s * runs + r] = pk;
         long bad = 0;
         for (long i = 0; i < n; i++)
@@ -162,6 +187,7 @@ int main(int argc, char **argv) {
       bench_cell_num(t, "tasks/s", "%.0f", n / med * 1e9);
       bench_cell_num(t, "speedup vs inline", "%.2f", inline_med / med);
       bench_cell_num(t, "first task us", "%.1f", bench_median(&FIRST(s, p, 0), runs));
+      bench_cell_num(t, "last thread in us", "%.1f", bench_median(&LAST(s, p, 0), runs));
       if (p == 2) {
         unsigned mx = 0;
         for (size_t r = 0; r < runs; r++)
@@ -178,9 +204,11 @@ int main(int argc, char **argv) {
              "%u.00, less what the submitting thread itself needs.",
              bench_cpus(), bench_cpus());
   bench_note(b, "first task us: median time from the first submit to the first task's start "
-                "(the workers are asleep when a run begins).");
+                "(the workers are asleep when a run begins); last thread in us: to the first "
+                "task of the last thread that ran any.");
   free(res);
   free(first);
+  free(last);
   free(peak);
   return bench_finish(b);
 }
