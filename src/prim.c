@@ -128,16 +128,28 @@ void *tko__map_alloc(size_t bytes) {
 }
 
 void *tko__map_grow(void *p, size_t old_bytes, size_t new_bytes) {
-  size_t old_len = tko__map_size(old_bytes);
-  if (tko__map_size(new_bytes) == old_len) return p;
+  size_t old_len = tko__map_size(old_bytes), new_len = tko__map_size(new_bytes);
+  if (new_len == old_len) return p;
+  /* An aligned place for the grown slab; then move the old mapping there
+   * and grow it in the same call: page tables move, the bytes stay where
+   * they are in memory and nothing faults again. Moving and growing at
+   * once keeps the slab one mapping (VMA): moving only the old part into
+   * a fresh mapping left two that the kernel does not merge, and kernels
+   * before 6.17 refuse to move a range across mappings - the next growth
+   * would have failed after the destination was already unmapped. */
   void *n = tko__map_alloc(new_bytes);
   if (!n) return NULL;
-  /* Move the old pages to the front of the new mapping: page tables move,
-   * the bytes stay where they are in memory and nothing faults again. */
-  if (mremap(p, old_len, old_len, MREMAP_MAYMOVE | MREMAP_FIXED, n) == MAP_FAILED) {
-    memcpy(n, p, old_bytes);
-    munmap(p, old_len);
+  if (mremap(p, old_len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, n) != MAP_FAILED) {
+    (void)madvise(n, new_len, MADV_HUGEPAGE); /* the grown part, to be sure */
+    return n;
   }
+  /* The move failed; the destination may be unmapped by now, the source is
+   * untouched: copy into a mapping of its own. */
+  munmap(n, new_len);
+  n = tko__map_alloc(new_bytes);
+  if (!n) return NULL;
+  memcpy(n, p, old_bytes);
+  munmap(p, old_len);
   return n;
 }
 

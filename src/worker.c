@@ -218,7 +218,10 @@ bool tko__help_one(tko_pool *pool, tko__worker *w) {
 static void size_next_take(tko_pool *pool, tko__worker *w, size_t n, uint64_t ns) {
   size_t max = pool->opts.max_batch, cap;
   uint64_t per_task = ns / n;
-  if (per_task * n <= TKO__BATCH_BUDGET_NS / 2) cap = 2 * w->batch_cap; /* room to double */
+  /* Judge the take the cap would allow, not the one just made: n is often
+   * smaller than the cap (a short queue), and 9 us tasks taken one at a
+   * time must not let the cap double up to 64 x 9 us. */
+  if (per_task * 2 * w->batch_cap <= TKO__BATCH_BUDGET_NS) cap = 2 * w->batch_cap;
   else cap = per_task ? TKO__BATCH_BUDGET_NS / per_task : max;
   w->batch_cap = cap < 1 ? 1 : cap > max ? max : cap;
 }

@@ -326,6 +326,7 @@ Test(pool, submit_from_inside_a_task_single_worker) {
  * higher weight submitted by one of them runs next, not behind a batch. */
 typedef struct long_stream {
   tko_pool *pool;
+  uint64_t spin_ns;   /* each stream task spins at least this long */
   atomic_int ran;     /* stream tasks run so far */
   atomic_int high_at; /* stream tasks run before the high one; -1 = not yet */
   int submit_after;   /* the stream task that submits the high one */
@@ -340,7 +341,7 @@ static int high_fn(void *arg) {
 
 static int long_fn(void *arg) {
   long_stream *ls = arg;
-  tt_spin_ns(100000);
+  tt_spin_ns(ls->spin_ns);
   if (atomic_fetch_add(&ls->ran, 1) + 1 == ls->submit_after &&
       tko_submit(ls->pool, high_fn, ls, 10) != 0)
     atomic_fetch_add(&ls->errors, 1);
@@ -348,7 +349,7 @@ static int long_fn(void *arg) {
 }
 
 Test(pool, long_tasks_are_taken_one_at_a_time) {
-  long_stream ls = {.submit_after = 40};
+  long_stream ls = {.spin_ns = 100000, .submit_after = 40};
   atomic_init(&ls.ran, 0);
   atomic_init(&ls.high_at, -1);
   atomic_init(&ls.errors, 0);
@@ -363,6 +364,34 @@ Test(pool, long_tasks_are_taken_one_at_a_time) {
   cr_assert_eq(atomic_load(&ls.high_at), ls.submit_after,
                "the high task ran after %d stream tasks, not right after the %dth",
                atomic_load(&ls.high_at), ls.submit_after);
+  cr_assert_eq(tko_pool_destroy(ls.pool), 0);
+}
+
+/* Tasks of 9 us, first taken one at a time (each waited for), must not let
+ * the cap grow past what 20 us holds (two of them) because each take held
+ * one: when a backlog comes, a later high weight waits for one task more at
+ * most, not for a take of 64. */
+Test(pool, short_takes_do_not_grow_the_cap_past_the_budget) {
+  long_stream ls = {.spin_ns = 9000, .submit_after = 30};
+  atomic_init(&ls.ran, 0);
+  atomic_init(&ls.high_at, -1);
+  atomic_init(&ls.errors, 0);
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&ls.pool, &o), 0);
+  for (int i = 0; i < 10; i++) {
+    cr_assert_eq(tko_submit(ls.pool, long_fn, &ls, 0), 0);
+    pool_wait(ls.pool);
+  }
+  cr_assert_eq(tko_pool_pause(ls.pool), 0);
+  for (int i = 0; i < 100; i++) cr_assert_eq(tko_submit(ls.pool, long_fn, &ls, 0), 0);
+  cr_assert_eq(tko_pool_resume(ls.pool), 0);
+  pool_wait(ls.pool);
+  cr_assert_eq(atomic_load(&ls.errors), 0);
+  cr_assert_eq(atomic_load(&ls.ran), 110);
+  int at = atomic_load(&ls.high_at);
+  cr_assert(at >= ls.submit_after && at <= ls.submit_after + 1,
+            "the high task ran after %d stream tasks; the %dth submitted it", at,
+            ls.submit_after);
   cr_assert_eq(tko_pool_destroy(ls.pool), 0);
 }
 

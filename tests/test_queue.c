@@ -5,6 +5,7 @@
  * refills after the queue empties, and where a big slab's memory comes
  * from. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,6 +181,21 @@ static void fill_and_drain(tko__queue *q, size_t n) {
   }
 }
 
+#if defined(__linux__)
+/* How many of the process's mappings overlap [p, p + len). */
+static int mappings_over(const void *p, size_t len) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  cr_assert_not_null(f);
+  uintptr_t lo = (uintptr_t)p, hi = lo + len, a, b;
+  int n = 0;
+  char line[512];
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a < hi && b > lo) n++;
+  fclose(f);
+  return n;
+}
+#endif
+
 Test(queue, big_slab_is_mapped_unless_the_host_allocates) {
   const size_t n = 300000; /* 14 MiB of items: past TKO__MAP_MIN, several growths */
   tko__queue q;
@@ -188,6 +204,10 @@ Test(queue, big_slab_is_mapped_unless_the_host_allocates) {
 #if defined(__linux__)
   /* The default allocator's big slab is a huge-page-aligned mapping. */
   cr_assert_eq((uintptr_t)q.items % TKO__MAP_MIN, 0, "slab at %p", (void *)q.items);
+  /* One mapping, however many times it grew: kernels before 6.17 cannot
+   * move a range that spans two, so the next growth would fail. */
+  cr_assert_eq(mappings_over(q.items, (size_t)q.items_cap * sizeof(tko__item)), 1,
+               "the slab is one mapping after growing to %u items", q.items_cap);
 #endif
   fill_and_drain(&q, n); /* the grown mapping is reused as it is */
   tko__queue_fini(&q);
