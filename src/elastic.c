@@ -46,8 +46,14 @@ static tko__worker *claim_slot(tko_pool *pool) {
     tko__worker *w = &pool->slots[i];
     if (w->spawning) continue; /* its spawner has not recorded the thread yet */
     /* Never the caller's own slot: a retiring worker's thread_stop hook may
-     * submit and so spawn, and would then join itself. */
+     * submit and so spawn, and would then join itself. Nor, from a stop
+     * hook, the slot of another worker still in its stop hook: two such
+     * hooks could each claim the other's slot and join each other (glibc
+     * fails the second join with EDEADLK, which left a thread unjoined).
+     * Stopping threads thus never join one another; anyone else may wait
+     * for a stop hook to end. */
     if (w == tko__current_worker) continue;
+    if (w->stopping && tko__current_worker && tko__current_worker->stopping) continue;
     int state = tko__load_acquire(&w->slot_state);
     /* seq_cst CAS: races with a retiring worker taking its slot back. Its
      * acquire half pairs with the release in tko__elastic_try_retire, so the
@@ -152,6 +158,12 @@ bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w) {
   tko__add_relaxed(&pool->elastic_spawned, 1); /* a new start, as far as counts go */
   raise_peak(pool, tko__load_relaxed(&pool->elastic_count));
   return true;
+}
+
+void tko__elastic_set_stopping(tko_pool *pool, tko__worker *w, bool stopping) {
+  pthread_mutex_lock(&pool->spawn_mu);
+  w->stopping = stopping;
+  pthread_mutex_unlock(&pool->spawn_mu);
 }
 
 void tko__elastic_close_and_join(tko_pool *pool) {

@@ -48,6 +48,8 @@ typedef struct tko__worker {
   pthread_t thread; /* guarded by spawn_mu for elastic slots */
   bool has_thread;  /* started and not yet joined; guarded by spawn_mu for elastic */
   bool spawning;    /* elastic: a spawner owns the slot; guarded by spawn_mu */
+  bool stopping;    /* elastic: retired, running its thread_stop hook; guarded
+                       by spawn_mu (see claim_slot) */
   unsigned blocking_depth; /* nested tko_blocking_begin calls; owner only */
   /* The batch run_batch is working through (owner only): a helping group
    * wait takes from it first. */
@@ -235,6 +237,8 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w);
  * may have submitted it, and no spawn can reuse the caller's own slot),
  * takes the slot and a count back so this thread carries on. */
 bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w);
+/* Marks a retired worker's thread as running (or done with) its stop hook. */
+void tko__elastic_set_stopping(tko_pool *pool, tko__worker *w, bool stopping);
 void tko__elastic_close_and_join(tko_pool *pool);
 
 /* Refreshes backlog and async_waiting; caller holds lock. */

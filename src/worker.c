@@ -338,8 +338,11 @@ restart:
     else tko__sub_seq(&pool->elastic_count, 1);
   }
   tko__notify_idle(pool);
+  bool stop_hook_spawns = retired && h->thread_stop; /* it may submit, and so spawn */
+  if (stop_hook_spawns) tko__elastic_set_stopping(pool, w, true);
   if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
-  if (retired && h->thread_stop && tko__elastic_resurrect(pool, w)) {
+  if (stop_hook_spawns) tko__elastic_set_stopping(pool, w, false);
+  if (stop_hook_spawns && tko__elastic_resurrect(pool, w)) {
     /* The stop hook left work no one else may pick up: start over. */
     if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
     tko__idle_search_begin(&pool->idle);

@@ -385,6 +385,72 @@ Test(misuse, a_retiring_workers_thread_stop_hook_may_submit_and_its_task_runs) {
   tt_count_fini(&h.submitted);
 }
 
+/* Two retiring workers whose stop hooks submit at the same time. Each
+ * submit spawns; each spawn used to claim the other retiring worker's slot
+ * and join its thread, so the two joined each other: glibc fails the
+ * second join with EDEADLK, and that thread was never joined
+ * (ThreadSanitizer: thread leak). The first two hook calls meet before
+ * submitting, so the two really overlap (a bounded rendezvous that arranges
+ * the race, not a wait for the pool); later ones only submit. */
+typedef struct pair_stop {
+  tko_pool *_Atomic pool;
+  atomic_int in_hook;  /* hook calls so far */
+  atomic_int bad;      /* a submit that failed */
+  atomic_long ran;     /* the hooks' tasks that ran */
+  tt_count both;       /* the two first tasks are running */
+  tt_count submitted;  /* hook submits made (or failed) */
+} pair_stop;
+
+static int ps_task(void *arg) {
+  atomic_fetch_add((atomic_long *)arg, 1);
+  return 0;
+}
+
+static int ps_hold(void *arg) {
+  pair_stop *ps = arg;
+  tt_count_add(&ps->both, 1);
+  tt_count_wait_geq(&ps->both, 2); /* two tasks at once: two elastic workers */
+  return 0;
+}
+
+static void ps_thread_stop(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index;
+  (void)kind;
+  pair_stop *ps = user;
+  tko_pool *p = atomic_load(&ps->pool);
+  int call = atomic_fetch_add(&ps->in_hook, 1);
+  if (!p || call >= 2) return;
+  uint64_t end = tt_now_ns() + 2000000000u;
+  while (atomic_load(&ps->in_hook) < 2 && tt_now_ns() < end) sched_yield();
+  if (tko_submit(p, ps_task, &ps->ran, 0) != 0) atomic_fetch_add(&ps->bad, 1);
+  tt_count_add(&ps->submitted, 1);
+}
+
+Test(misuse, two_stop_hooks_submitting_at_once_do_not_join_each_other) {
+  static pair_stop ps;
+  memset(&ps, 0, sizeof ps);
+  tt_count_init(&ps.both);
+  tt_count_init(&ps.submitted);
+  tko_options o = tko_elastic_options(0, 2, 1);
+  o.hooks.user = &ps;
+  o.hooks.thread_stop = ps_thread_stop;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  atomic_store(&ps.pool, p);
+  cr_assert_eq(tko_submit(p, ps_hold, &ps, 0), 0);
+  cr_assert_eq(tko_submit(p, ps_hold, &ps, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  /* Both retire about 1 ms later; their hooks submit one task each. */
+  cr_assert(tt_count_wait_geq(&ps.submitted, 2), "the two workers did not retire");
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&ps.bad), 0);
+  cr_assert_eq(atomic_load(&ps.ran), 2, "each hook's task ran");
+  atomic_store(&ps.pool, NULL);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  tt_count_fini(&ps.both);
+  tt_count_fini(&ps.submitted);
+}
+
 Test(misuse, thread_stop_hooks_submitting_at_shutdown_are_refused) {
   static hook_submit h;
   memset(&h, 0, sizeof h);
