@@ -98,9 +98,9 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
   bool big = t - h >= GROUPED_MIN;
   /* Tally only when the last big drain was mixed: a stream of one weight
    * then pays nothing for the grouping it never needs. */
-  if (big && in->mixed_weights && room &&
-      group_by_weight(in, h, t, async_tag, order, &groups) && groups > 1 &&
-      tko__queue_reserve_buckets(q, groups) == 0) {
+  bool tallied = big && in->mixed_weights && room;
+  bool grouped = tallied && group_by_weight(in, h, t, async_tag, order, &groups);
+  if (grouped && groups > 1 && tko__queue_reserve_buckets(q, groups) == 0) {
     for (uint64_t i = 0; i < t - h; i++) {
       uint64_t pos = h + order[i];
       tko__item item = item_at(&in->slots[pos & in->mask], pos);
@@ -110,7 +110,10 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
     tko__store_release(&in->head, t);
     return 0;
   }
-  if (groups == 1 && in->mixed_weights) in->mixed_weights = false;
+  /* One weight, or more than grouping takes (too many weights, async
+   * tasks): stop tallying until a drain looks mixed again, so a pool fed
+   * many weights pays the pass on at most every other big drain. */
+  if (tallied && (groups == 1 || !grouped)) in->mixed_weights = false;
   int rc = 0;
   /* A cheap sign of interleaved weights: the first and last differ. */
   int first_weight = big ? published(in, h)->weight : 0;
@@ -119,7 +122,8 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
     rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
     if (rc) break; /* out of memory: the rest stay in the inbox for later */
   }
-  if (big && !in->mixed_weights && h == t && in->slots[(t - 1) & in->mask].weight != first_weight)
+  if (big && !tallied && !in->mixed_weights && h == t &&
+      in->slots[(t - 1) & in->mask].weight != first_weight)
     in->mixed_weights = true;
   /* Release: pairs with the acquire in tko__inbox_reserve. */
   tko__store_release(&in->head, h);
