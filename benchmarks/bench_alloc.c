@@ -11,7 +11,7 @@
  * malloc_conf below), making nmalloc count every allocation exactly. That
  * makes malloc slower here, which is fine: nothing in this program is a
  * timing. Under a sanitizer, whose allocator replaces jemalloc, only RSS is
- * reported. The queue slab column is tko_stats.queue_bytes: past 2 MiB the
+ * reported. The queue slab column is tko_stats.queue_bytes: past 512 KiB the
  * slab is mapped directly (not malloc'd), so its growth shows there and in RSS. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
                "is 0). An allocation in a steady run that the live bytes keep is the queue growing "
                "(geometrically) to a new high-water mark of backlog: how far the producer gets "
                "ahead of the workers varies from run to run. Thread stacks are mmap'd by the C "
-               "library, not malloc'd, so they show in RSS only; so does a queue slab past 2 MiB "
+               "library, not malloc'd, so they show in RSS only; so does a queue slab past 512 KiB "
                "(its own huge-page mapping): the queue slab column shows its size after each "
                "phase, and a step in it is a growth.",
                bench_median(per, runs), runs);

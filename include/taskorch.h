@@ -160,7 +160,7 @@ typedef struct tko_stats {
   unsigned async_inflight;   /* async tasks started, not yet completed */
   uint64_t queue_bytes;      /* memory the queue's item slabs hold: it grows
                                 to the largest backlog seen and is kept (past
-                                2 MiB, with the default allocator, it is a
+                                512 KiB, with the default allocator, it is a
                                 huge-page mapping of its own, not malloc'd) */
 } tko_stats;
 

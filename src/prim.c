@@ -107,7 +107,7 @@ void tko__thread_set_nice(int nice) {
 #endif
 }
 
-#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_PAGE TKO__MAP_ALIGN
 
 size_t tko__map_size(size_t bytes) { return (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1); }
 

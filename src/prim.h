@@ -51,9 +51,15 @@ void tko__thread_set_nice(int nice);
  * 12-15 us, so a queue growing to a million tasks (48 MiB) spent ~180 ms in
  * page faults, plus realloc's copies under the queue lock; with huge pages
  * the same growth faults 24 times (3-4 ms in all). The size is rounded up to
- * whole huge pages; tko__map_size says how much a request really maps.
+ * whole huge pages (TKO__MAP_ALIGN); tko__map_size says how much a request
+ * really maps. The switch comes at 512 KiB (~11,000 queued tasks), not at
+ * a whole huge page: the 4 KiB pages of a malloc'd slab between the two
+ * cost a fresh pool ~5 ms of faults (bench_quick, fresh pools, four
+ * alternating runs: batch 40-72 -> 33-38 ns/task, single submits 33-48 ->
+ * 21-28), for at most 1.5 MiB more memory in a pool that had that backlog.
  * Without Linux's mmap/mremap these fall back to malloc/realloc/free. */
-#define TKO__MAP_MIN ((size_t)2 << 20)
+#define TKO__MAP_MIN ((size_t)512 << 10)
+#define TKO__MAP_ALIGN ((size_t)2 << 20)
 size_t tko__map_size(size_t bytes);
 /* A new mapping of tko__map_size(bytes) bytes, or NULL. */
 void *tko__map_alloc(size_t bytes);

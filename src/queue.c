@@ -6,7 +6,7 @@
  * single heap of items would pay O(log n) cache misses per pop with a million
  * tasks waiting. FIFO order among equal weights falls out of the lists.
  *
- * Memory: items live in one slab grown by doubling (past 2 MiB, with the
+ * Memory: items live in one slab grown by doubling (past 512 KiB, with the
  * default allocator, a huge-page mapping that grows without copying: mem.h),
  * and freed slots are
  * reused FIFO (from the slab's start again whenever the queue empties), so

@@ -203,7 +203,7 @@ Test(queue, big_slab_is_mapped_unless_the_host_allocates) {
   fill_and_drain(&q, n);
 #if defined(__linux__)
   /* The default allocator's big slab is a huge-page-aligned mapping. */
-  cr_assert_eq((uintptr_t)q.items % TKO__MAP_MIN, 0, "slab at %p", (void *)q.items);
+  cr_assert_eq((uintptr_t)q.items % TKO__MAP_ALIGN, 0, "slab at %p", (void *)q.items);
   /* One mapping, however many times it grew: kernels before 6.17 cannot
    * move a range that spans two, so the next growth would fail. */
   cr_assert_eq(mappings_over(q.items, (size_t)q.items_cap * sizeof(tko__item)), 1,
