@@ -107,18 +107,16 @@ void tko__thread_set_nice(int nice) {
 #endif
 }
 
-#define HUGE_PAGE TKO__MAP_ALIGN
-
-size_t tko__map_size(size_t bytes) { return (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1); }
+size_t tko__map_size(size_t bytes) { return (bytes + TKO__MAP_ALIGN - 1) & ~(TKO__MAP_ALIGN - 1); }
 
 #ifdef TKO_HAVE_MREMAP
 /* Maps one huge page more than asked and trims both ends, so the mapping
  * starts on a huge-page boundary (THP only backs aligned 2 MiB spans). */
 void *tko__map_alloc(size_t bytes) {
-  size_t len = tko__map_size(bytes), span = len + HUGE_PAGE;
+  size_t len = tko__map_size(bytes), span = len + TKO__MAP_ALIGN;
   char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return NULL;
-  char *start = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+  char *start = (char *)(((uintptr_t)p + TKO__MAP_ALIGN - 1) & ~(uintptr_t)(TKO__MAP_ALIGN - 1));
   if (start > p) munmap(p, (size_t)(start - p));
   size_t after = (size_t)(p + span - (start + len));
   if (after) munmap(start + len, after);

@@ -7,14 +7,13 @@
  * tasks waiting. FIFO order among equal weights falls out of the lists.
  *
  * Memory: items live in one slab grown by doubling (past 512 KiB, with the
- * default allocator, a huge-page mapping that grows without copying: mem.h),
- * and freed slots are
- * reused FIFO (from the slab's start again whenever the queue empties), so
- * a steady stream of tasks allocates nothing. A bucket that
- * empties stays in the weight table (a burst of one weight usually comes
- * back); empty buckets are purged when the table fills to half, which bounds
- * memory by the distinct weights queued at once and keeps purging amortised
- * O(1) without allocating.
+ * default allocator, a huge-page mapping that grows without copying:
+ * mem.h), and freed slots are reused FIFO (from the slab's start again
+ * whenever the queue empties), so a steady stream of tasks allocates
+ * nothing. A bucket that empties stays in the weight table (a burst of one
+ * weight usually comes back); empty buckets are purged when the table fills
+ * to half, which bounds memory by the distinct weights queued at once and
+ * keeps purging amortised O(1) without allocating.
  *
  * Aging (aging_ns > 0) orders items by weight*aging_ns - enq_ns, which is the
  * same order as "weight plus one unit per aging_ns waited" at any instant, so

@@ -57,18 +57,23 @@ static int weight_of(size_t i) {
   }
 }
 
-/* A pool with one worker pinned by `pn`, a 16-slot queue and allocator f.
- * Its on_cancel hook counts tokens. */
-static tko_pool *pinned_pool(tfa *f, tt_pin *pn) {
+/* A pool with one worker pinned by `pn`, a 16-slot queue, allocator f and
+ * the given on_cancel hook (pinned_pool: the one that counts tokens). */
+static tko_pool *pinned_pool_cancelling(tfa *f, tt_pin *pn,
+                                        void (*on_cancel)(void *, const tko_task_info *)) {
   tko_options o = tko_basic_options(1);
   o.initial_capacity = 16;
   o.allocator = &f->al;
-  o.hooks.on_cancel = tft_on_cancel;
+  o.hooks.on_cancel = on_cancel;
   tko_pool *p = NULL;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   cr_assert_eq(tko_submit(p, tt_pin_fn, pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn->started, 1));
   return p;
+}
+
+static tko_pool *pinned_pool(tfa *f, tt_pin *pn) {
+  return pinned_pool_cancelling(f, pn, tft_on_cancel);
 }
 
 /* Releases the pinned worker, then drains or cancels; checks the stats add
@@ -676,14 +681,7 @@ static long lanes_scenario(long nth, bool cancel) {
   tfa f;
   tfa_init(&f);
   tt_pin pn = TT_PIN_INIT;
-  tko_options o = tko_basic_options(1);
-  o.initial_capacity = 16;
-  o.allocator = &f.al;
-  o.hooks.on_cancel = pool_cancel_lanes;
-  tko_pool *p;
-  cr_assert_eq(tko_pool_create(&p, &o), 0);
-  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
-  cr_assert(tt_count_wait_geq(&pn.started, 1));
+  tko_pool *p = pinned_pool_cancelling(&f, &pn, pool_cancel_lanes);
   tko_lane_options lo = lane_opts(&f);
   tko_lanes *l;
   cr_assert_eq(tko_lanes_create(&l, p, &lo), 0);
