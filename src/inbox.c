@@ -48,8 +48,8 @@ static tko__item item_at(const tko__inbox_slot *s, uint64_t pos) {
  * dependent load, each a miss once a deep backlog is out of cache). Pushed
  * weight by weight - in submit order within each weight, which is all
  * FIFO needs - each weight's tasks sit side by side and pops stream
- * (bench_quick's four interleaved weights, batch 256 on a reused pool:
- * ~43 ns/task, against ~28 with a single weight). Only for a handful of
+ * (`probe_flood batch reused`, four interleaved weights, medians of 28-35
+ * runs a side: 48-56 -> 40-48 ns/task). Only for a handful of
  * weights and when room was reserved, so that no push can fail halfway
  * through a group; otherwise tasks move in submit order. And only for big
  * moves (a full inbox: that is when a backlog builds) after a big move

@@ -48,7 +48,8 @@ void tko__thread_set_nice(int nice);
  * live in their own anonymous mappings, aligned to and advised for
  * transparent huge pages, and grow by moving page tables rather than bytes.
  * Why: on the VM these figures come from, a first touch of a 4 KiB page cost
- * 12-15 us, so a queue growing to a million tasks (48 MiB) spent ~180 ms in
+ * ~12.5 us (benchmarks/probes/probe_page_faults), so a queue growing to a
+ * million tasks (48 MiB) spent ~150-180 ms in
  * page faults, plus realloc's copies under the queue lock; with huge pages
  * the same growth faults 24 times (3-4 ms in all). The size is rounded up to
  * whole huge pages (TKO__MAP_ALIGN); tko__map_size says how much a request

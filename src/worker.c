@@ -211,8 +211,8 @@ bool tko__help_one(tko_pool *pool, tko__worker *w) {
  * ran: about TKO__BATCH_BUDGET_NS of work, within 1..max_batch. Why: a
  * take is a visit to the queue lock and the queue's lines, so short tasks
  * want big takes (up to 64 empty tasks per take instead of 16: 4
- * producers, 2 workers, alternating runs of a standalone harness went from
- * 85-117 to 58-89 ns/task); but a task taken is out of the
+ * producers, 2 workers, `probe_flood submit 4` on each build, alternating:
+ * 85-117 -> 58-89 ns/task); but a task taken is out of the
  * queue, and a later task with a higher weight waits behind the rest of
  * the batch, so long tasks want small ones - this bounds that wait by time
  * rather than by count. A preempted batch looks slow and shrinks the next
