@@ -104,6 +104,14 @@ uint64_t bench_now_ns(void);
 uint64_t bench_process_cpu_ns(void);
 /* Sleeps for ns nanoseconds (restarting after signals). */
 void bench_sleep_ns(uint64_t ns);
+/* One spin-wait pause (a thread busy-waiting on a flag). */
+static inline void bench_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 
 /* Sorts v in place and returns its median (mean of the middle two). */
 double bench_median(double *v, size_t n);

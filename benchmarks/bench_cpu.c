@@ -3,8 +3,12 @@
  * submit to tko_pool_wait_idle returning), against running the same tasks
  * inline on one thread. Reports ns/task, tasks/s and the speedup over
  * inline; every run's results are compared with the inline ones, so a lost
- * or doubled task shows up as a failed check. */
+ * or doubled task shows up as a failed check. Two reference rows run the
+ * same tasks on plain threads, no pool: already spinning (the machine's
+ * ceiling for the speedup) and created at the first instant. */
 #define _GNU_SOURCE
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -102,6 +106,60 @@ static double run_pool(const tko_options *o, cpu_task *tasks, long n, unsigned *
   return ns;
 }
 
+/* Reference rows, no pool: the same tasks dealt out in a fixed interleave
+ * (thread k runs tasks k, k + T, ...) to T plain threads. "spinning"
+ * threads already run, waiting on a flag, so nobody is woken: what T
+ * threads can do with these tasks on this machine, the ceiling for any
+ * pool. "started" threads are created at the first instant, so they pay
+ * what a pool whose workers sleep pays to get going. Both end when the
+ * measuring thread's join returns, as a pool run ends when its wait
+ * returns. */
+typedef struct share {
+  pthread_t thread;
+  cpu_task *tasks;
+  long n, first, step;
+  atomic_int *go; /* NULL: start at once */
+} share;
+
+static void *run_share(void *arg) {
+  share *sh = arg;
+  if (sh->go)
+    while (!atomic_load_explicit(sh->go, memory_order_acquire)) /* pairs with the release */
+      bench_cpu_relax();
+  for (long i = sh->first; i < sh->n; i += sh->step)
+    cpu_task_fn(&sh->tasks[i]);
+  return NULL;
+}
+
+static double run_threads(cpu_task *tasks, long n, long nthreads, bool spinning, double *first_us,
+                          double *last_us) {
+  share *sh = calloc((size_t)nthreads, sizeof *sh);
+  if (!sh) bench_die("out of memory");
+  atomic_int go = 0;
+  for (long k = 0; k < nthreads; k++)
+    sh[k] = (share){.tasks = tasks, .n = n, .first = k, .step = nthreads,
+                    .go = spinning ? &go : NULL};
+  if (spinning)
+    for (long k = 0; k < nthreads; k++)
+      if (pthread_create(&sh[k].thread, NULL, run_share, &sh[k]))
+        bench_die("pthread_create failed");
+  begin_run();
+  uint64_t t0 = bench_now_ns();
+  if (spinning)
+    atomic_store_explicit(&go, 1, memory_order_release); /* pairs with run_share's acquire */
+  else
+    for (long k = 0; k < nthreads; k++)
+      if (pthread_create(&sh[k].thread, NULL, run_share, &sh[k]))
+        bench_die("pthread_create failed");
+  for (long k = 0; k < nthreads; k++)
+    pthread_join(sh[k].thread, NULL);
+  double ns = (double)(bench_now_ns() - t0);
+  *first_us = (double)(atomic_load(&first_start_ns) - t0) / 1e3;
+  *last_us = (double)(atomic_load(&last_join_ns) - t0) / 1e3;
+  free(sh);
+  return ns;
+}
+
 int main(int argc, char **argv) {
   bench_list sizes;
   double task_ns;
@@ -133,21 +191,23 @@ int main(int argc, char **argv) {
 
   tko_options basic = tko_basic_options((unsigned)workers);
   tko_options elastic = tko_elastic_options((unsigned)ebasic, (unsigned)emax, (unsigned)eidle);
-  const char *pool_name[3] = {"inline (1 thread)", "basic", "elastic"};
-  char label[3][64];
-  snprintf(label[0], sizeof label[0], "%s", pool_name[0]);
-  snprintf(label[1], sizeof label[1], "basic %ld", workers);
-  snprintf(label[2], sizeof label[2], "elastic %ld+%ld", ebasic, emax);
+  enum { INLINE, BASIC, ELASTIC, SPINNING, STARTED, ROWS };
+  char label[ROWS][64];
+  snprintf(label[INLINE], sizeof label[INLINE], "inline (1 thread)");
+  snprintf(label[BASIC], sizeof label[BASIC], "basic %ld", workers);
+  snprintf(label[ELASTIC], sizeof label[ELASTIC], "elastic %ld+%ld", ebasic, emax);
+  snprintf(label[SPINNING], sizeof label[SPINNING], "no pool: %ld threads spinning", workers);
+  snprintf(label[STARTED], sizeof label[STARTED], "no pool: %ld threads started", workers);
 
   size_t runs = (size_t)b->runs;
-  double *res = calloc(sizes.n * 3 * runs, sizeof *res);
-  double *first = calloc(sizes.n * 3 * runs, sizeof *first);
-  double *last = calloc(sizes.n * 3 * runs, sizeof *last);
+  double *res = calloc(sizes.n * ROWS * runs, sizeof *res);
+  double *first = calloc(sizes.n * ROWS * runs, sizeof *first);
+  double *last = calloc(sizes.n * ROWS * runs, sizeof *last);
   unsigned *peak = calloc(sizes.n * runs, sizeof *peak);
   if (!res || !first || !last || !peak) bench_die("out of memory");
-#define RES(s, p, r) res[((s)*3 + (p)) * runs + (r)]
-#define FIRST(s, p, r) first[((s)*3 + (p)) * runs + (r)]
-#define LAST(s, p, r) last[((s)*3 + (p)) * runs + (r)]
+#define RES(s, p, r) res[((s)*ROWS + (p)) * runs + (r)]
+#define FIRST(s, p, r) first[((s)*ROWS + (p)) * runs + (r)]
+#define LAST(s, p, r) last[((s)*ROWS + (p)) * runs + (r)]
   for (size_t r = 0; r < runs; r++) {
     for (size_t s = 0; s < sizes.n; s++) {
       long n = sizes.v[s];
@@ -155,13 +215,17 @@ int main(int argc, char **argv) {
       cpu_task *tasks = calloc((size_t)n, sizeof *tasks);
       if (!expect || !tasks) bench_die("out of memory");
       prepare(expect, n, task_ns);
-      RES(s, 0, r) = run_inline(expect, n, &FIRST(s, 0, r), &LAST(s, 0, r));
-      for (int p = 1; p <= 2; p++) {
+      RES(s, INLINE, r) = run_inline(expect, n, &FIRST(s, INLINE, r), &LAST(s, INLINE, r));
+      for (int p = BASIC; p < ROWS; p++) {
         prepare(tasks, n, task_ns);
         unsigned pk = 0;
-        RES(s, p, r) = run_pool(p == 1 ? &basic : &elastic, tasks, n, &pk, &FIRST(s, p, r),
-                                &LAST(s, p, r));
-        if (p == 2) peak[s * runs + r] = pk;
+        if (p == BASIC || p == ELASTIC)
+          RES(s, p, r) = run_pool(p == BASIC ? &basic : &elastic, tasks, n, &pk, &FIRST(s, p, r),
+                                  &LAST(s, p, r));
+        else
+          RES(s, p, r) = run_threads(tasks, n, workers, p == SPINNING, &FIRST(s, p, r),
+                                     &LAST(s, p, r));
+        if (p == ELASTIC) peak[s * runs + r] = pk;
         long bad = 0;
         for (long i = 0; i < n; i++)
           bad += tasks[i].result != expect[i].result;
@@ -174,8 +238,8 @@ int main(int argc, char **argv) {
 
   bench_table *t = bench_table_new(b, "cpu", "CPU-bound tasks, end to end");
   for (size_t s = 0; s < sizes.n; s++) {
-    double inline_med = bench_median(&RES(s, 0, 0), runs);
-    for (int p = 0; p < 3; p++) {
+    double inline_med = bench_median(&RES(s, INLINE, 0), runs);
+    for (int p = 0; p < ROWS; p++) {
       double *v = &RES(s, p, 0);
       double med = bench_median(v, runs), n = (double)sizes.v[s];
       bench_row(t);
@@ -188,7 +252,7 @@ int main(int argc, char **argv) {
       bench_cell_num(t, "speedup vs inline", "%.2f", inline_med / med);
       bench_cell_num(t, "first task us", "%.1f", bench_median(&FIRST(s, p, 0), runs));
       bench_cell_num(t, "last thread in us", "%.1f", bench_median(&LAST(s, p, 0), runs));
-      if (p == 2) {
+      if (p == ELASTIC) {
         unsigned mx = 0;
         for (size_t r = 0; r < runs; r++)
           if (peak[s * runs + r] > mx) mx = peak[s * runs + r];
@@ -203,6 +267,11 @@ int main(int argc, char **argv) {
              "speedup = inline median / pool median for the same tasks; the ideal on %u CPUs is "
              "%u.00, less what the submitting thread itself needs.",
              bench_cpus(), bench_cpus());
+  bench_note(b, "no pool: the same tasks dealt out to %ld plain threads in a fixed "
+                "interleave, no queue; \"spinning\" threads were already running (no wake-up "
+                "to pay: the most %ld threads do with these tasks here, a ceiling for any "
+                "pool), \"started\" ones are created at the first instant.",
+             workers, workers);
   bench_note(b, "first task us: median time from the first submit to the first task's start "
                 "(the workers are asleep when a run begins); last thread in us: to the first "
                 "task of the last thread that ran any.");
