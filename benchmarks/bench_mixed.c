@@ -147,8 +147,8 @@ int main(int argc, char **argv) {
   bench_table_print(c);
   bench_note(b,
              "run wall ms: median time for the whole burst on that pool (same for each weight's "
-             "row). A worker takes up to 16 queued tasks at a time, so a burst's first tasks may "
-             "start before higher weights submitted just after them.");
+             "row). A worker takes up to max_batch (default 64) queued tasks at a time, so a "
+             "burst's first tasks may start before higher weights submitted just after them.");
   for (int p = 0; p < NPOOLS; p++) {
     free(wall[p]);
     free(cpu_waits[p]);

@@ -559,10 +559,10 @@ Test(bounded, refused_after_shutdown_whatever_the_policy) {
 
 /* queue_capacity is documented as "most tasks queued (not started) at
  * once", and stats.queued counts tasks accepted and not yet started. But
- * room is given back when a worker takes tasks (up to 16 at a time), not
+ * room is given back when a worker takes tasks (up to max_batch at a time), not
  * when it starts them: tasks taken and waiting behind a long task in the
  * worker's hand no longer count, so queued (not started) tasks can exceed
- * the capacity by up to 16 per worker. */
+ * the capacity by up to max_batch per worker. */
 Test(bounded, regression_queued_exceeds_capacity_after_a_take) {
   enum { CAP = 4 };
   qctx c;

@@ -286,7 +286,7 @@ Test(lifecycle, cancel_hands_each_queued_task_to_on_cancel_once) {
 }
 
 Test(lifecycle, cancel_drops_tasks_a_worker_had_taken) {
-  /* A worker takes up to 16 queued tasks at once. Tasks it has taken but
+  /* A worker takes up to max_batch queued tasks at once. Tasks it has taken but
    * not started are still queued (stats count them so): once TKO_CANCEL
    * begins they go to on_cancel, not to the task. Pausing while submitting
    * lets the single worker take the gate and the rest in one batch. */
