@@ -2,6 +2,7 @@
  * (inbox.h); only a full inbox, or a batch larger than it, takes the queue
  * lock to move tasks along. */
 #include <errno.h>
+#include <sched.h>
 #include <time.h>
 
 #include "internal.h"
@@ -12,10 +13,28 @@ int tko__pool_drain_locked(tko_pool *pool) {
   return rc;
 }
 
-/* The inbox is full: move it into the queue ourselves (workers are busy). */
+/* The inbox is full: move it into the queue ourselves (workers are busy).
+ * If the queue lock is held, its holder is most likely moving the inbox
+ * already (workers drain it before every take, and so does every other
+ * make_room): wait for head to move, or the lock to come free, and let the
+ * caller retry, rather than queue for the lock and then move what little
+ * came in meanwhile while the workers wait for us. Four producers, four
+ * interleaved weights (`probe_flood submit 4` built against each side,
+ * alternating, 30-40 runs a side, two sets): median 72.5-73.2 -> 64.5-66.7
+ * ns/task (perf, before: 60% of the run's sched_yield calls were
+ * submitters queuing for the lock here). One producer, batches and
+ * bench_peers' single-weight four producers: unchanged. */
 static int make_room(tko_pool *pool) {
-  tko__lock_acquire(&pool->lock);
   uint64_t before = tko__load_relaxed(&pool->inbox.head);
+  if (!tko__lock_try(&pool->lock)) {
+    tko__add_relaxed(&pool->lock.contended, 1); /* a wait on the lock all the same */
+    for (unsigned spins = 0;
+         tko__lock_busy(&pool->lock) && tko__load_relaxed(&pool->inbox.head) == before; spins++) {
+      if (spins < 32) tko__cpu_relax();
+      else sched_yield();
+    }
+    return 0;
+  }
   int rc = tko__pool_drain_locked(pool);
   /* Out of memory but some tasks moved: there is room, so try again. */
   if (rc && tko__load_relaxed(&pool->inbox.head) != before) rc = 0;
