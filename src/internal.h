@@ -66,6 +66,11 @@ struct tko_pool {
   /* Submitters write here without a lock (inbox.h). */
   tko__inbox inbox;
 
+  /* 1 while a submitter whose inbox was full moves it (submit.c:
+   * make_room); other submitters then wait for it. Its own line: only
+   * touched when the inbox is full. */
+  TKO_CACHE_ALIGNED atomic_int room_maker;
+
   /* The weighted queue, guarded by lock; only workers (and a submitter
    * whose inbox is full) take it. */
   TKO_CACHE_ALIGNED tko__lock lock;

@@ -12,7 +12,6 @@
 
 #include <sched.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "atomics.h"
@@ -52,16 +51,6 @@ static inline void tko__lock_acquire(tko__lock *l) {
   /* Acquire: pairs with the release in tko__unlock. */
   if (atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) tko__lock_slow(l);
 }
-
-/* Takes the lock only if it is free now; true if taken. */
-static inline bool tko__lock_try(tko__lock *l) {
-  /* Acquire: pairs with the release in tko__unlock. */
-  return !tko__load_relaxed(&l->held) &&
-         !atomic_exchange_explicit(&l->held, 1, memory_order_acquire);
-}
-
-/* True while somebody holds the lock: a hint, nothing is ordered by it. */
-static inline bool tko__lock_busy(tko__lock *l) { return tko__load_relaxed(&l->held) != 0; }
 
 static inline void tko__unlock(tko__lock *l) {
   tko__store_release(&l->held, 0); /* pairs with the acquires above */
