@@ -191,8 +191,8 @@ static int submit_big_batch(tko_pool *pool, const tko_task *tasks, size_t n, uin
       rc = -ESHUTDOWN;
       break;
     }
-    /* Submitters that find the inbox "full" (tail moved, head not yet) wait
-     * for the lock in make_room, after this batch. */
+    /* Submitters that find the inbox "full" (tail moved, head not yet)
+     * move it in make_room once this batch is in. */
     if (t == tko__load_relaxed(&in->head) && tko__cas_seq(&in->tail, &t, t + n)) break;
   }
   if (rc == 0) {
