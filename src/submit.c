@@ -26,8 +26,9 @@ int tko__pool_drain_locked(tko_pool *pool) {
  * ns/task), where a worker's drain also grows the queue. */
 static int make_room(tko_pool *pool) {
   uint64_t before = tko__load_relaxed(&pool->inbox.head);
-  /* Acquire/release: only a hand-over of the role; the inbox's own
-   * orderings (inbox.h) cover the tasks. */
+  /* Acquire: pairs with the release that gives the role back below. Only
+   * the role is handed over; the inbox's own orderings (inbox.h) cover
+   * the tasks, and the spin's relaxed loads are hints to retry. */
   if (atomic_exchange_explicit(&pool->room_maker, 1, memory_order_acquire)) {
     for (unsigned spins = 0; tko__load_relaxed(&pool->room_maker) &&
                              tko__load_relaxed(&pool->inbox.head) == before;
