@@ -1,7 +1,6 @@
 /* The inbox's slow parts: setup and moving tasks into the queue. */
 #include "inbox.h"
 
-#include <sched.h>
 
 #include "lock.h"
 #include "mem.h"
@@ -30,10 +29,8 @@ void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc) {
  * to it. Acquire: pairs with the release in tko__inbox_publish. */
 static const tko__inbox_slot *published(tko__inbox *in, uint64_t pos) {
   const tko__inbox_slot *s = &in->slots[pos & in->mask];
-  for (unsigned spins = 0; tko__load_acquire(&s->seq) != pos + 1; spins++) {
-    if (spins < 64) tko__cpu_relax();
-    else sched_yield();
-  }
+  for (unsigned spins = 0; tko__load_acquire(&s->seq) != pos + 1; spins++)
+    tko__wait_step(spins, 64);
   return s;
 }
 

@@ -29,6 +29,15 @@ static inline void tko__cpu_relax(void) {
 #endif
 }
 
+/* One step of a bounded busy wait on another thread: a pause for the
+ * first `pauses` steps, then a yield of the core, since the thread waited
+ * for may be preempted and need it (pause-spinning against a thread that
+ * shares the core only burns its time slice). */
+static inline void tko__wait_step(unsigned step, unsigned pauses) {
+  if (step < pauses) tko__cpu_relax();
+  else sched_yield();
+}
+
 static inline void tko__lock_init(tko__lock *l) {
   atomic_init(&l->held, 0);
   atomic_init(&l->contended, 0);
@@ -38,10 +47,7 @@ static inline void tko__lock_slow(tko__lock *l) {
   tko__add_relaxed(&l->contended, 1);
   for (unsigned spins = 0;; spins++) {
     /* Relaxed: only a hint to retry the acquiring exchange below. */
-    while (tko__load_relaxed(&l->held)) {
-      if (spins++ < 32) tko__cpu_relax();
-      else sched_yield();
-    }
+    while (tko__load_relaxed(&l->held)) tko__wait_step(spins++, 32);
     /* Acquire: pairs with the release in tko__unlock. */
     if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) return;
   }

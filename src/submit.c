@@ -2,7 +2,6 @@
  * (inbox.h); only a full inbox, or a batch larger than it, takes the queue
  * lock to move tasks along. */
 #include <errno.h>
-#include <sched.h>
 #include <time.h>
 
 #include "internal.h"
@@ -32,10 +31,8 @@ static int make_room(tko_pool *pool) {
   if (atomic_exchange_explicit(&pool->room_maker, 1, memory_order_acquire)) {
     for (unsigned spins = 0; tko__load_relaxed(&pool->room_maker) &&
                              tko__load_relaxed(&pool->inbox.head) == before;
-         spins++) {
-      if (spins < 32) tko__cpu_relax();
-      else sched_yield();
-    }
+         spins++)
+      tko__wait_step(spins, 32);
     return 0;
   }
   tko__lock_acquire(&pool->lock);
