@@ -328,6 +328,15 @@ static void hs_submit(hook_submit *h) {
   tt_count_add(&h->submitted, 1);
 }
 
+/* A pool of options o whose thread_stop hook is stop, with user. */
+static tko_pool *stop_hook_pool(tko_options o, void *user, tko_thread_hook stop) {
+  o.hooks.user = user;
+  o.hooks.thread_stop = stop;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  return p;
+}
+
 static void hs_thread_stop(void *user, unsigned index, tko_worker_kind kind) {
   (void)index;
   (void)kind;
@@ -360,11 +369,7 @@ Test(misuse, a_retiring_workers_thread_stop_hook_may_submit_and_its_task_runs) {
   memset(&h, 0, sizeof h);
   tt_count_init(&h.submitted);
   atomic_store(&h.limit, 20);
-  tko_options o = tko_elastic_options(0, 1, 1);
-  o.hooks.user = &h;
-  o.hooks.thread_stop = hs_thread_stop;
-  tko_pool *p;
-  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_pool *p = stop_hook_pool(tko_elastic_options(0, 1, 1), &h, hs_thread_stop);
   atomic_store(&h.pool, p);
   static tft_token first;
   memset(&first, 0, sizeof first);
@@ -431,11 +436,7 @@ Test(misuse, two_stop_hooks_submitting_at_once_do_not_join_each_other) {
   memset(&ps, 0, sizeof ps);
   tt_count_init(&ps.both);
   tt_count_init(&ps.submitted);
-  tko_options o = tko_elastic_options(0, 2, 1);
-  o.hooks.user = &ps;
-  o.hooks.thread_stop = ps_thread_stop;
-  tko_pool *p;
-  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_pool *p = stop_hook_pool(tko_elastic_options(0, 2, 1), &ps, ps_thread_stop);
   atomic_store(&ps.pool, p);
   cr_assert_eq(tko_submit(p, ps_hold, &ps, 0), 0);
   cr_assert_eq(tko_submit(p, ps_hold, &ps, 0), 0);
@@ -456,11 +457,7 @@ Test(misuse, thread_stop_hooks_submitting_at_shutdown_are_refused) {
   memset(&h, 0, sizeof h);
   tt_count_init(&h.submitted);
   atomic_store(&h.limit, 64);
-  tko_options o = tko_basic_options(4);
-  o.hooks.user = &h;
-  o.hooks.thread_stop = hs_thread_stop;
-  tko_pool *p;
-  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_pool *p = stop_hook_pool(tko_basic_options(4), &h, hs_thread_stop);
   atomic_store(&h.pool, p);
   cr_assert_eq(tko_pool_shutdown(p, TKO_DRAIN), 0);
   cr_assert_eq(tt_count_get(&h.submitted), 4);
