@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_alloc: what the pool allocates, measured by the allocator itself.
  * With jemalloc linked, its cumulative statistics over all arenas give the
  * allocations and bytes per task in steady state (a warmed pool, then a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_combining: the TreeDB seed (update-combiner lanes) done safely.
  *
  * W writer threads apply read-modify-write updates to documents of a shared

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_commit: the NStore seed (a Task.Run per commit to update the
  * stream head in the background) and its fixes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared benchmark code: see bench_common.h. Nothing here is timed; the
  * helpers run between measurements, so they favour clarity over speed. */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared code for the benchmark executables: argument parsing, timing,
  * medians and percentiles, calibrated busy work, aligned (markdown) tables,
  * JSON output, and the machine facts every report starts with; plus the

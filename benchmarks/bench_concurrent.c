@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_concurrent: 1, 2, 4 and 8 producer threads enqueuing at once into
  * one pool, with empty and ~1 us tasks, one task per submit call or in
  * batches. Reports ns/task end to end (producers released together to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_cpu: CPU-bound tasks (a couple of microseconds of real arithmetic
  * each, mixed weights) on a basic and an elastic pool, end to end (first
  * submit to tko_pool_wait_idle returning), against running the same tasks

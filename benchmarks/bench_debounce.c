@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_debounce: the durable-streams seed (memory mode's per-append
  * debounced meta sidecar flush) and its fix.
  *

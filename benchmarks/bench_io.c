@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_io: blocking I/O tasks of three real kinds on a basic pool sized to
  * the CPUs, a basic pool as wide as the elastic one, and an elastic pool
  * (with and without the tasks' blocking hint):

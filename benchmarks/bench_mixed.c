@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_mixed: half CPU-bound, half I/O-bound tasks with mixed weights,
  * submitted in one burst, on a basic and an elastic pool. Reports each
  * weight's queue wait (submit to start) at p50 and p99, so priority is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_peers: taskorch side by side with GLib's GThreadPool, C-Thread-Pool
  * and libuv's uv_queue_work on the same workloads, in one run, with the
  * ratio taskorch/peer printed for each (below 1 means taskorch is faster).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The pools under comparison behind one interface: see bench_pools.h for
  * the fairness rules. Each pool's code sits in its own #ifdef block, so a
  * peer that was not found at build time simply reports -ENOTSUP. */

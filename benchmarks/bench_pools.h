@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The pools under comparison behind one small interface: taskorch, GLib's
  * GThreadPool, C-Thread-Pool and libuv's uv_queue_work, each used the way
  * its documentation intends, so that bench_peers and bench_wakeup can run the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A quick look at the hot path: one producer, N workers, a million empty
  * tasks with four weights, end to end (first submit to tko_pool_wait_idle
  * returning), submitted one by one and in batches (tko_submit_batch), on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_soak: a long run that should leave no trace. Pushes at least 100
  * million tasks (by default) through one elastic pool in cycles: a burst
  * from two producers - batches, single submits, a group, async tasks, a few

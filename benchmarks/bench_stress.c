@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_stress: many tasks, many weights, several producers, and bursts
  * that make elastic workers spawn and retire over and over; checks that
  * every task ran exactly once and that the pool's counts return to zero.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One C-Thread-Pool program, built twice: bench_thpool_compat links
  * taskorch's thpool compatibility layer (compat/thpool.h), bench_thpool_real
  * compiles in C-Thread-Pool's own thpool.c (-DBENCH_THPOOL_REAL). The

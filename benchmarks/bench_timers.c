@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_timers: how late do delayed tasks start? For each delay (1, 10 and
  * 100 ms by default) it arms timers with tko_submit_after and measures, for
  * every one, the time from its deadline (the moment of arming plus the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_wakeup: how fast a sleeping pool answers, and what an idle pool
  * costs. Wake-up latency is the time from submit to the task's first
  * instruction when every worker is asleep: before each sample the benchmark

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* compare_submit: plain tko_submit of a million empty tasks, 1 producer,
  * 2 workers, median of 7 fresh pools. Built by compare_submit.sh against two
  * versions of the library to show what a change costs the hot path.

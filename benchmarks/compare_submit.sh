@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds benchmarks/compare_submit.c (gcc -O3) against the library at
 # commit OLD and at the working tree, then runs them alternately, ROUNDS
 # times, with one weight and with four:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Scaling past two cores: the concurrent-enqueue benchmark at 1-16 producers,
 # the peers at 8 producers and 8 workers, and the write-combining (lanes)
 # benchmark at 1-16 writers, on a machine with more cores; with PARTS=seeds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* taskorch-thpool: C-Thread-Pool's thpool_* API on taskorch's public API.
  *
  * Adapting a job. A C-Thread-Pool job is `void fn(void *arg)`; a taskorch

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* taskorch-thpool: C-Thread-Pool's thpool_* API, implemented on taskorch.
  *
  * A program written for C-Thread-Pool (Pithikos) builds against this header

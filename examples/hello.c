@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The README's example: a pool, weighted tasks, a group, a clean shutdown. */
 #include <stdio.h>
 #include <taskorch.h>

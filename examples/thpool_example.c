@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A C-Thread-Pool program, unchanged but for the link line: it includes
  * "thpool.h" and links with `pkg-config --cflags --libs taskorch-thpool`.
  *

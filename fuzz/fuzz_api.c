@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer harness for the public API: the input is a little program that
  * drives up to three pools at once - create with fuzzed options (hooks, a
  * bounded queue, aging, an async limit, an allocator that fails chosen

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer harness for the workbench's argument parser
  * (workbench/cli.c: wb_cli_parse_run, the `run` subcommand). The input is
  * split at NUL bytes and newlines into up to 64 arguments. The parser must

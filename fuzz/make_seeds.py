@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes the committed seed corpora, fuzz/corpus_api and fuzz/corpus_cli.
 
 fuzz_api reads its input as a list of operations: one byte picks the

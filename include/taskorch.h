@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* taskorch: a priority task orchestrator (thread pool) for C11 host programs.
  *
  * One public header. Every function returns 0 or a negative errno value unless

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds everything (library, workbench, benchmarks) and runs the workbench
 # demo scenario. Installs its own packages first (scripts/deps.sh).
 set -euo pipefail

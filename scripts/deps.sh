@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what taskorch's build, tests and benchmarks need on Debian 12.
 # Runs apt as root (or through sudo); with TKO_SKIP_DEPS=1 it does nothing.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the libFuzzer harnesses with clang (ASan + UBSan + libFuzzer) into
 # build-fuzz/ and runs each for a bounded time from its committed seed
 # corpus. Independent of the CMake build: the normal gcc build never sees

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds and runs the whole test suite three times: plain, under
 # ThreadSanitizer, and under AddressSanitizer+UBSan. Installs its own
 # packages first (scripts/deps.sh). Any failure stops it with a non-zero exit.

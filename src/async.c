@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Async (completion-based) tasks: the worker starts them, any thread
  * completes them.
  *

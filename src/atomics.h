@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Order-named wrappers around C11 atomics, so that every memory ordering in
  * the library can be found with grep (after mimalloc's mi_atomic_*). Each use
  * that is not seq_cst carries a comment saying what it pairs with. */

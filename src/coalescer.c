@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The coalescer: a dirty set of (key, latest value) and one periodic sweep.
  *
  * Two dirty tables, `active` and `spare`, each a dense entry array (in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Elastic workers: spawned when work is queued and no worker is idle,
  * retired after elastic_idle_ms asleep.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Error descriptions and the run-time version. */
 #include <errno.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Task groups: a caller-owned counter of pending members with a condition
  * variable to wait on.
  *

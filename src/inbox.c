@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The inbox's slow parts: setup and moving tasks into the queue. */
 #include "inbox.h"
 

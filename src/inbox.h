@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The inbox: a bounded multi-producer ring that submitters write tasks into
  * without taking the queue lock. Workers, holding the queue lock, move what
  * has been published into the weighted queue before they pick the best

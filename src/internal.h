@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The pool's internal layout, shared by pool.c, worker.c and elastic.c.
  *
  * Lock order (outermost first): shutdown_mu > spawn_mu > lock > idle.mu;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Keyed serial lanes on the public pool API: a fixed table of lanes, each a
  * FIFO ring of tasks plus at most one runner task in the pool.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The queue lock: a test-and-test-and-set spinlock that yields the core.
  *
  * Why not a pthread mutex: the critical sections are a few dozen

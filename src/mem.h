@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The pool's allocator: the caller's tko_allocator or the C library's. Only
  * create, growth and destroy paths allocate; nothing here runs per task. */
 #ifndef TKO_MEM_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The pool: options, create, submit, wait_idle, shutdown, destroy, stats.
  *
  * Accounting that makes wait_idle and stats cheap: a task is submitted

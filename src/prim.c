@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Platform primitives; see prim.h. */
 #define _GNU_SOURCE
 #include "prim.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Platform primitives behind one small header (after mimalloc's prim.h):
  * a monotonic clock, a one-word futex-style wait/wake, thread naming, the CPU
  * count. Linux uses futex(2); elsewhere a portable pthread

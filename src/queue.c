@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The weighted priority queue (see queue.h).
  *
  * Why buckets: tasks usually carry a handful of distinct weights, so keeping

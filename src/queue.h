@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The weighted priority queue: task items stored by value in one slab,
  * threaded into one FIFO list per distinct weight ("bucket"); a small binary
  * heap orders the non-empty buckets. Not thread-safe: the pool's queue lock

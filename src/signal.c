@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The signal idle workers sleep on, and why it loses no wake-up.
  *
  * The cost to avoid is a system call per submit. A submit therefore reads one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Submitting: single tasks and batches go through the lock-free inbox
  * (inbox.h); only a full inbox, or a batch larger than it, takes the queue
  * lock to move tasks along. */

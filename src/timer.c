@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Delayed and periodic tasks: one min-heap of caller-owned timers per pool,
  * ordered by deadline, and one timer thread that sleeps until the earliest
  * deadline and submits what is due.

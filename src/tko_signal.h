@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The semaphore-style signal that idle workers sleep on: one parker (a
  * binary semaphore) per worker, a LIFO list of sleepers, and one atomic word
  * counting searching and sleeping workers so that a submit can tell, with a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The worker loop: take a few tasks, run them, look for more, sleep.
  *
  * A worker is in one of three states, as counted in idle.state (signal.c):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Heap allocation counts, from jemalloc's statistics when the workbench is
  * built with it (TKO_HAVE_JEMALLOC; jemalloc then serves every malloc in the
  * process). Without it the summary says "n/a".

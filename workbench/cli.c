@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Command-line options of `taskorch-workbench run`: one table drives parsing,
  * checking and --help, so a new option is one row plus a wb_config field.
  *

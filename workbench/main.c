@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* taskorch-workbench: try pool shapes and loads by hand and see what the
  * scheduler does. Commands: run, list, --help, --version. Exit status: 0 on
  * success, 1 when a run or an output file fails, 2 for bad input. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The --plot chart: one self-contained SVG file (no scripts, fonts or links)
  * with two panels. Top: the timeline, queued tasks on the left axis and
  * running tasks and live basic/elastic workers on the right, against time

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The live progress line on stderr: done/total, tasks/s over the last
  * second, queue depth, busy and live workers, ETA. Drawn by the sampler
  * thread at most 10 times a second, only when stderr is a terminal, and

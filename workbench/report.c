@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The end-of-run summary, as a table for people and as JSON for scripts.
  * Both show the same numbers; workbench/README.md documents the JSON. */
 #include <inttypes.h>

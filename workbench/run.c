@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Runs one scenario: builds the task mix, starts the pool, the producers and
  * the sampler, releases the floods one by one, and collects per-task queue
  * wait and run time through the pool's hooks.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The scenarios (each one a set of defaults for wb_config) and the task mix
  * they generate: a fixed seed gives the same mix, bit for bit, on every
  * machine, and wb_mix_generate returns a checksum of it to prove so. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Summaries of a finished run: queue-wait and run-time distributions, overall
  * and per weight class. Percentiles are nearest-rank over every task that
  * ran (no sampling, no histogram error). A weight range of up to 8 values

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The timeline: a sampler thread reads tko_pool_stats every 10 ms into a
  * buffer allocated before the run, and drives the progress line.
  *

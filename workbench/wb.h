@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* taskorch-workbench: the types its files share. A run goes
  * cli (argv -> wb_config) -> scenarios (defaults, task mix) -> run (pool,
  * producers, sampler) -> stats (percentiles) -> report / plot. */

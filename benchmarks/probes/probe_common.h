@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared bits of the probes: a clock and argument reading. The probes are
  * small single-purpose programs behind figures in the README that
  * bench_* does not print (page-fault cost, one flood shape at a time, a

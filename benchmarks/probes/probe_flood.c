@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One flood shape at a time, for A/B runs of two builds: a million empty
  * tasks with weights 0-3 interleaved, end to end (first submit to
  * tko_pool_wait_idle), 2 workers. Prints ns/task per run, with the backlog

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What a first touch of fresh memory costs: 48 MiB (a million queued tasks'
  * worth of slab) touched page by page, malloc'd, then as a 2 MiB-aligned
  * mapping advised for transparent huge pages. Three rounds of each.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* When each worker starts on a burst: N tasks of ~2 us of spinning on a
  * fresh 2-worker pool whose workers have slept 20 ms, eight runs. Prints
  * the run's wall time, when the submitting ended, and per worker thread

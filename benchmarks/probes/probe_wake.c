@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* How long a thread takes to run after it is woken here, with no pool in
  * the way: a thread parked on a futex for 20 ms is woken, and the waker then
  * stays busy for 50 us (as a submitter would) before it joins. Eight runs a

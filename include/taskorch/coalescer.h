@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* taskorch coalescer: a dirty set plus one periodic sweeper.
  *
  * Hosts that must persist "the latest state of key K" (a stream's metadata

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* taskorch keyed serial lanes: tasks that share a key run one at a time, in
  * submit order; tasks with different keys run in parallel on the pool.
  *

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Tests of the taskorch-workbench CLI, run by CTest as one entry per group:
 #   test_workbench.sh BINARY args|json|csv|svg|seed|progress|features
 # Every run is tiny (a few hundred short tasks) so that the TSan and ASan

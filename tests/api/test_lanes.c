@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for keyed serial lanes: per-key FIFO order and mutual exclusion
  * under 8 submitting threads (also across keys that share a lane), no task
  * lost or run twice, parallelism across lanes, the weight rule, max_drain

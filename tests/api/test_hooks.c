@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for the hooks: before_run/after_run see each task's id, weight,
  * arg, worker and status in order around the task; on_failure gets the
  * non-zero status and plausible times; thread_start/thread_stop run once per

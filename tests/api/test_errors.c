@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for argument checking and error reporting: every public function
  * with NULL or invalid arguments returns its documented negative errno and
  * has no effect; options over TKO_MAX_* and pools with no workers at all are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fault-injection helpers for the reliability suites (faults, threads,
  * misuse, process): a counting allocator that fails chosen calls, and
  * "tokens" that prove every accepted task ran or was cancelled exactly once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for delayed and periodic tasks (tko_timer_init, tko_submit_after,
  * tko_submit_every, tko_timer_cancel): a delayed task runs once and never
  * before its delay; cancel before firing returns 0 and the task never runs;

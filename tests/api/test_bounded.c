@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for bounded queues (queue_capacity + full_policy) and
  * tko_submit_timed: the count of queued tasks never exceeds the capacity
  * (seen on a paused pool, where nothing leaves the queue); REJECT gives

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for the pool's lifecycle: wait_idle (idle, timeout, no limit),
  * shutdown with TKO_DRAIN and TKO_CANCEL (every queued task run, or handed
  * to on_cancel exactly once and never run), idempotence, -ESHUTDOWN after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Waiting helpers shared by the suites: a counter that threads can wait on,
  * a one-shot gate, the process's thread count from /proc, and the scale knob
  * that shrinks stress loops under sanitizers. Tests must never sleep to wait

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for tko_pool_pause / tko_pool_resume: no queued task starts while
  * paused, submits are accepted, resume runs them in priority order, a running
  * task is not stopped, wait_idle times out on a paused pool with work,

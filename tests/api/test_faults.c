@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Allocation failure, through the allocator option: a counting allocator
  * (tko_test_fault.h) fails exactly the Nth call, for every N that a
  * scenario reaches, in pool create, queue growth (single submits, group

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for the C-Thread-Pool compatibility layer (compat/thpool.h): every
  * thpool_* call, the scenarios C-Thread-Pool's README and header describe
  * (mass concurrent increments with 4 and 1,000 threads, wait accuracy, pause

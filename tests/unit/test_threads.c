@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Thread-creation failure, injected through the library's test seam
  * (tko__test_thread_create_errno in src/prim.h: while it is set, every
  * thread the library starts fails as if pthread_create had returned

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for task groups (tko_group_*): wait for every member or time out,
  * pending counts, the first failure as the group's status (a group of one
  * gives its task's status), cancelling only still-queued members, waiting

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Misuse from inside tasks and hooks: defined results, never a hang or a
  * crash. A task (or a hook on a pool thread) that waits on, shuts down or
  * destroys its own pool gets -EDEADLK and the pool goes on; a task or hook

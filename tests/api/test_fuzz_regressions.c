@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Regressions found by fuzz/fuzz_api.c: each crash the fuzzer found,
  * reduced to a direct test. Both were bugs in the core, fixed in 8f0737a;
  * the comments say what went wrong. A new core bug found this way goes

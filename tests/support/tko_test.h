@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test header for every suite: Criterion normally; under ThreadSanitizer a
  * minimal stand-in with the same Test()/cr_assert_* spelling, because
  * Criterion's inheritable arena cannot start under TSan (Criterion issue

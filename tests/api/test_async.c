@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for async (completion-based) tasks: tko_submit_async,
  * tko_async_complete, tko_async_arg, tko_group_submit_async and
  * max_async_inflight. An async task stays running until another thread (or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for the pool's core promises: exact (weight desc, submit order)
  * execution with one worker, unique gap-free ids, independent pools,
  * re-entrant submit, exactly-once execution under concurrent submitters, no

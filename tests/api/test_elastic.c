@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for elastic workers: the count never passes max_elastic while eight
  * threads submit blocking tasks, elastic-only pools run their tasks (also
  * when a submit races a retirement), and idle elastic workers retire back to

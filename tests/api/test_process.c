@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Process-level behaviour: fork(), signals and scheduling attributes.
  *
  * fork(): a child gets a copy of the pool without its threads. Every call on

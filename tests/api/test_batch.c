@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for tko_submit_batch: every task runs; ids are consecutive in array
  * order (seen through the before_run hook); priority order across the
  * batch; all or nothing (a NULL fn anywhere, or too little room in a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for anti-starvation aging (aging_ms). The starvation tests run a
  * self-sustaining stream of higher-weight tasks on one worker (each stream
  * task submits the next, and 128 stay queued so a worker's take of up to 64

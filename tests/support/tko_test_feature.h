@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers for the feature suites (groups, batch, bounded queue, aging,
  * blocking hint, timers, async), on top of tko_test_sync.h: a helper thread
  * whose int result the test can wait for without hanging, and a way to see

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for the blocking hint (tko_blocking_begin / tko_blocking_end): on
  * an elastic pool of 1 basic + 3 elastic workers, four tasks that announce
  * they block and then wait on a condition variable all run at once (the

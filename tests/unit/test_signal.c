@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Unit tests for the sleep/wake signal (src/signal.h): the parker's permit
  * semantics within a thread and across threads, and the idle word's
  * searching/sleeping counts through search, sleep_prepare, sleep_cancel,

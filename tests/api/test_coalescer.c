@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests for the coalescer: latest value wins, one entry per key per sweep,
  * first-marked order, growth, every mark reflected in some flush under
  * concurrent marking with timer sweeps and on-demand flushes, the final

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Unit tests for the by-value weighted priority queue (src/queue.h): pop
  * order (weight desc, FIFO for ties) over the whole int range, growth, many
  * distinct weights checked against a reference sort, interleaved push/pop
