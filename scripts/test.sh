@@ -21,6 +21,8 @@ for flavour in plain thread address; do
   UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1" \
     ctest --test-dir "$dir" --output-on-failure -j 1
 done
+echo "== packaging: install to a temporary prefix, link the examples (scripts/ci_install.sh)"
+scripts/ci_install.sh
 echo "== fuzzing (libFuzzer, ASan+UBSan; ${FUZZ_SECONDS:-30} s per harness)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh
 echo "== all test flavours and the fuzzers passed"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# CI step (run by scripts/test.sh): install taskorch to a temporary prefix,
+# move that prefix elsewhere (the pkg-config and CMake files must follow),
+# then build and run what a user would against it:
+#   - examples/hello.c through pkg-config, shared and fully static (--static);
+#   - examples/thpool_example.c through pkg-config (taskorch-thpool);
+#   - both through find_package(taskorch) (the host project tests/host/),
+#     run with no LD_LIBRARY_PATH.
+# Usage: scripts/ci_install.sh [build dir, default build-ci-install]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$PWD
+build=${1:-build-ci-install}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cc=${CC:-cc}
+
+step() { echo "== ci_install: $*"; }
+# Runs a program and checks its last line of output for a pattern.
+run_expect() {
+  local pattern=$1
+  shift
+  local out
+  out=$("$@")
+  grep -q -- "$pattern" <<<"$out" || { echo "$*: expected '$pattern', got:" >&2; echo "$out" >&2; exit 1; }
+}
+
+step "build the libraries ($build) and install to a temporary prefix"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_BUILD_TESTS=OFF \
+  -DTKO_BUILD_BENCHMARKS=OFF -DTKO_BUILD_WORKBENCH=OFF >/dev/null
+cmake --build "$build" -j "$(nproc)" >/dev/null
+cmake --install "$build" --prefix "$tmp/stage" >/dev/null
+mv "$tmp/stage" "$tmp/prefix"
+prefix=$tmp/prefix
+libdir=$(dirname "$(find "$prefix" -name taskorch.pc)")/..
+libdir=$(cd "$libdir" && pwd)
+
+# Only the installed .pc files: nothing from the system may stand in.
+export PKG_CONFIG_LIBDIR=$libdir/pkgconfig
+unset PKG_CONFIG_PATH
+[ "$(pkg-config --variable=includedir taskorch)" -ef "$prefix/include" ] ||
+  { echo "taskorch.pc: includedir does not follow the moved prefix" >&2; exit 1; }
+
+step "hello.c through pkg-config (shared)"
+# shellcheck disable=SC2046
+"$cc" -o "$tmp/hello" examples/hello.c $(pkg-config --cflags --libs taskorch)
+readelf -d "$tmp/hello" | grep -q 'NEEDED.*libtaskorch\.so' ||
+  { echo "hello is not linked to libtaskorch.so" >&2; exit 1; }
+run_expect "completed 3 of 3" env LD_LIBRARY_PATH="$libdir" "$tmp/hello"
+
+step "hello.c through pkg-config --static (a fully static program)"
+# shellcheck disable=SC2046
+"$cc" -static -o "$tmp/hello_static" examples/hello.c $(pkg-config --static --cflags --libs taskorch)
+if readelf -d "$tmp/hello_static" 2>/dev/null | grep -q NEEDED; then
+  echo "hello_static has dynamic dependencies" >&2
+  exit 1
+fi
+run_expect "completed 3 of 3" "$tmp/hello_static"
+
+step "thpool_example.c through pkg-config (taskorch-thpool; runpath, no LD_LIBRARY_PATH)"
+readelf -d "$libdir/libtaskorch-thpool.so" | grep -q 'R.*PATH.*\$ORIGIN' ||
+  { echo "libtaskorch-thpool.so has no \$ORIGIN runpath" >&2; exit 1; }
+# shellcheck disable=SC2046
+"$cc" -o "$tmp/thpool_example" examples/thpool_example.c \
+  $(pkg-config --cflags --libs taskorch-thpool) -Wl,-rpath,"$libdir"
+run_expect "Sum of squares 0..39: 20540 (expected 20540)" env -u LD_LIBRARY_PATH "$tmp/thpool_example"
+
+step "hello.c and thpool_example.c through find_package(taskorch)"
+cmake -S tests/host -B "$tmp/host" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$tmp/host" -j "$(nproc)" >/dev/null
+run_expect "completed 3 of 3" env -u LD_LIBRARY_PATH "$tmp/host/host_hello"
+run_expect "completed 3 of 3" env -u LD_LIBRARY_PATH "$tmp/host/host_hello_static"
+run_expect "Sum of squares 0..39: 20540 (expected 20540)" env -u LD_LIBRARY_PATH "$tmp/host/host_thpool"
+
+step "passed (prefix $prefix, source $src)"
