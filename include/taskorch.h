@@ -30,6 +30,14 @@ extern "C" {
 #define TKO_API
 #endif
 
+/* Alignment of the caller-owned opaque types: C11's _Alignas, C++11's
+ * alignas (the headers compile as C11 and as C++11 and later). */
+#ifdef __cplusplus
+#define TKO_ALIGNAS(n) alignas(n)
+#else
+#define TKO_ALIGNAS(n) _Alignas(n)
+#endif
+
 /* Hard limits, checked by tko_pool_create (larger values are -EINVAL). */
 #define TKO_MAX_WORKERS 1024u     /* basic workers */
 #define TKO_MAX_ELASTIC 1024u     /* elastic workers */
@@ -228,7 +236,7 @@ TKO_API int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n);
  * once must all be in one pool (an empty group may be reused with another).
  * A group of one is the handle for a single task. */
 typedef struct tko_group {
-  _Alignas(16) unsigned char opaque[160]; /* private */
+  TKO_ALIGNAS(16) unsigned char opaque[160]; /* private */
 } tko_group;
 
 TKO_API int tko_group_init(tko_group *group);
@@ -266,7 +274,7 @@ TKO_API long tko_group_cancel(tko_group *group);
  * -EINVAL: NULL argument or negative delay; -EBUSY: the timer is armed;
  * -ESHUTDOWN; -ENOMEM; -EAGAIN: the timer thread could not start. */
 typedef struct tko_timer {
-  _Alignas(16) unsigned char opaque[64]; /* private */
+  TKO_ALIGNAS(16) unsigned char opaque[64]; /* private */
 } tko_timer;
 
 /* Makes a timer ready to arm (zero-filling it does the same). */

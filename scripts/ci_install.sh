@@ -6,7 +6,10 @@
 #   - examples/hello.c through pkg-config, shared and fully static (--static);
 #   - examples/thpool_example.c through pkg-config (taskorch-thpool);
 #   - both through find_package(taskorch) (the host project tests/host/),
-#     run with no LD_LIBRARY_PATH.
+#     run with no LD_LIBRARY_PATH;
+#   - every installed header from C++ (g++ and clang++, -std=c++11/17/20,
+#     -Wall -Wextra -pedantic -Werror), with tests/cxx/headers.cpp's checks,
+#     linked and run once.
 # Usage: scripts/ci_install.sh [build dir, default build-ci-install]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,5 +75,22 @@ cmake --build "$tmp/host" -j "$(nproc)" >/dev/null
 run_expect "completed 3 of 3" env -u LD_LIBRARY_PATH "$tmp/host/host_hello"
 run_expect "completed 3 of 3" env -u LD_LIBRARY_PATH "$tmp/host/host_hello_static"
 run_expect "Sum of squares 0..39: 20540 (expected 20540)" env -u LD_LIBRARY_PATH "$tmp/host/host_thpool"
+
+step "every installed header from C++ (g++, clang++; c++11, c++17, c++20)"
+# The installed headers, each included, so a header added later is covered.
+{
+  (cd "$prefix/include" && find . -name '*.h' | sort | sed 's|^\./\(.*\)|#include <\1>|')
+  echo "#include \"$src/tests/cxx/headers.cpp\""
+} >"$tmp/all_headers.cpp"
+cxx_flags=(-Wall -Wextra -pedantic -Werror -I"$prefix/include" -I"$prefix/include/taskorch/compat")
+for cxx in g++ clang++; do
+  for std in c++11 c++17 c++20; do
+    "$cxx" -std="$std" "${cxx_flags[@]}" -c "$tmp/all_headers.cpp" -o "$tmp/all_headers.o"
+  done
+done
+# shellcheck disable=SC2046
+g++ -std=c++17 "${cxx_flags[@]}" -o "$tmp/cxx_hello" "$tmp/all_headers.cpp" \
+  $(pkg-config --libs taskorch) -Wl,-rpath,"$libdir"
+run_expect "C++: taskorch .*, 1 task ran" "$tmp/cxx_hello"
 
 step "passed (prefix $prefix, source $src)"
