@@ -42,6 +42,11 @@ extern "C" {
 #define TKO_MAX_WORKERS 1024u     /* basic workers */
 #define TKO_MAX_ELASTIC 1024u     /* elastic workers */
 #define TKO_MAX_IDLE_MS 3600000u  /* elastic idle timeout: one hour */
+/* Longest timer delay or period (tko_submit_after / _every): 100 years in
+ * ms, so that a deadline in nanoseconds cannot overflow. Larger: -EINVAL. */
+#define TKO_MAX_TIMER_MS 3153600000000LL
+/* Deepest nesting of helping group waits on one worker (see tko_group_wait). */
+#define TKO_MAX_HELP_DEPTH 64u
 
 typedef struct tko_pool tko_pool; /* opaque */
 
@@ -250,7 +255,14 @@ TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, v
  * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT.
  * Called from a task of the group's pool, the waiting worker runs queued
  * tasks itself while it waits, so waiting on a group from inside the pool
- * cannot deadlock it. */
+ * cannot deadlock it; it starts no task once timeout_ms has passed (0: none
+ * at all), though one it started may run past the deadline. Such helping
+ * waits nest (a task run by a waiting worker waits in turn) at most
+ * TKO_MAX_HELP_DEPTH deep on one worker: deeper, the wait runs nothing and
+ * returns -EDEADLK at once if members are pending (waiting without helping
+ * could wait for a task queued behind this one; another level could
+ * overflow the stack). -ECHILD in a forked child while members are pending
+ * (they belong to the parent's pool). */
 TKO_API int tko_group_wait(tko_group *group, long timeout_ms);
 /* Members submitted and not yet finished or cancelled. */
 TKO_API uint64_t tko_group_pending(tko_group *group);
@@ -260,7 +272,8 @@ TKO_API int tko_group_status(tko_group *group);
 /* Cancels the members still queued (not those a worker has started or
  * taken): each goes to the pool's on_cancel hook and counts as finished for
  * the group with status -ECANCELED. Returns how many were cancelled (>= 0)
- * or a negative errno. */
+ * or a negative errno (-ECHILD in a forked child while members are pending:
+ * the queue is the parent's). */
 TKO_API long tko_group_cancel(tko_group *group);
 
 /* Delayed and periodic tasks. A timer is caller-owned storage that must
@@ -271,7 +284,9 @@ TKO_API long tko_group_cancel(tko_group *group);
  * submitted with its weight and runs like any other. At shutdown, timers
  * not yet due are handed to on_cancel (id 0); they were never submitted, so
  * they are not in stats.cancelled.
- * -EINVAL: NULL argument or negative delay; -EBUSY: the timer is armed;
+ * -EINVAL: NULL argument, a negative delay, or a delay or period over
+ * TKO_MAX_TIMER_MS (refused rather than wrapped: a longer one once fired at
+ * once, or every millisecond); -EBUSY: the timer is armed;
  * -ESHUTDOWN; -ENOMEM; -EAGAIN: the timer thread could not start. */
 typedef struct tko_timer {
   TKO_ALIGNAS(16) unsigned char opaque[64]; /* private */

@@ -165,14 +165,29 @@ static uint64_t pending_now(tko__group *g) {
   return n;
 }
 
+/* How many helping waits are nested on this thread: a waiting task runs a
+ * task that waits and runs a task... each level a few stack frames. */
+static _Thread_local unsigned help_depth;
+
+static bool deadline_passed(long timeout_ms, const struct timespec *deadline) {
+  if (timeout_ms < 0) return false;
+  if (timeout_ms == 0) return true;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now); /* tko__deadline_after's clock */
+  return now.tv_sec > deadline->tv_sec ||
+         (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
 /* A worker of the group's pool waits by running tasks - its own batch's
  * remaining ones first, then queued ones - and sleeps only when nothing is
  * runnable, on the pool's helper condition, which new work and finished
- * members signal. */
+ * members signal. It starts no task once the deadline has passed (a task
+ * it started may still run past it: a wait cannot stop a task). */
 static int help_until_done(tko__group *g, tko__worker *self, long timeout_ms,
                            const struct timespec *deadline) {
   tko_pool *pool = g->pool;
   while (pending_now(g) > 0) {
+    if (deadline_passed(timeout_ms, deadline)) return -ETIMEDOUT;
     if (tko__help_one(pool, self)) continue;
     pthread_mutex_lock(&pool->help_mu);
     tko__add_seq(&pool->helpers, 1); /* seq_cst: see tko__group_finished */
@@ -193,9 +208,22 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
   if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
   tko__worker *self = tko__current_worker;
   pthread_mutex_lock(&g->mu);
-  tko_pool *pool = g->pool;
+  /* g->pool is only meaningful (and its pool only alive) while members
+   * are pending. */
+  tko_pool *pool = g->pending ? g->pool : NULL;
   pthread_mutex_unlock(&g->mu);
-  if (pool && self && self->pool == pool) return help_until_done(g, self, timeout_ms, &deadline);
+  /* A forked child's copy: the members live in the parent; running them
+   * here would run them twice, and nothing here can finish them. */
+  if (pool && tko__pool_forked(pool)) return -ECHILD;
+  if (pool && self && self->pool == pool) {
+    /* Too deep: another level could overflow the stack, and waiting
+     * without helping could wait on a task queued behind this one. */
+    if (help_depth >= TKO_MAX_HELP_DEPTH) return pending_now(g) ? -EDEADLK : 0;
+    help_depth++;
+    int rc = help_until_done(g, self, timeout_ms, &deadline);
+    help_depth--;
+    return rc;
+  }
   int rc = 0;
   pthread_mutex_lock(&g->mu);
   while (g->pending > 0) {
@@ -216,6 +244,7 @@ long tko_group_cancel(tko_group *group) {
   tko_pool *pool = g->pending ? g->pool : NULL;
   pthread_mutex_unlock(&g->mu);
   if (!pool) return 0;
+  if (tko__pool_forked(pool)) return -ECHILD; /* its queue is the parent's */
   long total = 0;
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {

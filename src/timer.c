@@ -138,7 +138,11 @@ static int prepare(tko_pool *pool) {
 
 static int arm(tko_pool *pool, tko_timer *timer, long delay_ms, long period_ms, tko_task_fn fn,
                void *arg, int weight) {
+  /* The bound keeps delay and period in nanoseconds, and a deadline of now
+   * plus either, far from wrapping around (a wrapped deadline fired at once). */
   if (!pool || !timer || !fn || delay_ms < 0 || period_ms < 0) return -EINVAL;
+  if ((long long)delay_ms > TKO_MAX_TIMER_MS || (long long)period_ms > TKO_MAX_TIMER_MS)
+    return -EINVAL;
   if (tko__pool_forked(pool)) return -ECHILD;
   tko__timer *t = as_timer(timer);
   int rc = 0;

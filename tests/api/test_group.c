@@ -12,7 +12,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "taskorch.h"
 #include "tko_test.h"
@@ -778,5 +780,127 @@ Test(group, regression_helping_wait_misses_freed_async_slot) {
   cr_assert_eq(h.rc, 0, "the helping wait slept through a freed async slot");
   cr_assert_eq(tko_group_destroy(&h.g), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0);
+}
+
+/* ---- regressions: issue 14 ------------------------------------------------ */
+
+/* Defect 7: the helping path ignored the timeout. A task on a one-worker
+ * pool waits on a group whose member is queued behind fillers: with 0 the
+ * wait ran every filler and the member (it returned 0 after running them
+ * all); now it starts nothing and returns -ETIMEDOUT. With a 30 ms timeout
+ * and 20 ms fillers, it starts no filler after the deadline, so it returns
+ * -ETIMEDOUT before it could have run them all. */
+enum { FILLERS = 10 };
+
+typedef struct deadline_waiter {
+  tko_group *g;
+  long timeout_ms;
+  int rc;
+  atomic_int *fillers_ran;
+  int fillers_at_return;
+} deadline_waiter;
+
+static int slow_filler_fn(void *arg) {
+  atomic_int *ran = arg;
+  struct timespec ts = {0, 20 * 1000000L}; /* long-running, not a wait for anything */
+  nanosleep(&ts, NULL);
+  atomic_fetch_add(ran, 1);
+  return 0;
+}
+
+static int deadline_waiter_fn(void *arg) {
+  deadline_waiter *w = arg;
+  w->rc = tko_group_wait(w->g, w->timeout_ms);
+  w->fillers_at_return = atomic_load(w->fillers_ran);
+  return 0;
+}
+
+static void helping_wait_keeps_its_deadline(long timeout_ms) {
+  gctx c;
+  gctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  item member;
+  items_init(&member, 1, &c, 0, true);
+  tko_group g;
+  cr_assert_eq(tko_group_init(&g), 0);
+  atomic_int fillers_ran = 0;
+  deadline_waiter w = {&g, timeout_ms, 1, &fillers_ran, -1};
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit(pool, deadline_waiter_fn, &w, 10), 0); /* runs first */
+  for (int i = 0; i < FILLERS; i++)
+    cr_assert_eq(tko_submit(pool, slow_filler_fn, &fillers_ran, 5), 0);
+  cr_assert_eq(tko_group_submit(pool, &g, item_fn, &member, 0), 0); /* runs last */
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(w.rc, -ETIMEDOUT, "the helping wait ran past its timeout");
+  if (timeout_ms == 0) cr_assert_eq(w.fillers_at_return, 0, "wait(0) ran tasks");
+  cr_assert_lt(w.fillers_at_return, FILLERS);
+  cr_assert_eq(atomic_load(&fillers_ran), FILLERS);
+  cr_assert_eq(atomic_load(&member.ran), 1);
+  cr_assert_eq(tko_group_destroy(&g), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0);
+}
+
+Test(group, regression_helping_wait_zero_runs_nothing) {
+  helping_wait_keeps_its_deadline(0);
+}
+
+Test(group, regression_helping_wait_starts_nothing_past_its_deadline) {
+  helping_wait_keeps_its_deadline(30);
+}
+
+/* Defect 8: nested helping waits overflowed the stack. Each task of a chain
+ * submits the next into its own group and waits for it, on a one-worker
+ * pool: 20,000 deep ended in SIGSEGV (100,000 here, so it crashes
+ * whatever the frame sizes). Now a wait nested more than
+ * TKO_MAX_HELP_DEPTH deep returns -EDEADLK at once (its member is still
+ * queued and runs later, starting a new nest), so every task runs once and
+ * every wait returns 0 or -EDEADLK. */
+enum { CHAIN = TT_SCALE(100000, 5000) };
+
+typedef struct chain_link {
+  tko_pool *pool;
+  tko_group g;
+  struct chain_link *next; /* NULL at the end of the chain */
+  atomic_int ran;
+  int rc;
+} chain_link;
+
+static int link_fn(void *arg) {
+  chain_link *l = arg;
+  atomic_fetch_add(&l->ran, 1);
+  l->rc = 0;
+  if (!l->next) return 0;
+  l->rc = tko_group_submit(l->pool, &l->g, link_fn, l->next, 0);
+  if (l->rc == 0) l->rc = tko_group_wait(&l->g, -1);
+  return 0;
+}
+
+Test(group, regression_deeply_nested_helping_waits_do_not_overflow_the_stack) {
+  gctx c;
+  gctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  chain_link *chain = calloc(CHAIN, sizeof *chain);
+  cr_assert_not_null(chain);
+  for (int i = 0; i < CHAIN; i++) {
+    chain[i].pool = pool;
+    chain[i].next = i + 1 < CHAIN ? &chain[i + 1] : NULL;
+    cr_assert_eq(tko_group_init(&chain[i].g), 0);
+  }
+  cr_assert_eq(tko_submit(pool, link_fn, &chain[0], 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  int deadlk = 0;
+  for (int i = 0; i < CHAIN; i++) {
+    cr_assert_eq(atomic_load(&chain[i].ran), 1, "link %d", i);
+    cr_assert(chain[i].rc == 0 || chain[i].rc == -EDEADLK, "link %d: %d", i, chain[i].rc);
+    deadlk += chain[i].rc == -EDEADLK;
+    cr_assert_eq(tko_group_destroy(&chain[i].g), 0);
+  }
+  /* One in every TKO_MAX_HELP_DEPTH + 1 links is past the bound. */
+  cr_assert_eq(deadlk, (CHAIN - 1) / (TKO_MAX_HELP_DEPTH + 1));
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  free(chain);
   cr_assert_eq(atomic_load(&c.bad), 0);
 }

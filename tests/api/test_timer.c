@@ -13,6 +13,7 @@
  * on_cancel calls == timers armed and not cancelled. No test sleeps to wait
  * for something: completions are counted under a condition variable. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -504,5 +505,33 @@ Test(timer, regression_shutdown_hangs_on_a_timer_blocked_in_submit) {
   int rc = -1;
   cr_assert(tf_thread_join_within(&t, 5000, &rc), "shutdown hangs on the blocked timer thread");
   cr_assert_eq(rc, 0);
+  finish(&c, pool);
+}
+
+/* Issue 14, defect 5: a delay or period in milliseconds was multiplied into
+ * nanoseconds without a bound, so it wrapped: a delay of LONG_MAX fired at
+ * once, a period of 2^58+1 ms fired every millisecond, a period of LONG_MAX
+ * submitted in a storm. Past TKO_MAX_TIMER_MS both are refused now, and a
+ * timer at the bound is armed and far from due. */
+Test(timer, regression_huge_delays_and_periods_are_refused_not_wrapped) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  tjob j;
+  tjob_init(&j, &c, 0);
+  cr_assert_eq(tko_submit_after(pool, &j.timer, LONG_MAX, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_every(pool, &j.timer, LONG_MAX, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_every(pool, &j.timer, (1L << 58) + 1, tjob_fn, &j, 0), -EINVAL);
+  cr_assert_eq(tko_submit_after(pool, &j.timer, (long)TKO_MAX_TIMER_MS + 1, tjob_fn, &j, 0),
+               -EINVAL);
+  cr_assert_eq(tko_timer_cancel(&j.timer), -ENOENT, "a refused arm left the timer armed");
+  /* At the bound: armed, and still armed (not fired) when cancelled. */
+  cr_assert_eq(tko_submit_after(pool, &j.timer, (long)TKO_MAX_TIMER_MS, tjob_fn, &j, 0), 0);
+  cr_assert_eq(tko_timer_cancel(&j.timer), 0);
+  cr_assert_eq(tko_submit_every(pool, &j.timer, (long)TKO_MAX_TIMER_MS, tjob_fn, &j, 0), 0);
+  cr_assert_eq(tko_timer_cancel(&j.timer), 0);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&j.ran), 0);
+  cr_assert_eq(tt_count_get(&c.cancels), 0);
   finish(&c, pool);
 }
