@@ -57,7 +57,7 @@ build() {
 for t in "${targets[@]}"; do
   case $t in
     api) build api fuzz/fuzz_api.c "${lib_sources[@]}" ;;
-    cli) build cli -Iworkbench fuzz/fuzz_cli.c workbench/cli.c workbench/scenarios.c \
+    cli) build cli -Iworkbench fuzz/fuzz_cli.c workbench/cli.c workbench/scenarios.c workbench/quote.c \
                "${lib_sources[@]}" ;;
     *) echo "fuzz.sh: unknown harness '$t' (api, cli)" >&2; exit 2 ;;
   esac

@@ -134,18 +134,20 @@ static int usage_error(const char *fmt, ...) {
 
 /* Parses an unsigned integer; base 0 allows 0x hex (for seeds). */
 static int parse_u64(const wb_option *o, const char *s, int base, uint64_t *out) {
+  char q[WB_QUOTE_MAX];
+  wb_quote(q, sizeof q, s);
   if (s[0] == '-' && s[1] >= '0' && s[1] <= '9')
-    return usage_error("--%s must not be negative (got '%s')", o->name, s);
+    return usage_error("--%s must not be negative (got '%s')", o->name, q);
   if (!(s[0] >= '0' && s[0] <= '9'))
-    return usage_error("--%s: '%s' is not a number", o->name, s);
+    return usage_error("--%s: '%s' is not a number", o->name, q);
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, base);
-  if (*end) return usage_error("--%s: '%s' is not a number", o->name, s);
+  if (*end) return usage_error("--%s: '%s' is not a number", o->name, q);
   if (errno == ERANGE || v > o->max)
-    return usage_error("--%s must be at most %" PRIu64 " (got '%s')", o->name, o->max, s);
+    return usage_error("--%s must be at most %" PRIu64 " (got '%s')", o->name, o->max, q);
   if (v < o->min)
-    return usage_error("--%s must be at least %" PRIu64 " (got '%s')", o->name, o->min, s);
+    return usage_error("--%s must be at least %" PRIu64 " (got '%s')", o->name, o->min, q);
   *out = v;
   return 0;
 }
@@ -167,6 +169,8 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
   void *field = (char *)user + o->offset;
   uint64_t u;
   int rc;
+  char q[WB_QUOTE_MAX]; /* v as the error lines below echo it */
+  if (v) wb_quote(q, sizeof q, v);
   switch (o->type) {
     case OPT_FLAG:
       *(bool *)field = true;
@@ -188,9 +192,9 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
       double d = strtod(v, &end);
       if (!*v || *end || !isfinite(d) || !((v[0] >= '0' && v[0] <= '9') || v[0] == '.' ||
                                            v[0] == '-'))
-        return usage_error("--%s: '%s' is not a number", o->name, v);
-      if (d < 0) return usage_error("--%s must not be negative (got '%s')", o->name, v);
-      if (d > 100) return usage_error("--%s is a percentage, at most 100 (got '%s')", o->name, v);
+        return usage_error("--%s: '%s' is not a number", o->name, q);
+      if (d < 0) return usage_error("--%s must not be negative (got '%s')", o->name, q);
+      if (d > 100) return usage_error("--%s is a percentage, at most 100 (got '%s')", o->name, q);
       *(double *)field = d;
       return 0;
     }
@@ -198,11 +202,11 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
       wb_range r;
       const char *end;
       if (!parse_int(v, &r.lo, &end))
-        return usage_error("--%s: '%s' is not LO:HI with integers LO and HI", o->name, v);
+        return usage_error("--%s: '%s' is not LO:HI with integers LO and HI", o->name, q);
       if (*end == '\0') {
         r.hi = r.lo;
       } else if (*end != ':' || !parse_int(end + 1, &r.hi, &end) || *end) {
-        return usage_error("--%s: '%s' is not LO:HI with integers LO and HI", o->name, v);
+        return usage_error("--%s: '%s' is not LO:HI with integers LO and HI", o->name, q);
       }
       if (r.lo > r.hi)
         return usage_error("--%s: weight range %d:%d is backwards (LO must be <= HI)", o->name,
@@ -216,7 +220,7 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
       } else if (!strcmp(v, "elastic")) {
         *(wb_pool_kind *)field = WB_POOL_ELASTIC;
       } else {
-        return usage_error("--%s must be basic or elastic (got '%s')", o->name, v);
+        return usage_error("--%s must be basic or elastic (got '%s')", o->name, q);
       }
       return 0;
     case OPT_PATH:
@@ -226,7 +230,7 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
     case OPT_SCENARIO: {
       const wb_scenario *s = wb_scenario_find(v);
       if (!s)
-        return usage_error("unknown scenario '%s'; '%s list' shows them", v, WB_PROG);
+        return usage_error("unknown scenario '%s'; '%s list' shows them", q, WB_PROG);
       *(const wb_scenario **)field = s;
       return 0;
     }
@@ -238,7 +242,7 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
       } else if (!strcmp(v, "caller")) {
         *(tko_full_policy *)field = TKO_FULL_CALLER_RUNS;
       } else {
-        return usage_error("--%s must be block, reject or caller (got '%s')", o->name, v);
+        return usage_error("--%s must be block, reject or caller (got '%s')", o->name, q);
       }
       return 0;
   }
@@ -272,9 +276,10 @@ int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) return -1;
+    char q[WB_QUOTE_MAX];
     if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-      if (arg[0] == '-') return usage_error("unknown option '%s'", arg);
-      return usage_error("unexpected argument '%s'", arg);
+      if (arg[0] == '-') return usage_error("unknown option '%s'", wb_quote(q, sizeof q, arg));
+      return usage_error("unexpected argument '%s'", wb_quote(q, sizeof q, arg));
     }
     const char *name = arg + 2;
     const char *eq = strchr(name, '=');
@@ -287,7 +292,11 @@ int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
         break;
       }
     }
-    if (!o) return usage_error("unknown option '%.*s'", (int)(len + 2), arg);
+    if (!o) {
+      char opt[WB_QUOTE_MAX];
+      snprintf(opt, sizeof opt, "%.*s", (int)(len + 2), arg);
+      return usage_error("unknown option '%s'", wb_quote(q, sizeof q, opt));
+    }
     const char *value = NULL;
     if (o->type == OPT_FLAG) {
       if (eq) return usage_error("--%s takes no value", o->name);

@@ -30,7 +30,9 @@ static int open_output(output *o, const char *path) {
   if (!path) return 0;
   o->f = fopen(path, "w");
   if (!o->f) {
-    fprintf(stderr, "%s: cannot write '%s': %s (see '%s run --help')\n", WB_PROG, path,
+    char q[WB_QUOTE_MAX];
+    fprintf(stderr, "%s: cannot write '%s': %s (see '%s run --help')\n", WB_PROG,
+            wb_quote(q, sizeof q, path),
             strerror(errno), WB_PROG);
     return WB_EXIT_USAGE;
   }
@@ -41,7 +43,8 @@ static int close_output(output *o, int write_rc) {
   if (!o->f) return 0;
   int rc = write_rc;
   if (fclose(o->f) != 0) rc = -1;
-  if (rc) fprintf(stderr, "%s: writing '%s' failed\n", WB_PROG, o->path);
+  char q[WB_QUOTE_MAX];
+  if (rc) fprintf(stderr, "%s: writing '%s' failed\n", WB_PROG, wb_quote(q, sizeof q, o->path));
   return rc ? 1 : 0;
 }
 
@@ -92,6 +95,7 @@ int main(int argc, char **argv) {
     return WB_EXIT_USAGE;
   }
   const char *cmd = argv[1];
+  char q[WB_QUOTE_MAX];
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
     wb_cli_usage(stdout);
     return 0;
@@ -103,13 +107,13 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "list")) {
     if (argc > 2) {
       fprintf(stderr, "%s: list takes no arguments (got '%s'); see '%s --help'\n", WB_PROG,
-              argv[2], WB_PROG);
+              wb_quote(q, sizeof q, argv[2]), WB_PROG);
       return WB_EXIT_USAGE;
     }
     return list_scenarios();
   }
   if (!strcmp(cmd, "run")) return run_command(argc - 2, argv + 2);
-  fprintf(stderr, "%s: unknown command '%s' (run or list); see '%s --help'\n", WB_PROG, cmd,
-          WB_PROG);
+  fprintf(stderr, "%s: unknown command '%s' (run or list); see '%s --help'\n", WB_PROG,
+          wb_quote(q, sizeof q, cmd), WB_PROG);
   return WB_EXIT_USAGE;
 }

@@ -177,6 +177,11 @@ void wb_fmt_ns(char *buf, size_t len, double ns);
 /* plot.c */
 int wb_plot_svg(FILE *f, const wb_result *res);
 
+/* quote.c: s escaped for an error line (\n, \t, \\, \', \xNN for other
+ * control bytes), cut with "..." to fit len; returns buf. */
+#define WB_QUOTE_MAX 256
+const char *wb_quote(char *buf, size_t len, const char *s);
+
 /* util */
 uint64_t wb_now_ns(void);
 void wb_sleep_ns(uint64_t ns);

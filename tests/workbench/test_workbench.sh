@@ -89,6 +89,24 @@ args)
   expect_usage_error run --scenario demo --weights 1:99999999999
   expect_usage_error run --scenario demo --tasks 10 --bursts 11
   expect_usage_error run --scenario demo --json "$tmp/no/such/dir/out.json"
+  # Raw values are echoed escaped: a newline in one still gives one line
+  # (issue 17, defect 10); expect_usage_error counts the lines.
+  nl=$(printf 'a\nb')
+  expect_usage_error "x${nl}"
+  expect_usage_error list "$nl"
+  expect_usage_error run "$nl"
+  expect_usage_error run "-$nl"
+  expect_usage_error run --scenario demo "--x${nl}=1"
+  expect_usage_error run --scenario "$nl"
+  expect_usage_error run --scenario demo --tasks "1$nl"
+  expect_usage_error run --scenario demo --io-pct "1$nl"
+  expect_usage_error run --scenario demo --weights "1:$nl"
+  expect_usage_error run --scenario demo --pool "$nl"
+  expect_usage_error run --scenario demo --json "$tmp/no/$nl/out.json"
+  expect_usage_error run --scenario "$(printf 'a\033[2Jb\\c')"
+  grep -qF "'a\\x1b[2Jb\\\\c'" "$tmp/err" || fail "control bytes not escaped: $(cat "$tmp/err")"
+  expect_usage_error run --scenario "$(head -c 300 /dev/zero | tr '\0' x)"
+  grep -q "x\.\.\.'" "$tmp/err" || fail "a long value is not cut: $(cat "$tmp/err")"
   # Nothing is started or written on bad input.
   expect_usage_error run --scenario demo --json "$tmp/never.json" --tasks abc
   [ -e "$tmp/never.json" ] && fail "a usage error created the --json file"
