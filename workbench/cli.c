@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "wb.h"
 
@@ -90,9 +91,10 @@ static const wb_option options[] = {
     {"max-async", "N", OPT_UINT, FIELD(max_async), 1, 1000000,
      "most async tasks in flight at once (needs --async)"},
     {"quiet", NULL, OPT_FLAG, FIELD(quiet), 0, 0, "no progress bar"},
-    {"json", "FILE", OPT_PATH, FIELD(json_path), 0, 0, "write the summary as JSON"},
+    {"json", "FILE", OPT_PATH, FIELD(json_path), 0, 0,
+     "write the summary as JSON (- = stdout; the table then goes to stderr)"},
     {"timeline", "FILE.csv", OPT_PATH, FIELD(timeline_path), 0, 0,
-     "write pool samples every 10 ms as CSV"},
+     "write pool samples as CSV (1 ms apart, wider as the run goes on)"},
     {"plot", "FILE.svg", OPT_PATH, FIELD(plot_path), 0, 0,
      "draw the timeline and latency by weight as SVG"},
 };
@@ -253,7 +255,7 @@ void wb_cli_usage(FILE *f) {
   fprintf(f,
           "usage: %s run --scenario NAME [options]   run a scenario and print a summary\n"
           "       %s list                           describe the scenarios\n"
-          "       %s --help | --version\n"
+          "       %s --help | --version (-V)\n"
           "\n"
           "run options (defaults come from the scenario; see `list`):\n",
           WB_PROG, WB_PROG, WB_PROG);
@@ -265,7 +267,18 @@ void wb_cli_usage(FILE *f) {
   }
   fprintf(f,
           "\nOptions also take the form --name=VALUE. A progress line is drawn on stderr\n"
-          "when it is a terminal. Bad input exits with status 2 and starts nothing.\n");
+          "when it is a terminal. Bad input exits with status 2 and starts nothing.\n"
+          "An output FILE may be - (standard output) for one of them; files are replaced\n"
+          "only when the run finishes. Ctrl-C stops the run: the queued tasks are\n"
+          "cancelled, the summary covers what ran, no file is written, status 130.\n");
+}
+
+/* The same name, or two names of one existing file. */
+static bool same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (!strcmp(a, b)) return true;
+  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
 }
 
 int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
@@ -354,6 +367,20 @@ int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
     return usage_error("--delay-ms and --async cannot be combined: timers submit plain tasks");
   if (cfg->max_async && !cfg->async)
     return usage_error("--max-async needs --async");
+  /* Two outputs into one file would overwrite each other. */
+  const char *paths[] = {cfg->json_path, cfg->timeline_path, cfg->plot_path};
+  static const char *const path_opts[] = {"--json", "--timeline", "--plot"};
+  for (size_t i = 0; i < 3; i++) {
+    for (size_t j = i + 1; j < 3; j++) {
+      if (!paths[i] || !paths[j] || !same_file(paths[i], paths[j])) continue;
+      char q[WB_QUOTE_MAX];
+      if (!strcmp(paths[i], "-"))
+        return usage_error("%s and %s both write to standard output ('-'): pick one",
+                           path_opts[i], path_opts[j]);
+      return usage_error("%s and %s name the same file '%s'", path_opts[i], path_opts[j],
+                         wb_quote(q, sizeof q, paths[j]));
+    }
+  }
   if (cfg->tail_ms < 0) {
     bool retire_visible = cfg->pool == WB_POOL_ELASTIC && cfg->max_elastic > 0 &&
                           cfg->idle_ms <= 2000;

@@ -10,7 +10,7 @@
 #include "wb.h"
 
 #define W 960
-#define H 720
+#define H 740
 #define L 80            /* plot area, left edge */
 #define R (W - 80)      /* plot area, right edge */
 #define T1 100          /* timeline panel, top and bottom */
@@ -120,7 +120,8 @@ static void timeline_panel(FILE *f, const wb_result *r) {
   a.right_max = nice_ceil(a.right_max);
 
   fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"15\" font-weight=\"bold\">"
-             "Pool timeline (sampled every 10 ms)</text>\n", L, T1 - 42);
+             "Pool timeline (sampled every %g ms)</text>\n", L, T1 - 42,
+          (double)tl->period_ns / 1e6);
   legend_item(f, L, T1 - 16, C_QUEUED, false, "queued tasks (left axis)");
   legend_item(f, L + 200, T1 - 16, C_RUNNING, false, "running tasks (right axis)");
   legend_item(f, L + 410, T1 - 16, C_BASIC, true, "basic workers (right)");
@@ -178,6 +179,53 @@ static void timeline_panel(FILE *f, const wb_result *r) {
              "stroke=\"#333\"/>\n", L, T1, R - L, B1 - T1);
 }
 
+/* Label widths are estimated at EM_WIDTH of the font size a character (a
+ * little more than sans-serif digits take), so labels can be fitted without
+ * the font at hand: this returns the font size, at most max_px, at which
+ * chars characters fit in width_px. */
+#define EM_WIDTH 0.6
+static double fit_font(double max_px, double width_px, size_t chars) {
+  double fs = width_px / (EM_WIDTH * (double)(chars ? chars : 1));
+  return fs < max_px ? fs : max_px;
+}
+
+/* A duration in 6 characters at most: "850ns", "12.3us", "4.56ms", "1.23s". */
+static void fmt_ns_short(char *buf, size_t len, double ns) {
+  static const char *unit[] = {"ns", "us", "ms", "s"};
+  int u = 0;
+  while (u < 3 && ns >= 999.5) {
+    ns /= 1e3;
+    u++;
+  }
+  const char *fmt = u == 0 || ns >= 99.95 ? "%.0f%s" : ns >= 9.995 ? "%.1f%s" : "%.2f%s";
+  snprintf(buf, len, fmt, ns, unit[u]);
+}
+
+/* A weight class's label under its bars, in width_px: "all", "weight 3" or
+ * "LO..HI", cut into "LO.." and "HI" on two lines when one is too wide. */
+static void class_label(FILE *f, double cx, double width_px, const wb_class *k) {
+  char one[40], hi[16];
+  if (!k)
+    snprintf(one, sizeof one, "all");
+  else if (k->lo == k->hi)
+    snprintf(one, sizeof one, "weight %d", k->lo);
+  else
+    snprintf(one, sizeof one, "%d..%d", k->lo, k->hi);
+  if (!k || k->lo == k->hi || fit_font(12, width_px, strlen(one)) >= 12) {
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"%.1f\">%s</text>\n",
+            cx, B2 + 16, fit_font(12, width_px, strlen(one)), one);
+    return;
+  }
+  snprintf(one, sizeof one, "%d..", k->lo);
+  snprintf(hi, sizeof hi, "%d", k->hi);
+  size_t wide = strlen(one) > strlen(hi) ? strlen(one) : strlen(hi);
+  double fs = fit_font(12, width_px, wide);
+  fprintf(f,
+          "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"%.1f\">%s"
+          "<tspan x=\"%.1f\" dy=\"%.1f\">%s</tspan></text>\n",
+          cx, B2 + 16, fs, one, cx, 1.2 * fs, hi);
+}
+
 /* "1 ns", "10 us", "100 ms", "1 s" for a decade. */
 static void decade_label(char *buf, size_t len, int e) {
   static const char *unit[] = {"ns", "us", "ms", "s"};
@@ -221,8 +269,10 @@ static void latency_panel(FILE *f, const wb_result *r) {
           "queue wait</text>\n",
           L - 60, (T2 + B2) / 2);
 
+  /* Up to 9 groups (all, then 8 classes): each label is sized to fit its
+   * bar or its group, so none overlaps another however many there are. */
   double gw = (double)(R - L) / groups;
-  double bw = gw * 0.3 > 48 ? 48 : gw * 0.3;
+  double bw = gw * 0.45 > 48 ? 48 : gw * 0.45;
   for (unsigned g = 0; g < groups; g++) {
     double cx = L + gw * (g + 0.5);
     uint64_t v[2] = {d[g]->p50, d[g]->p99};
@@ -234,27 +284,22 @@ static void latency_panel(FILE *f, const wb_result *r) {
         y = B2 - (frac < 0 ? 0 : frac > 1 ? 1 : frac) * (B2 - T2);
       }
       double x = cx - bw + k * bw;
-      char val[16];
-      wb_fmt_ns(val, sizeof val, (double)v[k]);
+      char val[16], full[16];
+      fmt_ns_short(val, sizeof val, (double)v[k]);
+      wb_fmt_ns(full, sizeof full, (double)v[k]);
+      if (!d[g]->count) snprintf(val, sizeof val, "-");
       fprintf(f,
               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
               "<title>%s %s</title></rect>\n",
-              x, y, bw - 2, B2 - y, color[k], k ? "p99" : "p50", val);
-      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\">%s</text>\n",
-              x + (bw - 2) / 2, y - 4, d[g]->count ? val : "-");
+              x, y, bw - 2, B2 - y, color[k], k ? "p99" : "p50", full);
+      fprintf(f,
+              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"%.1f\">%s</text>\n",
+              x + (bw - 2) / 2, y - 4, fit_font(10, bw - 2, strlen(val)), val);
     }
-    char label[40];
-    if (g == 0)
-      snprintf(label, sizeof label, "all");
-    else if (r->classes[g - 1].lo == r->classes[g - 1].hi)
-      snprintf(label, sizeof label, "weight %d", r->classes[g - 1].lo);
-    else
-      snprintf(label, sizeof label, "%d..%d", r->classes[g - 1].lo, r->classes[g - 1].hi);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", cx, B2 + 16,
-            label);
+    class_label(f, cx, gw - 4, g == 0 ? NULL : &r->classes[g - 1]);
   }
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">weight class "
-             "(higher weights run first)</text>\n", (L + R) / 2, B2 + 36);
+             "(higher weights run first)</text>\n", (L + R) / 2, B2 + 48);
   fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
              "stroke=\"#333\"/>\n", L, T2, R - L, B2 - T2);
 }

@@ -11,7 +11,6 @@
 
 #include "wb.h"
 
-#define HISTORY 11 /* draws kept for the rate: the last second */
 #define DRAW_NS 100000000u
 
 struct wb_progress {
@@ -19,10 +18,23 @@ struct wb_progress {
   uint64_t last_draw_ns;
   bool drawn;
   unsigned cols;
-  unsigned nh, head;  /* ring of (time, completed) at past draws */
-  uint64_t hist_t[HISTORY], hist_c[HISTORY];
+  wb_rate rate;       /* completed tasks at past draws */
   char line[512];
 };
+
+/* The oldest entry is read before the new one may overwrite its slot: once
+ * the ring is full, head is both the oldest entry and the next slot to
+ * write (reading it after the write made every rate 0 after a second). */
+double wb_rate_push(wb_rate *r, uint64_t t_ns, uint64_t count) {
+  unsigned oldest = r->n < WB_RATE_HISTORY ? 0 : r->head;
+  uint64_t t0 = r->n ? r->t[oldest] : t_ns, c0 = r->n ? r->c[oldest] : count;
+  r->t[r->head] = t_ns;
+  r->c[r->head] = count;
+  r->head = (r->head + 1) % WB_RATE_HISTORY;
+  if (r->n < WB_RATE_HISTORY) r->n++;
+  double dt = (double)(t_ns - t0) * 1e-9;
+  return dt > 0 && count >= c0 ? (double)(count - c0) / dt : 0;
+}
 
 wb_progress *wb_progress_new(uint64_t total) {
   if (!isatty(STDERR_FILENO)) return NULL;
@@ -49,13 +61,7 @@ void wb_progress_update(wb_progress *p, const wb_sample *s) {
   if (p->drawn && s->t_ns - p->last_draw_ns < DRAW_NS) return;
   p->last_draw_ns = s->t_ns;
 
-  unsigned oldest = p->nh < HISTORY ? 0 : p->head;
-  p->hist_t[p->head] = s->t_ns;
-  p->hist_c[p->head] = s->completed;
-  p->head = (p->head + 1) % HISTORY;
-  if (p->nh < HISTORY) p->nh++;
-  double dt = (double)(s->t_ns - p->hist_t[oldest]) * 1e-9;
-  double rate = dt > 0 ? (double)(s->completed - p->hist_c[oldest]) / dt : 0;
+  double rate = wb_rate_push(&p->rate, s->t_ns, s->completed);
 
   char rate_s[16], eta[24];
   fmt_count(rate_s, sizeof rate_s, rate);

@@ -42,6 +42,12 @@ void wb_report_table(FILE *f, const wb_result *r) {
   fprintf(f, "%s %s: scenario %s\n", WB_PROG, tko_version_string(), c->scenario->name);
   wb_config_describe(f, c, "  ");
   fprintf(f, "  task mix checksum: 0x%016" PRIx64 "\n\n", r->mix_checksum);
+  if (r->interrupted)
+    fprintf(f,
+            "interrupted by Ctrl-C after %" PRIu64 " of %" PRIu64 " tasks were submitted: "
+            "the figures cover the tasks that ran; the queued ones were cancelled and no "
+            "output file was written\n\n",
+            r->stats.submitted, c->tasks);
 
   fprintf(f, "%-18s %.3f s", "wall time", r->wall_s);
   if (r->wall_s - r->active_s > 0.0005)

@@ -21,7 +21,12 @@
  * --async the blocking tasks are async tasks: fn hands the operation to a
  * completer thread, which completes it when the task's sleep would have
  * ended, so no worker blocks. A full reject queue makes the producer yield
- * and try again (counted as `rejected`). */
+ * and try again (counted as `rejected`).
+ *
+ * Ctrl-C (interrupt.c) stops the run: the producers stop submitting, the
+ * main thread's waits and idle gaps end, and the pool is shut down with
+ * TKO_CANCEL, so the queued tasks never run and the running ones finish;
+ * the summary then covers what ran. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -209,10 +214,13 @@ static void completer_stop(completer *c) {
 typedef struct run_state {
   wb_result *res;
   tko_pool *pool;
-  /* The flood gate. mu protects released, reported and abort; cv signals a
-   * change in any of them, in either direction. */
+  /* The flood gate. mu protects released, reported and abort; cv
+   * (CLOCK_MONOTONIC) signals a change in any of them, in either direction. */
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  /* Set by a Ctrl-C. Relaxed: it only makes loops stop early; the
+   * results are read after the joins, which order them. */
+  atomic_bool interrupted;
   unsigned released;  /* floods opened so far */
   unsigned reported;  /* producer shares submitted so far, all floods */
   bool abort;
@@ -260,7 +268,12 @@ static void after_run(void *user, const tko_task_info *t) {
   }
 }
 
+static bool interrupted(const run_state *st) {
+  return atomic_load_explicit(&st->interrupted, memory_order_relaxed);
+}
+
 static void note_error(producer *p, int rc) {
+  if (interrupted(p->st)) return; /* -ESHUTDOWN after Ctrl-C is no error */
   if (!p->errors) p->first_error = rc;
   p->errors++;
 }
@@ -302,7 +315,7 @@ static void flush_batch(producer *p, size_t n) {
   int rc;
   while ((rc = tko_submit_batch(p->st->pool, p->batch, n)) != 0 && retry(p, rc)) {
   }
-  if (rc) {
+  if (rc && !interrupted(p->st)) {
     if (!p->errors) p->first_error = rc;
     p->errors += n;
   }
@@ -321,14 +334,14 @@ static void submit_slice(producer *p, uint64_t from, uint64_t to) {
         note_error(p, rc);
         continue;
       }
-      for (uint64_t i = g0; i < g1; i++) submit_one(p, i, &g);
+      for (uint64_t i = g0; i < g1 && !interrupted(st); i++) submit_one(p, i, &g);
       tko_group_wait(&g, -1);
       tko_group_destroy(&g);
       p->groups++;
     }
   } else if (cfg->batch) {
     size_t n = 0;
-    for (uint64_t i = from; i < to; i++) {
+    for (uint64_t i = from; i < to && !interrupted(st); i++) {
       wb_task *t = &st->res->tasks[i];
       if (cfg->async && t->kind == WB_TASK_IO) { /* async tasks are not batched */
         submit_one(p, i, NULL);
@@ -342,7 +355,7 @@ static void submit_slice(producer *p, uint64_t from, uint64_t to) {
     }
     flush_batch(p, n);
   } else {
-    for (uint64_t i = from; i < to; i++) submit_one(p, i, NULL);
+    for (uint64_t i = from; i < to && !interrupted(st); i++) submit_one(p, i, NULL);
   }
 }
 
@@ -379,14 +392,36 @@ static void gate_abort(run_state *st) {
   pthread_mutex_unlock(&st->mu);
 }
 
-/* Opens flood b and waits until every producer has submitted its share. */
+/* Opens flood b and waits until every producer has submitted its share
+ * (or a Ctrl-C aborts the run). */
 static void gate_run(run_state *st, unsigned b) {
   unsigned want = (b + 1) * st->res->cfg.producers;
   pthread_mutex_lock(&st->mu);
   st->released = b + 1;
   pthread_cond_broadcast(&st->cv);
-  while (st->reported < want) pthread_cond_wait(&st->cv, &st->mu);
+  while (st->reported < want && !st->abort) pthread_cond_wait(&st->cv, &st->mu);
   pthread_mutex_unlock(&st->mu);
+}
+
+/* Idles for ns, or until a Ctrl-C aborts the run. */
+static void gate_sleep(run_state *st, uint64_t ns) {
+  uint64_t due = wb_now_ns() + ns;
+  struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+  pthread_mutex_lock(&st->mu);
+  while (!st->abort && pthread_cond_timedwait(&st->cv, &st->mu, &ts) != ETIMEDOUT) {
+  }
+  pthread_mutex_unlock(&st->mu);
+}
+
+/* The first Ctrl-C (on interrupt.c's watcher thread). */
+static void on_interrupt(void *arg) {
+  run_state *st = arg;
+  atomic_store_explicit(&st->interrupted, true, memory_order_relaxed);
+  gate_abort(st);
+  pthread_mutex_lock(&st->done_mu); /* wakes wait_done, which checks the flag under it */
+  pthread_cond_broadcast(&st->done_cv);
+  pthread_mutex_unlock(&st->done_mu);
+  tko_pool_shutdown(st->pool, TKO_CANCEL);
 }
 
 static int fail(const char *what, int err) {
@@ -418,11 +453,11 @@ static void features_free(run_state *st, producer *prods, unsigned nprods, compl
  * idle while timers are still to fire, so wait_idle alone is not enough). */
 static void wait_done(run_state *st, uint64_t target) {
   pthread_mutex_lock(&st->done_mu);
-  while (st->done < target) pthread_cond_wait(&st->done_cv, &st->done_mu);
+  while (st->done < target && !interrupted(st)) pthread_cond_wait(&st->done_cv, &st->done_mu);
   pthread_mutex_unlock(&st->done_mu);
 }
 
-int wb_run(const wb_config *cfg, wb_result *res) {
+int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
   memset(res, 0, sizeof *res);
   res->cfg = *cfg;
   size_t n = (size_t)cfg->tasks;
@@ -430,9 +465,8 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   res->wait_ns = malloc(n * sizeof *res->wait_ns);
   res->run_ns = malloc(n * sizeof *res->run_ns);
   res->on_elastic = calloc(n, 1);
-  /* 65536 samples hold 11 minutes at 10 ms before the first halving. */
   if (!res->tasks || !res->wait_ns || !res->run_ns || !res->on_elastic ||
-      wb_timeline_alloc(&res->timeline, 65536) != 0)
+      wb_timeline_alloc(&res->timeline, WB_TIMELINE_CAP) != 0)
     return fail("allocating the per-task arrays", -ENOMEM);
   memset(res->wait_ns, 0xff, n * sizeof *res->wait_ns); /* UINT64_MAX: not run */
   memset(res->run_ns, 0, n * sizeof *res->run_ns);
@@ -444,7 +478,12 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   memset(&st, 0, sizeof st);
   st.res = res;
   pthread_mutex_init(&st.mu, NULL);
-  pthread_cond_init(&st.cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&st.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  atomic_init(&st.interrupted, false);
   pthread_mutex_init(&st.done_mu, NULL);
   pthread_cond_init(&st.done_cv, NULL);
   st.count_done = cfg->delay_ms > 0;
@@ -457,6 +496,7 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   }
   if (rc) {
     features_free(&st, NULL, 0, comp);
+    wb_interrupt_stop(intr);
     pthread_cond_destroy(&st.cv);
     pthread_mutex_destroy(&st.mu);
     return fail("setting up timers or the async completer", rc);
@@ -475,8 +515,11 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   o.max_async_inflight = cfg->max_async;
 
   rc = tko_pool_create(&st.pool, &o);
+  if (rc == 0) rc = wb_interrupt_watch(intr, on_interrupt, &st);
   if (rc) {
+    if (st.pool) tko_pool_destroy(st.pool);
     features_free(&st, NULL, 0, comp);
+    wb_interrupt_stop(intr);
     pthread_cond_destroy(&st.cv);
     pthread_mutex_destroy(&st.mu);
     return fail("tko_pool_create", rc);
@@ -508,6 +551,7 @@ int wb_run(const wb_config *cfg, wb_result *res) {
     if (sampler) wb_sampler_stop(sampler);
     wb_progress_clear(progress);
     wb_progress_free(progress);
+    wb_interrupt_stop(intr);
     tko_pool_destroy(st.pool);
     features_free(&st, prods, started, comp);
     free(prods);
@@ -519,8 +563,8 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   uint64_t alloc_base = 0;
   res->allocs_known = wb_allocs_read(&alloc_base);
   uint64_t first = 0, last = 0, active = 0;
-  for (unsigned b = 0; b < cfg->bursts; b++) {
-    if (b > 0 || cfg->scenario->lead_idle) wb_sleep_ns((uint64_t)cfg->gap_ms * 1000000u);
+  for (unsigned b = 0; b < cfg->bursts && !interrupted(&st); b++) {
+    if (b > 0 || cfg->scenario->lead_idle) gate_sleep(&st, (uint64_t)cfg->gap_ms * 1000000u);
     uint64_t start = wb_now_ns();
     if (b == 0) first = start;
     gate_run(&st, b);
@@ -531,10 +575,11 @@ int wb_run(const wb_config *cfg, wb_result *res) {
       for (unsigned i = 0; i < cfg->producers; i++) refused += prods[i].errors;
       wait_done(&st, cfg->tasks * (b + 1) / cfg->bursts - refused);
     }
-    tko_pool_wait_idle(st.pool, -1);
+    tko_pool_wait_idle(st.pool, -1); /* after a Ctrl-C: once the running tasks end */
     last = wb_now_ns();
     active += last - start;
   }
+  if (!first) first = last = wb_now_ns(); /* interrupted before the first flood */
   res->wall_s = (double)(last - first) * 1e-9;
   res->active_s = (double)active * 1e-9;
   for (unsigned i = 0; i < cfg->producers; i++) {
@@ -546,13 +591,15 @@ int wb_run(const wb_config *cfg, wb_result *res) {
   }
 
   /* The tail: idle time in which elastic workers retire, on the timeline. */
-  if (cfg->tail_ms > 0) wb_sleep_ns((uint64_t)cfg->tail_ms * 1000000u);
+  if (cfg->tail_ms > 0) gate_sleep(&st, (uint64_t)cfg->tail_ms * 1000000u);
   wb_sampler_stop(sampler); /* the timeline ends before shutdown's joins */
   wb_progress_clear(progress);
   wb_progress_free(progress);
   tko_pool_stats(st.pool, &res->before_shutdown);
-  /* Shutdown waits for async tasks in flight: the completer still runs. */
+  /* Shutdown waits for async tasks in flight: the completer still runs.
+   * After a Ctrl-C it waits for the watcher's TKO_CANCEL to finish. */
   tko_pool_shutdown(st.pool, TKO_DRAIN);
+  res->interrupted = wb_interrupt_stop(intr);
   tko_pool_stats(st.pool, &res->stats);
   tko_pool_destroy(st.pool);
   features_free(&st, prods, cfg->producers, comp);

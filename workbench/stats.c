@@ -2,7 +2,9 @@
 /* Summaries of a finished run: queue-wait and run-time distributions, overall
  * and per weight class. Percentiles are nearest-rank over every task that
  * ran (no sampling, no histogram error). A weight range of up to 8 values
- * gets one class per weight; a wider one is cut into 8 equal classes. */
+ * gets one class per weight; a wider one is cut into classes of one width,
+ * the fewest that make at most 8, counted up from the lowest weight (so only
+ * the highest class may be narrower). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,22 @@ static void describe(uint64_t *v, size_t n, wb_dist *d) {
   d->max = v[n - 1];
 }
 
+unsigned wb_weight_classes(wb_range r, wb_class out[WB_MAX_CLASSES]) {
+  uint64_t span = (uint64_t)((int64_t)r.hi - r.lo) + 1;
+  uint64_t width = (span + WB_MAX_CLASSES - 1) / WB_MAX_CLASSES;
+  unsigned n = (unsigned)((span + width - 1) / width);
+  for (unsigned c = 0; c < n; c++) {
+    /* Class c holds the weights lo + c * width ... the same + width - 1. */
+    int64_t first = (int64_t)r.lo + (int64_t)(c * width);
+    int64_t last = first + (int64_t)width - 1;
+    wb_class *k = &out[n - 1 - c]; /* highest weights first */
+    memset(k, 0, sizeof *k);
+    k->lo = (int)first;
+    k->hi = (int)(last < r.hi ? last : r.hi);
+  }
+  return n;
+}
+
 int wb_summarize(wb_result *res) {
   size_t n = (size_t)res->cfg.tasks;
   uint64_t *scratch = malloc((n ? n : 1) * sizeof *scratch);
@@ -52,16 +70,9 @@ int wb_summarize(wb_result *res) {
     if (res->wait_ns[i] != UINT64_MAX) scratch[m++] = res->run_ns[i];
   describe(scratch, m, &res->run);
 
-  int64_t lo = res->cfg.weights.lo;
-  uint64_t span = (uint64_t)((int64_t)res->cfg.weights.hi - lo) + 1;
-  unsigned ncl = span < WB_MAX_CLASSES ? (unsigned)span : WB_MAX_CLASSES;
-  res->nclasses = ncl;
-  for (unsigned c = 0; c < ncl; c++) {
-    /* Class c holds the weights w with floor((w - lo) * ncl / span) == c. */
-    uint64_t first = (c * span + ncl - 1) / ncl, next = ((c + 1) * span + ncl - 1) / ncl;
-    wb_class *k = &res->classes[ncl - 1 - c]; /* highest weights first */
-    k->lo = (int)(lo + (int64_t)first);
-    k->hi = (int)(lo + (int64_t)next - 1);
+  res->nclasses = wb_weight_classes(res->cfg.weights, res->classes);
+  for (unsigned c = 0; c < res->nclasses; c++) {
+    wb_class *k = &res->classes[c];
     m = 0;
     for (size_t i = 0; i < n; i++) {
       if (res->wait_ns[i] == UINT64_MAX) continue;

@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* The timeline: a sampler thread reads tko_pool_stats every 10 ms into a
- * buffer allocated before the run, and drives the progress line.
+/* The timeline: a sampler thread reads tko_pool_stats into a buffer
+ * allocated before the run, and drives the progress line.
  *
- * Ticks are counted from the run's start, t0 + k * 10 ms, with absolute
- * sleeps so the period does not drift; a sampler that oversleeps (a loaded
- * machine) skips the ticks it missed rather than bunching samples up. When
- * the buffer fills, every other sample is dropped and the kept spacing
- * doubles, so a long run keeps its whole shape in bounded memory. */
+ * The sampling period scales with the run: it starts at 1 ms, and when the
+ * buffer (WB_TIMELINE_CAP samples) fills, every other sample is dropped and
+ * the period doubles. So a run of any length keeps its whole shape in
+ * between half and all of the buffer (a 50 ms run gets ~50 samples, a
+ * 10-minute one ~1,100 at 512 ms), in bounded memory.
+ *
+ * Ticks are counted from the run's start, t0 + k * step, with absolute
+ * sleeps so the period does not drift; step is the period, but at most the
+ * progress line's 100 ms. A sampler that oversleeps (a loaded machine)
+ * skips the ticks it missed rather than bunching samples up. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -22,8 +27,6 @@ struct wb_sampler {
   wb_timeline *tl;      /* written only by the sampler thread until joined */
   wb_progress *progress;
   uint64_t t0;
-  uint64_t keep_every;  /* ticks between kept samples: 1, 2, 4, ... */
-  uint64_t last_kept;   /* tick of the last kept sample */
   /* Relaxed is enough: the flag carries no data, and the join in
    * wb_sampler_stop orders the thread's writes before the caller's reads. */
   atomic_bool stop;
@@ -33,7 +36,7 @@ int wb_timeline_alloc(wb_timeline *tl, size_t cap) {
   tl->s = malloc(cap * sizeof *tl->s);
   tl->n = 0;
   tl->cap = tl->s ? cap : 0;
-  tl->period_ns = WB_SAMPLE_NS;
+  tl->period_ns = WB_SAMPLE_MIN_NS;
   return tl->s ? 0 : -ENOMEM;
 }
 
@@ -56,41 +59,44 @@ static wb_sample read_sample(wb_sampler *s) {
                      .elastic = st.elastic_workers};
 }
 
-static void keep(wb_sampler *s, const wb_sample *x, uint64_t tick) {
-  wb_timeline *tl = s->tl;
+bool wb_timeline_add(wb_timeline *tl, const wb_sample *x, bool last) {
+  if (tl->n) {
+    uint64_t prev = tl->s[tl->n - 1].t_ns;
+    /* One sample per period; the last one whenever it is a microsecond (the
+     * CSV's resolution) after the one before. */
+    if (last ? x->t_ns < prev + 1000u : x->t_ns / tl->period_ns <= prev / tl->period_ns)
+      return false;
+  }
   if (tl->n == tl->cap) {
     size_t j = 0;
     for (size_t i = 0; i < tl->n; i += 2) tl->s[j++] = tl->s[i];
     tl->n = j;
     tl->period_ns *= 2;
-    s->keep_every *= 2;
   }
   tl->s[tl->n++] = *x;
-  s->last_kept = tick;
+  return true;
 }
 
 static void *sampler_main(void *arg) {
   wb_sampler *s = arg;
   wb_sample x = read_sample(s);
-  keep(s, &x, 0);
+  wb_timeline_add(s->tl, &x, false);
   if (s->progress) wb_progress_update(s->progress, &x);
-  uint64_t tick = 0;
   while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
-    uint64_t next = s->t0 + (tick + 1) * WB_SAMPLE_NS;
+    uint64_t step = s->tl->period_ns < WB_SAMPLE_MAX_STEP_NS ? s->tl->period_ns
+                                                              : WB_SAMPLE_MAX_STEP_NS;
+    uint64_t next = s->t0 + (x.t_ns / step + 1) * step;
     struct timespec ts = {(time_t)(next / 1000000000u), (long)(next % 1000000000u)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
     if (atomic_load_explicit(&s->stop, memory_order_relaxed)) break;
     x = read_sample(s);
-    uint64_t now_tick = x.t_ns / WB_SAMPLE_NS;
-    tick = now_tick > tick ? now_tick : tick + 1;
-    if (tick / s->keep_every > s->last_kept / s->keep_every) keep(s, &x, tick);
+    wb_timeline_add(s->tl, &x, false);
     if (s->progress) wb_progress_update(s->progress, &x);
   }
-  /* The last sample, whatever the tick: the timeline ends where the run did
-   * (unless the previous one is within a microsecond, the CSV's resolution). */
+  /* The last sample: the timeline ends where the run did. */
   x = read_sample(s);
-  if (x.t_ns >= s->tl->s[s->tl->n - 1].t_ns + 1000u) keep(s, &x, tick);
+  wb_timeline_add(s->tl, &x, true);
   return NULL;
 }
 
@@ -102,7 +108,6 @@ int wb_sampler_start(wb_sampler **out, tko_pool *pool, wb_timeline *tl, uint64_t
   s->tl = tl;
   s->progress = progress;
   s->t0 = t0;
-  s->keep_every = 1;
   atomic_init(&s->stop, false);
   int rc = pthread_create(&s->thread, NULL, sampler_main, s);
   if (rc) {

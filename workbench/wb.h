@@ -5,6 +5,8 @@
 #ifndef TKO_WORKBENCH_WB_H
 #define TKO_WORKBENCH_WB_H
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,7 +20,9 @@
 #define WB_MAX_PRODUCERS 256u
 #define WB_MAX_BURSTS 100000u
 #define WB_MAX_CLASSES 8u        /* weight classes in the latency table */
-#define WB_SAMPLE_NS 10000000u   /* timeline sampling period: 10 ms */
+#define WB_SAMPLE_MIN_NS 1000000u      /* first timeline period: 1 ms, doubled as it fills */
+#define WB_SAMPLE_MAX_STEP_NS 100000000u /* the sampler wakes at least every 100 ms */
+#define WB_TIMELINE_CAP 2048u            /* samples kept: half to all of it in a long run */
 
 typedef enum wb_pool_kind { WB_POOL_BASIC = 0, WB_POOL_ELASTIC = 1 } wb_pool_kind;
 
@@ -89,7 +93,7 @@ typedef struct wb_sample {
 typedef struct wb_timeline {
   wb_sample *s;       /* preallocated; halved in resolution when full */
   size_t n, cap;
-  uint64_t period_ns; /* spacing of kept samples: 10 ms, doubled on each halving */
+  uint64_t period_ns; /* spacing of kept samples: 1 ms, doubled on each halving */
 } wb_timeline;
 
 typedef struct wb_dist {
@@ -119,6 +123,7 @@ typedef struct wb_result {
   uint64_t groups_waited;     /* groups submitted and waited for (--groups) */
   tko_stats stats;            /* after shutdown */
   tko_stats before_shutdown;  /* elastic counts after the tail */
+  bool interrupted;           /* stopped by Ctrl-C: the figures cover what ran */
   bool allocs_known;
   uint64_t allocs;            /* heap allocations from first submit to shutdown */
   wb_timeline timeline;
@@ -142,8 +147,29 @@ const char *wb_full_name(tko_full_policy p);
 uint64_t wb_mix_generate(const wb_config *cfg, wb_task *out);
 unsigned wb_cpu_count(void);
 
-/* run.c */
-int wb_run(const wb_config *cfg, wb_result *res);
+/* interrupt.c: Ctrl-C during a run. wb_interrupt_block blocks SIGINT in
+ * the calling thread (threads started later inherit it) unless SIGINT is
+ * ignored; wb_interrupt_watch starts the thread that calls fn(arg) on the
+ * first Ctrl-C; wb_interrupt_stop stops it and says whether fn was called;
+ * wb_interrupt_unblock restores the signal mask. */
+typedef struct wb_interrupt {
+  bool active;            /* SIGINT was not ignored: it is blocked and watched */
+  bool started;           /* the watcher thread runs */
+  sigset_t old_mask;
+  pthread_t thread;
+  void (*fn)(void *);
+  void *arg;
+  pthread_mutex_t mu;     /* guards stop and fired */
+  pthread_cond_t cv;      /* signalled when stop is set after fired */
+  bool stop, fired;
+} wb_interrupt;
+void wb_interrupt_block(wb_interrupt *w);
+int wb_interrupt_watch(wb_interrupt *w, void (*fn)(void *), void *arg);
+bool wb_interrupt_stop(wb_interrupt *w);
+void wb_interrupt_unblock(wb_interrupt *w);
+
+/* run.c: intr is blocked by the caller; wb_run watches it while the pool runs. */
+int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res);
 void wb_result_free(wb_result *res);
 
 /* timeline.c */
@@ -153,10 +179,23 @@ int wb_sampler_start(wb_sampler **out, tko_pool *pool, wb_timeline *tl,
                      uint64_t t0_ns, wb_progress *progress);
 void wb_sampler_stop(wb_sampler *s); /* takes a last sample, joins, frees */
 int wb_timeline_alloc(wb_timeline *tl, size_t cap);
+/* Keeps x if it falls in a later period than the last sample kept (with
+ * last: if it is 1 us or more after it), halving the buffer and doubling
+ * the period first when it is full. Returns whether x was kept. */
+bool wb_timeline_add(wb_timeline *tl, const wb_sample *x, bool last);
 void wb_timeline_free(wb_timeline *tl);
 int wb_timeline_write_csv(FILE *f, const wb_timeline *tl);
 
-/* progress.c: the live line on stderr, drawn by the sampler thread. */
+/* progress.c: the live line on stderr, drawn by the sampler thread. Its
+ * rate is over the last WB_RATE_HISTORY draws (a second at 10 a second):
+ * wb_rate_push adds (t_ns, count) and returns counts per second since the
+ * oldest entry kept (0 for the first). */
+#define WB_RATE_HISTORY 10
+typedef struct wb_rate {
+  unsigned n, head;
+  uint64_t t[WB_RATE_HISTORY], c[WB_RATE_HISTORY];
+} wb_rate;
+double wb_rate_push(wb_rate *r, uint64_t t_ns, uint64_t count);
 wb_progress *wb_progress_new(uint64_t total); /* NULL when off or on error */
 void wb_progress_update(wb_progress *p, const wb_sample *s);
 void wb_progress_clear(wb_progress *p);
@@ -166,8 +205,10 @@ void wb_progress_free(wb_progress *p);
 bool wb_allocs_read(uint64_t *total); /* false when not built with jemalloc */
 const char *wb_allocs_source(void);
 
-/* stats.c */
+/* stats.c. wb_weight_classes cuts r into at most WB_MAX_CLASSES classes
+ * of one width (the highest may be narrower), highest first; returns how many. */
 int wb_summarize(wb_result *res);
+unsigned wb_weight_classes(wb_range r, wb_class out[WB_MAX_CLASSES]);
 
 /* report.c */
 void wb_report_table(FILE *f, const wb_result *res);

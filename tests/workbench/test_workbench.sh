@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Tests of the taskorch-workbench CLI, run by CTest as one entry per group:
-#   test_workbench.sh BINARY args|json|csv|svg|seed|progress|features
+#   test_workbench.sh BINARY args|json|csv|svg|seed|progress|features|outputs
 # Every run is tiny (a few hundred short tasks) so that the TSan and ASan
 # builds get through it quickly too.
 set -u
@@ -116,6 +116,7 @@ args)
   expect_ok run --help && grep -q -- "--weights LO:HI" "$tmp/out" ||
     fail "run --help shows no options"
   expect_ok --version && grep -q "^taskorch-workbench [0-9]" "$tmp/out" || fail "--version"
+  expect_ok -V && grep -q "^taskorch-workbench [0-9]" "$tmp/out" || fail "-V"
   if expect_ok list; then
     for s in demo cpu io mixed concurrent stress burst; do
       grep -q "^$s\$" "$tmp/out" || fail "list does not describe scenario $s"
@@ -166,6 +167,8 @@ if d["allocations"]["source"] == "none":
 else:
     assert d["allocations"]["total"] >= 0
 assert d["timeline"]["samples"] >= 1
+# The period starts at 1 ms and doubles only when 2048 samples are kept.
+assert d["timeline"]["period_ms"] == 1 or d["timeline"]["samples"] >= 1024, d["timeline"]
 PY
   fi
   # A basic pool: no elastic workers, and a wide weight range in 8 classes.
@@ -215,6 +218,39 @@ svg)
     done
     grep -q "<script\|href=" "$tmp/p.svg" && fail "SVG is not self-contained"
   fi
+  # With nine bar groups (all + 8 classes) and long class names, no two
+  # labels of the latency panel overlap (widths estimated at 0.6 em a
+  # character, as plot.c lays them out; rotated axis titles left out).
+  for w in -5:5 -1000:1000 -2147483648:2147483647 0:7; do
+    expect_ok run --scenario cpu $small --workers 2 --weights "$w" --plot "$tmp/w.svg" || continue
+    "$py" - "$tmp/w.svg" "$w" <<'PY' || fail "SVG labels overlap with --weights $w"
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+boxes = []
+def box(x, y, fs, text, anchor):
+    w = 0.6 * fs * len(text)
+    x0 = x - w / 2 if anchor == "middle" else x - w if anchor == "end" else x
+    return (x0, y - 0.8 * fs, x0 + w, y + 0.2 * fs, text)
+for t in root.iter(ns + "text"):
+    if t.get("transform"):
+        continue
+    x, y = float(t.get("x")), float(t.get("y"))
+    if y < 430:                      # the latency panel and its legend only
+        continue
+    fs = float(t.get("font-size", root.get("font-size", "12")))
+    anchor = t.get("text-anchor", "start")
+    if t.text:
+        boxes.append(box(x, y, fs, t.text, anchor))
+    for s in t.iter(ns + "tspan"):
+        x, y = float(s.get("x", x)), y + float(s.get("dy", "0"))
+        boxes.append(box(x, y, fs, s.text, anchor))
+bad = [(a[4], b[4]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+       if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
+assert not bad, bad[:5]
+print(sys.argv[2], ":", len(boxes), "labels, none overlapping")
+PY
+  done
   ;;
 seed)
   for n in 1 2 3; do
@@ -319,6 +355,76 @@ if "--max-async" in opts: assert c["max_async"] == int(val("--max-async"))
 assert d["wait_ns"]["count"] == 120, d["wait_ns"]
 PY
     grep -q "^features\|features: " "$tmp/out" || fail "'$opts': the summary does not show the features"
+  done
+  ;;
+outputs)
+  # --json - writes the JSON alone on stdout; the summary goes to stderr.
+  if expect_ok run --scenario cpu $small --workers 2 --json -; then
+    "$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["tasks"]["completed"] == 200' \
+      "$tmp/out" || fail "--json - did not write the JSON alone to stdout"
+    grep -q "^queue wait" "$tmp/err" || fail "--json -: no summary on stderr"
+    [ -e ./- ] && fail "--json - created a file named '-'"
+  fi
+  expect_ok run --scenario cpu $small --workers 2 --timeline - &&
+    head -1 "$tmp/out" | grep -q "^t_ms," || fail "--timeline - did not write the CSV to stdout"
+  # Two outputs into one file are refused before anything runs.
+  expect_usage_error run --scenario cpu --json - --plot -
+  expect_usage_error run --scenario cpu --json "$tmp/same" --timeline "$tmp/same"
+  grep -q "same file" "$tmp/err" || fail "no 'same file' in: $(cat "$tmp/err")"
+  touch "$tmp/one"
+  ln "$tmp/one" "$tmp/two"
+  expect_usage_error run --scenario cpu --plot "$tmp/one" --json "$tmp/two"
+  expect_usage_error run --scenario cpu --json "$tmp"
+  # A finished run replaces an existing file, with fopen's mode, no
+  # temporary file left; a failed one leaves the old file.
+  echo old >"$tmp/r.json"
+  chmod 600 "$tmp/r.json"
+  (umask 022 && expect_ok run --scenario cpu $small --workers 2 --json "$tmp/r.json") &&
+    grep -q '"scenario": "cpu"' "$tmp/r.json" || fail "the JSON did not replace the old file"
+  [ "$(stat -c %a "$tmp/r.json")" = 644 ] || fail "mode $(stat -c %a "$tmp/r.json"), not 644"
+  ls "$tmp"/r.json.* >/dev/null 2>&1 && fail "a temporary file was left: $(ls "$tmp")"
+  # Ctrl-C: the summary of what ran, status 130, existing outputs intact,
+  # no temporary file left. Each case waits (bounded, polling /proc) for a
+  # state of the run before the signal: THREADS threads alive means, in the
+  # io scenario, its 2 basic workers, 4 elastic ones (so tasks are queued and
+  # running), the producer, sampler and Ctrl-C watcher; in the burst
+  # scenario with a long lead gap, 6 threads mean the run idles in that gap.
+  # Job control gives the background run SIGINT at its default action (a
+  # non-interactive shell would have it ignored).
+  io="--scenario io --tasks 100000 --io-ms 20 --max-elastic 4 --tail-ms 0"
+  for case in "9:$io" "9:$io --groups 50" "9:$io --delay-ms 5" "9:$io --bursts 4 --gap-ms 60000" \
+      "7:$io --async" "6:--scenario burst --gap-ms 60000"; do
+    threads=${case%%:*}
+    opts=${case#*:}
+    echo keep >"$tmp/i.json"
+    rm -f "$tmp/i.svg"
+    set -m
+    # shellcheck disable=SC2086 # opts is a list of words
+    "$bin" run $opts --quiet --json "$tmp/i.json" --plot "$tmp/i.svg" >"$tmp/out" 2>"$tmp/err" &
+    pid=$!
+    set +m
+    n=0
+    until [ "$(ls /proc/$pid/task 2>/dev/null | wc -l)" -ge "$threads" ] || [ $n -ge 3000 ]; do
+      sleep 0.01
+      n=$((n + 1))
+    done
+    kill -INT $pid
+    wait $pid
+    rc=$?
+    if [ $rc -ne 130 ]; then
+      fail "Ctrl-C ($opts): exit $rc, expected 130"; cat "$tmp/err"
+      continue
+    fi
+    grep -q "^interrupted by Ctrl-C after [0-9]* of [0-9]* tasks" "$tmp/out" &&
+      grep -q "^queue wait" "$tmp/out" || fail "Ctrl-C ($opts): no summary of what ran"
+    [ "$(cat "$tmp/i.json")" = keep ] || fail "Ctrl-C ($opts): the existing JSON was changed"
+    [ -e "$tmp/i.svg" ] && fail "Ctrl-C ($opts): an output file was written"
+    ls "$tmp"/i.json.* "$tmp"/i.svg.* >/dev/null 2>&1 && fail "Ctrl-C ($opts): temporary files left"
+    if [ "$threads" = 9 ]; then
+      grep -q "^interrupted by Ctrl-C after 0 " "$tmp/out" && fail "Ctrl-C ($opts): nothing ran"
+      grep -q "^tasks  *0 completed" "$tmp/out" && fail "Ctrl-C ($opts): nothing completed"
+    fi
+    echo "ok: Ctrl-C ($opts) -> $(grep -o "after [0-9]* of [0-9]* tasks" "$tmp/out"), $(grep "^tasks" "$tmp/out")"
   done
   ;;
 *)
