@@ -55,8 +55,11 @@ typedef struct tko_pool tko_pool; /* opaque */
 typedef int (*tko_task_fn)(void *arg);
 
 typedef enum tko_shutdown_mode {
-  TKO_DRAIN = 0,  /* run every queued task, then stop */
-  TKO_CANCEL = 1  /* hand every queued task to on_cancel, then stop */
+  TKO_DRAIN = 0,        /* run every queued task, then stop */
+  TKO_CANCEL = 1,       /* hand every queued task to on_cancel, then stop */
+  TKO_CANCEL_NOWAIT = 2 /* close, hand every queued task to on_cancel, and
+                           return at once without waiting for running tasks
+                           (GLib's immediate free, Java's shutdownNow) */
 } tko_shutdown_mode;
 
 typedef enum tko_worker_kind {
@@ -338,12 +341,34 @@ TKO_API void *tko_async_arg(const tko_async *op);
  * -EDEADLK when called from one of this pool's tasks. */
 TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
 
-/* Stops the pool: submits fail with -ESHUTDOWN from now on; TKO_DRAIN runs
- * every queued task, TKO_CANCEL hands each queued task to on_cancel; then
- * waits for running tasks and joins every worker. Idempotent (a later call,
- * in either mode, returns 0 once the first has finished). -EDEADLK, doing
- * nothing, when called from one of this pool's tasks or hooks. */
+/* Stops the pool. Its lifecycle: RUNNING, then (at the first shutdown call)
+ * CLOSING while attached objects resolve their work (the keyed lanes drain
+ * or cancel), then DRAINING or CANCELLING: submits fail with -ESHUTDOWN,
+ * submitters blocked on a full queue are woken with -ESHUTDOWN, TKO_DRAIN
+ * runs every queued task and TKO_CANCEL hands each queued task to
+ * on_cancel; then STOPPED once every running task returned - those on
+ * workers, async tasks in flight, and caller-runs tasks on submitters'
+ * threads - every submitter blocked in the pool left it, and every worker
+ * was joined. tko_pool_shutdown waits for all that without limit and
+ * returns 0. Idempotent: a later call, in either mode, returns 0 once the
+ * pool is stopped; concurrent calls wait for the one that is working.
+ * -EDEADLK, doing nothing, when called from one of this pool's tasks or
+ * hooks; -EINVAL for NULL, a bad mode, or a destroyed pool. */
 TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
+
+/* tko_pool_shutdown with a deadline: waits at most timeout_ms (-1 = no
+ * limit, 0 = do not wait) and returns -ETIMEDOUT while something still runs
+ * (tasks, blocked submitters, attached objects draining). The shutdown
+ * stays under way - the pool never reopens - and a later call (either
+ * function, or destroy) continues from where it stopped; a TKO_CANCEL call
+ * after a timed-out TKO_DRAIN cancels what is still queued. With
+ * TKO_CANCEL_NOWAIT it closes the pool, cancels what is queued (on_cancel
+ * runs on this thread) and returns 0 at once, whatever still runs;
+ * tko_pool_destroy then waits for the running tasks before it frees the
+ * pool (bound that wait with another timed call first). No shutdown waits
+ * forever for a task that can no longer complete unless the caller asked
+ * for no limit. */
+TKO_API int tko_pool_shutdown_timed(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms);
 
 /* Pauses the pool: no queued task starts until tko_pool_resume (tasks
  * already running finish; a worker that had taken a few tasks just before
@@ -361,9 +386,16 @@ TKO_API int tko_pool_resume(tko_pool *pool);
  * thread may have been mid-update at the fork, so its memory cannot be
  * freed safely). Create new pools in the child instead. */
 
-/* Shuts down with TKO_DRAIN if not yet shut down, then frees the pool.
- * Returns 0, or -EDEADLK (freeing nothing) when called from one of this
- * pool's own threads, or -EINVAL for NULL. */
+/* Shuts down with TKO_DRAIN if not yet shut down (or completes a shutdown
+ * under way, in its mode, without limit), then frees the pool. Returns 0;
+ * -EDEADLK (freeing nothing) when called from one of this pool's own
+ * threads, tasks or hooks; -EBUSY when objects attached to the pool (a
+ * tko_lanes or tko_coalescer created on it) still exist: the pool is then
+ * shut down but not freed, and a call after destroying them frees it.
+ * Handles carry a magic number that destroy clears: a second destroy, or
+ * any call on a destroyed pool, returns -EINVAL (tko_pool_stats leaves *out
+ * zeroed; with a NULL pool it does nothing) as long as the freed memory was not handed out again - a
+ * best-effort catch of a host bug, not a licence. -EINVAL for NULL. */
 TKO_API int tko_pool_destroy(tko_pool *pool);
 
 /* Fills *out with a snapshot. Does nothing when either pointer is NULL. */

@@ -90,8 +90,10 @@ void tko__elastic_spawn(tko_pool *pool) {
    * and that hook may submit (and so spawn) itself. */
   if (join_old) pthread_join(old, NULL);
   tko__idle_search_begin(&pool->idle); /* the new worker starts searching */
+  tko__thread_enter(pool);
   pthread_t t;
   int rc = tko__thread_create(&t, tko__worker_main, w);
+  if (rc) tko__thread_exit(pool);
   if (rc) tko__idle_search_end(&pool->idle);
   pthread_mutex_lock(&pool->spawn_mu);
   if (rc == 0) {

@@ -1,17 +1,34 @@
 /* SPDX-License-Identifier: MIT */
-/* The pool's internal layout, shared by pool.c, worker.c and elastic.c.
+/* The pool's internal layout, shared by the engine's files (pool.c,
+ * lifecycle.c, submit.c, worker.c, elastic.c) and its features.
  *
- * Lock order (outermost first): shutdown_mu > spawn_mu > lock > idle.mu;
- * idle_mu is taken alone. No lock is held while a task or a hook runs. */
+ * The lifecycle - the pool's states, the gate that blocked submitters and
+ * caller-runs tasks pass, and attachments (tko__attach / tko__detach: an
+ * object holding a pool registers a close callback that shutdown resolves,
+ * and tko_pool_destroy is -EBUSY while any remains) - is declared and
+ * explained in lifecycle.h, which needs nothing of this layout.
+ *
+ * Lock ranks, the one place that orders every lock in the engine (a lock
+ * may be taken while holding only locks ranked before it):
+ *   1. spawn_mu   elastic slots and their threads (elastic.c)
+ *   2. lock       the queue lock (a spinlock, lock.h)
+ *   3. idle.mu    the idle list (signal.c)
+ * Leaves, each taken with no other lock held: gate_mu (lifecycle.c),
+ * space_mu, idle_mu, help_mu, timer_mu, async_mu, and the parkers'
+ * fallback mutexes. No lock is held while a task, a hook or an attachment's
+ * close callback runs; shutdown holds no lock while it waits (the shutter
+ * role, under gate_mu, serialises shutdown calls instead). */
 #ifndef TKO_INTERNAL_H
 #define TKO_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 #include "atomics.h"
 #include "inbox.h"
+#include "lifecycle.h"
 #include "lock.h"
 #include "queue.h"
 #include "tko_signal.h"
@@ -147,9 +164,20 @@ struct tko_pool {
   atomic_uint_fast64_t cancelled;
   tko__worker caller; /* counts tasks run on a caller's thread (shutdown) */
 
-  pthread_mutex_t shutdown_mu; /* serialises shutdown; guards shut_down */
-  bool shut_down;
+  /* The lifecycle (lifecycle.h, lifecycle.c). Off the submit path: only
+   * slow paths (a full queue, thread start and exit, shutdown) touch it. */
+  pthread_mutex_t gate_mu; /* guards everything down to attached; a leaf */
+  pthread_cond_t gate_cv;  /* gate_count or threads reached 0, the shutter
+                              role was given back, an attachment's close
+                              returned */
+  atomic_int state;        /* tko__pool_state; written under gate_mu */
+  unsigned gate_count;     /* threads inside the gate */
+  unsigned threads;        /* worker threads started and not yet at their end */
+  bool shutter;            /* a thread is inside tko_pool_shutdown_timed */
+  tko__attachment *attached;  /* list of attachments, newest first */
+  tko__attachment *resolving; /* the one whose close runs now, if any */
 
+  unsigned magic;    /* TKO__POOL_MAGIC while the pool lives (see tko__pool_check) */
   unsigned fork_gen; /* tko__fork_generation() at create */
   int creator_nice;  /* the creating thread's nice value: every worker's */
   _Atomic(tko_lanes *) keyed; /* tko_submit_keyed's lane table, made on first use */
@@ -229,8 +257,9 @@ void tko__async_release_slot(tko_pool *pool);
 void tko__async_quiesce(tko_pool *pool);
 void tko__async_fini(tko_pool *pool);
 
-/* submit.c: the keyed lanes at shutdown (cancel or drain) and destroy. */
-void tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode);
+/* submit.c: the keyed lanes at shutdown (cancel, or drain within
+ * timeout_ms: 0 or -ETIMEDOUT) and destroy. */
+int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms);
 void tko__keyed_free(tko_pool *pool);
 
 /* timer.c: disarms every timer (each to on_cancel) and joins the thread. */
@@ -260,6 +289,37 @@ static inline void tko__refresh_backlog(tko_pool *pool) {
 static inline bool tko__pool_forked(const tko_pool *pool) {
   return pool->fork_gen != tko__fork_generation();
 }
+
+/* A live pool carries this in magic; free_pool clears it before the memory
+ * goes back, so a second destroy or a call after destroy is caught while
+ * the memory is still mapped and not reused (best effort: a freed block
+ * the allocator has handed out again may hold anything). */
+#define TKO__POOL_MAGIC 0x706f6b74u /* "tkop" */
+
+/* The entry check of the pool's calls: -EINVAL for NULL or a pool that is
+ * not (or no longer) a live pool, -ECHILD in a forked child, else 0. It
+ * reads two words of the read-mostly part of the pool, no shared line. */
+static inline int tko__pool_check(const tko_pool *pool) {
+  if (!pool || pool->magic != TKO__POOL_MAGIC) return -EINVAL;
+  return tko__pool_forked(pool) ? -ECHILD : 0;
+}
+
+/* lifecycle.c: a worker thread is about to start (before creating it) or
+ * has reached its end (its last touch of the pool, before it returns);
+ * shutdown waits for the count to reach zero before it joins. */
+void tko__thread_enter(tko_pool *pool);
+void tko__thread_exit(tko_pool *pool);
+/* Whether the calling thread is inside shutdown or destroy of pool (its
+ * waits would wait on themselves). */
+bool tko__in_shutdown(const tko_pool *pool);
+/* Whether the calling thread holds pool's shutter role (its shutdown or
+ * destroy would wait on itself). */
+bool tko__in_role(const tko_pool *pool);
+/* Whether any attachment is still registered (destroy's -EBUSY). */
+bool tko__attached(tko_pool *pool);
+/* Takes queued tasks out and cancels them, or (run) runs them on the
+ * calling thread. */
+void tko__empty_queue(tko_pool *pool, bool run);
 
 /* Whether any task waits, in the inbox or the queue. The seq_cst form is
  * step (2) of signal.c's essay; the relaxed form is a searching worker's

@@ -16,8 +16,6 @@
 #include "internal.h"
 #include "mem.h"
 
-static _Thread_local tko_pool *shutting_down; /* the pool this thread is shutting down */
-
 tko_options tko_basic_options(unsigned workers) {
   tko_options o;
   memset(&o, 0, sizeof o);
@@ -64,6 +62,7 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
 
 static void free_pool(tko_pool *pool) {
   const tko_allocator *a = pool->opts.allocator;
+  pool->magic = 0; /* see TKO__POOL_MAGIC */
   tko__keyed_free(pool);
   for (unsigned i = 0; i < pool->nslots; i++) tko__parker_fini(&pool->slots[i].sleeper.parker);
   tko__mem_free(a, pool->slots);
@@ -79,7 +78,8 @@ static void free_pool(tko_pool *pool) {
   pthread_cond_destroy(&pool->help_cv);
   pthread_mutex_destroy(&pool->idle_mu);
   pthread_cond_destroy(&pool->idle_cv);
-  pthread_mutex_destroy(&pool->shutdown_mu);
+  pthread_mutex_destroy(&pool->gate_mu);
+  pthread_cond_destroy(&pool->gate_cv);
   pthread_mutex_destroy(&pool->space_mu);
   pthread_cond_destroy(&pool->space_cv);
   pthread_mutex_destroy(&pool->timer_mu);
@@ -95,7 +95,8 @@ static int init_sync(tko_pool *pool) {
   tko__lock_init(&pool->lock);
   int bad = pthread_mutex_init(&pool->spawn_mu, NULL) |
             pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
-            pthread_mutex_init(&pool->shutdown_mu, NULL) | pthread_mutex_init(&pool->space_mu, NULL) |
+            pthread_mutex_init(&pool->gate_mu, NULL) | pthread_cond_init(&pool->gate_cv, &ca) |
+            pthread_mutex_init(&pool->space_mu, NULL) |
             pthread_cond_init(&pool->space_cv, &ca) | pthread_mutex_init(&pool->timer_mu, NULL) |
             pthread_cond_init(&pool->timer_cv, &ca) | pthread_mutex_init(&pool->async_mu, NULL) |
             pthread_cond_init(&pool->spawn_cv, &ca) |
@@ -144,6 +145,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
     free_pool(pool);
     return rc;
   }
+  pool->magic = TKO__POOL_MAGIC;
   worker_init(&pool->caller, pool, UINT32_MAX, TKO_WORKER_BASIC);
   for (unsigned i = 0; i < pool->nslots; i++) {
     bool basic = i < opts->workers;
@@ -158,8 +160,10 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   for (unsigned i = 0; i < opts->workers; i++) {
     tko__idle_search_begin(&pool->idle); /* each new worker starts searching */
     tko__add_seq(&pool->basic_alive, 1);
+    tko__thread_enter(pool);
     rc = tko__thread_start(pool, &pool->slots[i]);
     if (rc) {
+      tko__thread_exit(pool);
       tko__idle_search_end(&pool->idle);
       tko__sub_seq(&pool->basic_alive, 1);
       tko_pool_shutdown(pool, TKO_DRAIN); /* joins those already started */
@@ -185,13 +189,13 @@ static bool pool_is_idle(tko_pool *pool) {
 }
 
 int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
-  if (!pool || timeout_ms < -1) return -EINVAL;
-  if (tko__pool_forked(pool)) return -ECHILD;
-  if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  if (timeout_ms < -1) return -EINVAL;
+  if (tko__current_pool == pool || tko__in_shutdown(pool)) return -EDEADLK;
   struct timespec deadline;
   if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: see sum_finished */
-  int rc = 0;
   pthread_mutex_lock(&pool->idle_mu);
   while (!pool_is_idle(pool)) {
     if (timeout_ms == 0) {
@@ -210,92 +214,16 @@ int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
   return rc;
 }
 
-/* Takes the queued tasks out a few at a time, outside the lock for the
- * hooks, and cancels or runs them on this thread. */
-static void empty_queue(tko_pool *pool, bool run) {
-  tko__item batch[TKO__GRAB_MAX];
-  for (;;) {
-    tko__lock_acquire(&pool->lock);
-    tko__pool_drain_locked(pool);
-    size_t n = tko__queue_pop(&pool->queue, batch, TKO__GRAB_MAX);
-    /* Async tasks started here still count against the in-flight limit
-     * only loosely: with every worker gone, shutdown starts what is left. */
-    if (n == 0) {
-      n = tko__queue_pop(&pool->async_queue, batch, TKO__GRAB_MAX);
-      if (run) pool->async_running += (unsigned)n; /* each start holds a slot */
-      tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
-    }
-    tko__refresh_backlog(pool);
-    tko__unlock(&pool->lock);
-    tko__release_room(pool, n);
-    if (!n) return;
-    for (size_t i = 0; i < n; i++) {
-      if (run) tko__run_item(pool, &pool->caller, &batch[i]);
-      else tko__cancel_item(pool, &batch[i]);
-    }
-  }
-}
-
-int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
-  if (!pool || (mode != TKO_DRAIN && mode != TKO_CANCEL)) return -EINVAL;
-  if (tko__pool_forked(pool)) return -ECHILD;
-  if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
-  pthread_mutex_lock(&pool->shutdown_mu);
-  if (pool->shut_down) {
-    pthread_mutex_unlock(&pool->shutdown_mu);
-    return 0;
-  }
-  /* Keyed lanes first, while workers still run their runners (and before
-   * this thread counts as shutting down, which lanes would take for a call
-   * from inside the pool). */
-  tko__keyed_shutdown(pool, mode);
-  shutting_down = pool;
-  tko__lock_acquire(&pool->lock);
-  /* Release: pairs with the acquire in run_batch. */
-  if (mode == TKO_CANCEL) tko__store_release(&pool->cancelling, true);
-  tko__store_seq(&pool->paused, false); /* a paused pool drains or cancels too */
-  /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
-  tko__store_seq(&pool->closing, true);
-  tko__inbox_close(&pool->inbox);
-  tko__unlock(&pool->lock);
-  pthread_mutex_lock(&pool->space_mu); /* blocked submitters see closing */
-  pthread_cond_broadcast(&pool->space_cv);
-  pthread_mutex_unlock(&pool->space_mu);
-  /* After closing: the timer thread may be blocked submitting to a full
-   * queue, and only closing wakes it. A timer that comes due now meets
-   * the closed pool and goes to on_cancel like those not yet due. */
-  tko__timers_close(pool);
-  if (mode == TKO_CANCEL) empty_queue(pool, false);
-  tko__idle_wake_all(&pool->idle);
-  for (unsigned i = 0; i < pool->opts.workers; i++) {
-    tko__worker *w = &pool->slots[i];
-    if (w->has_thread) pthread_join(w->thread, NULL);
-    w->has_thread = false;
-  }
-  tko__elastic_close_and_join(pool);
-  /* With every worker gone, anything still queued (an elastic-only pool
-   * whose spawn failed) is run or cancelled here, so nothing is lost. */
-  empty_queue(pool, mode == TKO_DRAIN);
-  tko__async_quiesce(pool); /* in-flight async tasks finish, as running ones did */
-  pool->shut_down = true;
-  shutting_down = NULL;
-  pthread_mutex_unlock(&pool->shutdown_mu);
-  pthread_mutex_lock(&pool->idle_mu);
-  pthread_cond_broadcast(&pool->idle_cv);
-  pthread_mutex_unlock(&pool->idle_mu);
-  return 0;
-}
-
 int tko_pool_pause(tko_pool *pool) {
-  if (!pool) return -EINVAL;
-  if (tko__pool_forked(pool)) return -ECHILD;
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
   tko__store_seq(&pool->paused, true);
   return 0;
 }
 
 int tko_pool_resume(tko_pool *pool) {
-  if (!pool) return -EINVAL;
-  if (tko__pool_forked(pool)) return -ECHILD;
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
   /* seq_cst store, then signal_work's seq_cst load of idle.state: a worker
    * that announced its sleep either is seen here and woken, or re-checks
    * paused after this store (worker_sleep). One wake is enough: each worker
@@ -306,7 +234,7 @@ int tko_pool_resume(tko_pool *pool) {
 }
 
 int tko_pool_destroy(tko_pool *pool) {
-  if (!pool) return -EINVAL;
+  if (!pool || pool->magic != TKO__POOL_MAGIC) return -EINVAL;
   if (tko__pool_forked(pool)) {
     /* The threads stayed in the parent, and a parent thread may have been
      * in the middle of growing a buffer at the fork (the copy then holds a
@@ -314,8 +242,11 @@ int tko_pool_destroy(tko_pool *pool) {
      * free: the child's copy is left as is. */
     return 0;
   }
-  if (tko__current_pool == pool || shutting_down == pool) return -EDEADLK;
-  tko_pool_shutdown(pool, TKO_DRAIN);
+  if (tko__current_pool == pool || tko__in_role(pool)) return -EDEADLK;
+  int rc = tko_pool_shutdown(pool, TKO_DRAIN); /* continues one already begun */
+  if (rc) return rc;
+  tko__keyed_free(pool);
+  if (tko__attached(pool)) return -EBUSY; /* shut down, not freed: see lifecycle.h */
   free_pool(pool);
   return 0;
 }
@@ -323,6 +254,7 @@ int tko_pool_destroy(tko_pool *pool) {
 void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   if (!pool || !out) return;
   memset(out, 0, sizeof *out);
+  if (pool->magic != TKO__POOL_MAGIC) return; /* destroyed: see tko_pool_destroy */
   uint64_t started = tko__load_relaxed(&pool->caller.started);
   uint64_t finished = tko__load_acquire(&pool->caller.finished);
   uint64_t failed = tko__load_relaxed(&pool->caller.failed);

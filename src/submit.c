@@ -95,8 +95,12 @@ static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct
 enum { ADMITTED = 0, RUN_HERE = 1 };
 
 /* Takes room for k tasks in a bounded queue, following the full policy:
- * ADMITTED, RUN_HERE (caller-runs), or a negative errno. */
-static int admit(tko_pool *pool, size_t k, long timeout_ms) {
+ * ADMITTED, RUN_HERE (caller-runs), or a negative errno. A submitter that
+ * has to wait for room enters the pool's gate first (lifecycle.h), so that
+ * shutdown waits for it to leave; *gated then says it must call
+ * tko__gate_leave once done with the pool (whatever this returned). */
+static int admit(tko_pool *pool, size_t k, long timeout_ms, bool *gated) {
+  *gated = false;
   if (!pool->opts.queue_capacity) return ADMITTED;
   if (k > pool->opts.queue_capacity) /* could never fit */
     return pool->opts.full_policy == TKO_FULL_CALLER_RUNS ? RUN_HERE : -EAGAIN;
@@ -110,14 +114,20 @@ static int admit(tko_pool *pool, size_t k, long timeout_ms) {
     default: break;
     }
     if (tko__current_pool == pool) return -EAGAIN; /* a worker must not wait on itself */
+    if (!*gated) {
+      int rc = tko__gate_enter(pool);
+      if (rc) return rc;
+      *gated = true;
+    }
     int rc = wait_for_room(pool, k, timeout_ms, &deadline);
     if (rc) return rc;
   }
   return ADMITTED;
 }
 
-static int run_here(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
-  if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
+/* Runs one task on the calling thread (caller-runs); the caller is inside
+ * the gate. */
+static void run_on_caller(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
   tko__item item = {.fn = fn, .arg = arg, .ctx = ctx, .weight = weight,
                     .enq_ns = enqueue_time(pool)};
   /* seq_cst: counted as submitted before it can count as finished. */
@@ -135,17 +145,23 @@ static int run_here(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, in
   tko__run_item(pool, &pool->caller, &item);
   tko__leave_pool(prev);
   tko__notify_idle(pool);
+}
+
+/* Caller-runs: the tasks run here, inside the gate, so a shutdown waits for
+ * them; all of them or (-ESHUTDOWN, once the pool is closed) none. */
+static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx) {
+  int rc = tko__gate_enter(pool);
+  if (rc) return rc;
+  for (size_t i = 0; i < n; i++) run_on_caller(pool, tasks[i].fn, tasks[i].arg, ctx, tasks[i].weight);
+  tko__gate_leave(pool);
   return 0;
 }
 
-int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
-                     long timeout_ms) {
-  if (tko__pool_forked(pool)) return -ECHILD;
-  int rc = admit(pool, 1, timeout_ms);
-  if (rc == RUN_HERE) return run_here(pool, fn, arg, ctx, weight);
-  if (rc) return rc;
+/* Reserves an inbox slot and publishes the task (after admit). */
+static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
   uint64_t enq_ns = enqueue_time(pool);
   uint64_t pos;
+  int rc;
   while ((rc = tko__inbox_reserve(&pool->inbox, 1, &pos)) == -EAGAIN) {
     rc = make_room(pool);
     if (rc) break;
@@ -159,13 +175,28 @@ int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, i
   return 0;
 }
 
+int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
+                     long timeout_ms) {
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  bool gated;
+  rc = admit(pool, 1, timeout_ms, &gated);
+  if (rc == RUN_HERE) {
+    tko_task task = {fn, arg, weight};
+    return run_here(pool, &task, 1, ctx); /* never gated: caller-runs does not wait */
+  }
+  if (rc == ADMITTED) rc = enqueue(pool, fn, arg, ctx, weight);
+  if (gated) tko__gate_leave(pool); /* after the last touch of a pool that may be closing */
+  return rc;
+}
+
 int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
-  if (!pool || !fn) return -EINVAL;
+  if (!fn) return -EINVAL;
   return tko__submit_item(pool, fn, arg, 0, weight, -1);
 }
 
 int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long timeout_ms) {
-  if (!pool || !fn || timeout_ms < -1) return -EINVAL;
+  if (!fn || timeout_ms < -1) return -EINVAL;
   return tko__submit_item(pool, fn, arg, 0, weight, timeout_ms);
 }
 
@@ -208,20 +239,12 @@ static int submit_big_batch(tko_pool *pool, const tko_task *tasks, size_t n, uin
   return rc;
 }
 
-int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
-  if (!pool || !tasks || n == 0) return -EINVAL;
-  if (tko__pool_forked(pool)) return -ECHILD;
-  for (size_t i = 0; i < n; i++)
-    if (!tasks[i].fn) return -EINVAL;
-  int rc = admit(pool, n, -1);
-  if (rc == RUN_HERE) {
-    for (size_t i = 0; i < n && rc >= 0; i++)
-      rc = run_here(pool, tasks[i].fn, tasks[i].arg, 0, tasks[i].weight);
-    return rc;
-  }
-  if (rc) return rc;
+/* Queues a batch admit let in: through the inbox, or straight into the
+ * queue when it is larger than the inbox. */
+static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   uint64_t enq_ns = enqueue_time(pool);
   tko__inbox *in = &pool->inbox;
+  int rc;
   if (n > in->mask + 1) {
     rc = submit_big_batch(pool, tasks, n, enq_ns);
   } else {
@@ -242,6 +265,20 @@ int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   return 0;
 }
 
+int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  if (!tasks || n == 0) return -EINVAL;
+  for (size_t i = 0; i < n; i++)
+    if (!tasks[i].fn) return -EINVAL;
+  bool gated;
+  rc = admit(pool, n, -1, &gated);
+  if (rc == RUN_HERE) return run_here(pool, tasks, n, 0);
+  if (rc == ADMITTED) rc = enqueue_batch(pool, tasks, n);
+  if (gated) tko__gate_leave(pool);
+  return rc;
+}
+
 /* Keyed lanes on a default table: the host's on_cancel sees a cancelled
  * keyed task as a task with id 0. */
 static void keyed_cancelled(void *user, const tko_lane_task *task) {
@@ -254,8 +291,9 @@ static void keyed_cancelled(void *user, const tko_lane_task *task) {
 }
 
 int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight) {
-  if (!pool || !fn) return -EINVAL;
-  if (tko__pool_forked(pool)) return -ECHILD;
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  if (!fn) return -EINVAL;
   if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
   /* Acquire: pairs with the CAS below, so the table is seen initialised. */
   tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
@@ -264,7 +302,7 @@ int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, in
     o.user = pool;
     o.on_cancel = keyed_cancelled;
     o.allocator = pool->opts.allocator;
-    int rc = tko_lanes_create(&l, pool, &o);
+    rc = tko_lanes_create(&l, pool, &o);
     if (rc) return rc;
     tko_lanes *none = NULL;
     if (!atomic_compare_exchange_strong(&pool->keyed, &none, l)) {
@@ -275,15 +313,15 @@ int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, in
   return tko_lanes_submit(l, key, fn, arg, weight);
 }
 
-void tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
+int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms) {
   tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
-  if (!l) return;
+  if (!l) return 0;
   if (mode == TKO_CANCEL) {
     tko_lanes_cancel(l);
-  } else {
-    tko_lanes_close(l);
-    tko_lanes_wait_idle(l, -1);
+    return 0;
   }
+  tko_lanes_close(l);
+  return tko_lanes_wait_idle(l, timeout_ms);
 }
 
 void tko__keyed_free(tko_pool *pool) {

@@ -357,6 +357,7 @@ restart:
     tko__idle_search_begin(&pool->idle);
     goto restart;
   }
+  tko__thread_exit(pool); /* the last touch of the pool: shutdown may now join */
   return NULL;
 }
 

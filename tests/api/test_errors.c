@@ -150,7 +150,7 @@ Test(errors, wait_shutdown_destroy_reject_bad_arguments) {
   /* -1 is "no limit"; anything below is meaningless. */
   cr_assert_eq(tko_pool_wait_idle(p, -2), -EINVAL);
   cr_assert_eq(tko_pool_wait_idle(p, LONG_MIN), -EINVAL);
-  cr_assert_eq(tko_pool_shutdown(p, (tko_shutdown_mode)2), -EINVAL);
+  cr_assert_eq(tko_pool_shutdown(p, (tko_shutdown_mode)3), -EINVAL);
   cr_assert_eq(tko_pool_shutdown(p, (tko_shutdown_mode)-1), -EINVAL);
   /* The refused shutdowns did nothing: the pool still accepts work. */
   atomic_long n = 0;

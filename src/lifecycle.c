@@ -1,0 +1,336 @@
+/* SPDX-License-Identifier: MIT */
+/* The pool's lifecycle: states, the gate, attachments and shutdown (the
+ * model is explained in lifecycle.h).
+ *
+ * Why shutdown cannot free a pool that someone still uses: every thread
+ * that touches the pool from outside its workers while it may block (a
+ * submitter waiting for room, a caller-runs task) entered the gate under
+ * gate_mu while the pool was not yet closed, and leaves it under gate_mu
+ * after its last touch; every worker thread is counted in `threads` from
+ * before its creation to its last touch. Shutdown moves the state to
+ * DRAINING or CANCELLING under gate_mu - from then on the gate refuses
+ * entries - wakes whoever waits, and reports STOPPED only after both counts
+ * were seen at zero under gate_mu and every thread was joined. A leaver's
+ * unlock of gate_mu is then its last touch, which POSIX allows to race with
+ * the destroy of a mutex it no longer holds.
+ *
+ * Why no shutdown blocks forever: every wait here (for the shutter role,
+ * the attachments, the gate, the workers, the async tasks in flight) is on a
+ * condition variable with the caller's deadline; a timed-out call leaves the
+ * pool in its current state, and the next call continues from there. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* The pool whose shutdown the calling thread is in: from taking the
+ * shutter role (role) and from closing the pool (closing_pool). The keyed
+ * lanes' close runs between the two and must not look like a call from
+ * inside the pool (lanes ask tko_pool_wait_idle whether it is -EDEADLK). */
+static _Thread_local const tko_pool *role, *closing_pool;
+
+bool tko__in_shutdown(const tko_pool *pool) { return closing_pool == pool; }
+
+static int get_state(tko_pool *pool) {
+  /* Relaxed: every decision on the state is taken under gate_mu; lock-free
+   * readers (stats) only report it. */
+  return tko__load_relaxed(&pool->state);
+}
+
+/* Caller holds gate_mu. */
+static void set_state(tko_pool *pool, int state) { tko__store_relaxed(&pool->state, state); }
+
+/* Waits on gate_cv until done(pool) or the deadline (NULL = none); caller
+ * holds gate_mu. */
+static int gate_wait(tko_pool *pool, bool (*done)(tko_pool *), const struct timespec *deadline) {
+  while (!done(pool)) {
+    if (!deadline) {
+      pthread_cond_wait(&pool->gate_cv, &pool->gate_mu);
+    } else if (pthread_cond_timedwait(&pool->gate_cv, &pool->gate_mu, deadline) == ETIMEDOUT) {
+      return done(pool) ? 0 : -ETIMEDOUT;
+    }
+  }
+  return 0;
+}
+
+int tko__gate_enter(tko_pool *pool) {
+  pthread_mutex_lock(&pool->gate_mu);
+  int rc = get_state(pool) >= TKO__DRAINING ? -ESHUTDOWN : 0;
+  if (rc == 0) pool->gate_count++;
+  pthread_mutex_unlock(&pool->gate_mu);
+  return rc;
+}
+
+void tko__gate_leave(tko_pool *pool) {
+  pthread_mutex_lock(&pool->gate_mu);
+  if (--pool->gate_count == 0) pthread_cond_broadcast(&pool->gate_cv);
+  pthread_mutex_unlock(&pool->gate_mu);
+}
+
+void tko__thread_enter(tko_pool *pool) {
+  pthread_mutex_lock(&pool->gate_mu);
+  pool->threads++;
+  pthread_mutex_unlock(&pool->gate_mu);
+}
+
+void tko__thread_exit(tko_pool *pool) {
+  pthread_mutex_lock(&pool->gate_mu);
+  if (--pool->threads == 0) pthread_cond_broadcast(&pool->gate_cv);
+  pthread_mutex_unlock(&pool->gate_mu);
+}
+
+int tko__attach(tko_pool *pool, tko__attachment *a) {
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  if (!a || !a->close) return -EINVAL;
+  pthread_mutex_lock(&pool->gate_mu);
+  rc = get_state(pool) == TKO__RUNNING ? 0 : -ESHUTDOWN;
+  if (rc == 0) {
+    a->resolved = false;
+    a->prev = NULL;
+    a->next = pool->attached;
+    if (a->next) a->next->prev = a;
+    pool->attached = a;
+  }
+  pthread_mutex_unlock(&pool->gate_mu);
+  return rc;
+}
+
+static bool not_resolving(tko_pool *pool) { return pool->resolving == NULL; }
+
+void tko__detach(tko_pool *pool, tko__attachment *a) {
+  pthread_mutex_lock(&pool->gate_mu);
+  /* A shutdown may be calling a's close right now: wait for it to return
+   * before the owner frees a. */
+  while (pool->resolving == a) gate_wait(pool, not_resolving, NULL);
+  if (a->prev) a->prev->next = a->next;
+  else pool->attached = a->next;
+  if (a->next) a->next->prev = a->prev;
+  a->prev = a->next = NULL;
+  pthread_mutex_unlock(&pool->gate_mu);
+}
+
+static bool role_free(tko_pool *pool) { return !pool->shutter; }
+
+/* The shutter role: one thread at a time advances a shutdown; the others
+ * wait for it within their own deadline. */
+static int take_role(tko_pool *pool, const struct timespec *deadline) {
+  pthread_mutex_lock(&pool->gate_mu);
+  int rc = gate_wait(pool, role_free, deadline);
+  if (rc == 0) pool->shutter = true;
+  pthread_mutex_unlock(&pool->gate_mu);
+  if (rc == 0) role = pool;
+  return rc;
+}
+
+static void give_role(tko_pool *pool) {
+  role = closing_pool = NULL;
+  pthread_mutex_lock(&pool->gate_mu);
+  pool->shutter = false;
+  pthread_cond_broadcast(&pool->gate_cv);
+  pthread_mutex_unlock(&pool->gate_mu);
+}
+
+/* Milliseconds left until deadline (NULL: -1, no limit). */
+static long ms_left(const struct timespec *deadline) {
+  if (!deadline) return -1;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  long ms = (long)(deadline->tv_sec - now.tv_sec) * 1000 +
+            (deadline->tv_nsec - now.tv_nsec) / 1000000;
+  return ms > 0 ? ms : 0;
+}
+
+/* Calls close on every unresolved attachment (the keyed lanes first). With
+ * nowait, once each with 0 ms, whatever it returns. */
+static int resolve_attachments(tko_pool *pool, tko_shutdown_mode mode,
+                               const struct timespec *deadline, bool nowait) {
+  int rc = tko__keyed_shutdown(pool, mode, nowait ? 0 : ms_left(deadline));
+  if (rc && !nowait) return rc;
+  pthread_mutex_lock(&pool->gate_mu);
+  for (;;) {
+    tko__attachment *a = pool->attached;
+    while (a && a->resolved) a = a->next;
+    if (!a) break;
+    pool->resolving = a;
+    pthread_mutex_unlock(&pool->gate_mu);
+    rc = a->close(a, mode, nowait ? 0 : ms_left(deadline));
+    pthread_mutex_lock(&pool->gate_mu);
+    pool->resolving = NULL;
+    pthread_cond_broadcast(&pool->gate_cv); /* a detach may wait for it */
+    if (rc && !nowait) break;
+    a->resolved = true;
+    rc = 0;
+  }
+  pthread_mutex_unlock(&pool->gate_mu);
+  return rc;
+}
+
+/* Takes the queued tasks out a few at a time, outside the lock for the
+ * hooks, and cancels or runs them on this thread. */
+void tko__empty_queue(tko_pool *pool, bool run) {
+  tko__item batch[TKO__GRAB_MAX];
+  for (;;) {
+    tko__lock_acquire(&pool->lock);
+    tko__pool_drain_locked(pool);
+    size_t n = tko__queue_pop(&pool->queue, batch, TKO__GRAB_MAX);
+    /* Async tasks started here still count against the in-flight limit
+     * only loosely: with every worker gone, shutdown starts what is left. */
+    if (n == 0) {
+      n = tko__queue_pop(&pool->async_queue, batch, TKO__GRAB_MAX);
+      if (run) pool->async_running += (unsigned)n; /* each start holds a slot */
+      tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+    }
+    tko__refresh_backlog(pool);
+    tko__unlock(&pool->lock);
+    tko__release_room(pool, n);
+    if (!n) return;
+    for (size_t i = 0; i < n; i++) {
+      if (run) tko__run_item(pool, &pool->caller, &batch[i]);
+      else tko__cancel_item(pool, &batch[i]);
+    }
+  }
+}
+
+/* CLOSING -> DRAINING or CANCELLING: submits and the gate are refused from
+ * here on, and everyone who waits is woken. */
+static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
+  bool cancel = mode == TKO_CANCEL;
+  pthread_mutex_lock(&pool->gate_mu);
+  set_state(pool, cancel ? TKO__CANCELLING : TKO__DRAINING);
+  pthread_mutex_unlock(&pool->gate_mu);
+  tko__lock_acquire(&pool->lock);
+  /* Release: pairs with the acquire in run_or_cancel (worker.c). */
+  if (cancel) tko__store_release(&pool->cancelling, true);
+  tko__store_seq(&pool->paused, false); /* a paused pool drains or cancels too */
+  /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
+  tko__store_seq(&pool->closing, true);
+  tko__inbox_close(&pool->inbox);
+  tko__unlock(&pool->lock);
+  pthread_mutex_lock(&pool->space_mu); /* blocked submitters see closing */
+  pthread_cond_broadcast(&pool->space_cv);
+  pthread_mutex_unlock(&pool->space_mu);
+  /* After closing: the timer thread may be blocked submitting to a full
+   * queue, and only closing wakes it. A timer that comes due now meets
+   * the closed pool and goes to on_cancel like those not yet due. */
+  tko__timers_close(pool);
+  if (cancel) tko__empty_queue(pool, false);
+  tko__idle_wake_all(&pool->idle);
+}
+
+/* A DRAIN that timed out, continued as a CANCEL: what is still queued goes
+ * to on_cancel, and tasks workers had taken are cancelled, not started. */
+static void escalate(tko_pool *pool) {
+  pthread_mutex_lock(&pool->gate_mu);
+  set_state(pool, TKO__CANCELLING);
+  pthread_mutex_unlock(&pool->gate_mu);
+  tko__store_release(&pool->cancelling, true); /* pairs with run_or_cancel's acquire */
+  tko__empty_queue(pool, false);
+  tko__idle_wake_all(&pool->idle);
+}
+
+static bool quiet(tko_pool *pool) { return pool->gate_count == 0 && pool->threads == 0; }
+
+/* Waits, within the deadline, for async tasks in flight to complete. */
+static int wait_async(tko_pool *pool, const struct timespec *deadline) {
+  int rc = 0;
+  tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify (async.c) */
+  pthread_mutex_lock(&pool->idle_mu);
+  while (tko__load_seq(&pool->async_inflight) > 0) {
+    if (!deadline) {
+      pthread_cond_wait(&pool->idle_cv, &pool->idle_mu);
+    } else if (pthread_cond_timedwait(&pool->idle_cv, &pool->idle_mu, deadline) == ETIMEDOUT) {
+      if (tko__load_seq(&pool->async_inflight) > 0) rc = -ETIMEDOUT;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pool->idle_mu);
+  tko__sub_seq(&pool->idle_waiters, 1);
+  if (rc == 0) tko__async_quiesce(pool); /* completers leaving: a few instructions */
+  return rc;
+}
+
+/* DRAINING or CANCELLING -> STOPPED, once nobody is left inside. */
+static int finish(tko_pool *pool, const struct timespec *deadline) {
+  pthread_mutex_lock(&pool->gate_mu);
+  int rc = gate_wait(pool, quiet, deadline);
+  pthread_mutex_unlock(&pool->gate_mu);
+  if (rc) return rc;
+  /* Every worker is at its end: these joins return at once. */
+  for (unsigned i = 0; i < pool->opts.workers; i++) {
+    tko__worker *w = &pool->slots[i];
+    if (w->has_thread) pthread_join(w->thread, NULL);
+    w->has_thread = false;
+  }
+  tko__elastic_close_and_join(pool);
+  /* With every worker gone, anything still queued (an elastic-only pool
+   * whose spawn failed) is run or cancelled here, so nothing is lost. */
+  tko__empty_queue(pool, get_state(pool) == TKO__DRAINING);
+  rc = wait_async(pool, deadline); /* in-flight async tasks finish, as running ones did */
+  if (rc) return rc;
+  pthread_mutex_lock(&pool->gate_mu);
+  set_state(pool, TKO__STOPPED);
+  pthread_mutex_unlock(&pool->gate_mu);
+  pthread_mutex_lock(&pool->idle_mu);
+  pthread_cond_broadcast(&pool->idle_cv);
+  pthread_mutex_unlock(&pool->idle_mu);
+  return 0;
+}
+
+/* Moves the pool as far towards STOPPED as the deadline allows; the caller
+ * holds the shutter role. */
+static int advance(tko_pool *pool, tko_shutdown_mode mode, const struct timespec *deadline) {
+  int state = get_state(pool);
+  if (state == TKO__STOPPED) return 0;
+  bool nowait = mode == TKO_CANCEL_NOWAIT;
+  if (nowait) mode = TKO_CANCEL;
+  if (state == TKO__RUNNING) {
+    pthread_mutex_lock(&pool->gate_mu);
+    set_state(pool, TKO__CLOSING);
+    pthread_mutex_unlock(&pool->gate_mu);
+    state = TKO__CLOSING;
+  }
+  if (state == TKO__CLOSING) {
+    int rc = resolve_attachments(pool, mode, deadline, nowait);
+    if (rc) return rc;
+    closing_pool = pool;
+    close_pool(pool, mode);
+  } else {
+    closing_pool = pool;
+    if (mode == TKO_CANCEL && state == TKO__DRAINING) escalate(pool);
+  }
+  return nowait ? 0 : finish(pool, deadline);
+}
+
+int tko_pool_shutdown_timed(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms) {
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  if (mode != TKO_DRAIN && mode != TKO_CANCEL && mode != TKO_CANCEL_NOWAIT) return -EINVAL;
+  if (timeout_ms < -1) return -EINVAL;
+  if (tko__current_pool == pool || role == pool) return -EDEADLK;
+  struct timespec at, *deadline = NULL;
+  if (timeout_ms >= 0) {
+    tko__deadline_after(&at, timeout_ms);
+    deadline = &at;
+  }
+  rc = take_role(pool, deadline);
+  if (rc) return rc;
+  rc = advance(pool, mode, deadline);
+  give_role(pool);
+  return rc;
+}
+
+int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
+  return tko_pool_shutdown_timed(pool, mode, -1);
+}
+
+/* Whether anything still holds the pool (tko_pool_destroy's -EBUSY). */
+bool tko__attached(tko_pool *pool) {
+  pthread_mutex_lock(&pool->gate_mu);
+  bool any = pool->attached != NULL;
+  pthread_mutex_unlock(&pool->gate_mu);
+  return any;
+}
+
+bool tko__in_role(const tko_pool *pool) { return role == pool; }
