@@ -220,8 +220,10 @@ TKO_API int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weig
  * pool starts an elastic worker at once (within max_elastic) instead of
  * waiting for more backlog; it retires as usual when idle. Calls nest;
  * tko_blocking_end marks the end; stats.blocking counts workers, not calls.
- * -EPERM when not called from a pool's worker thread (or, for end, without a
- * matching begin). */
+ * A region belongs to the task that began it: a task that returns inside it
+ * ends it then, and tko_blocking_end without a begin of the same task is
+ * refused. -EPERM when not called from a pool's worker thread (or, for end,
+ * without a matching begin); -ECHILD in a child forked from a worker. */
 TKO_API int tko_blocking_begin(void);
 TKO_API int tko_blocking_end(void);
 

@@ -69,6 +69,8 @@ typedef struct tko__worker {
   bool stopping;    /* elastic: retired, running its thread_stop hook; guarded
                        by spawn_mu (see claim_slot) */
   unsigned blocking_depth; /* nested tko_blocking_begin calls; owner only */
+  unsigned blocking_base;  /* blocking_depth when the running task started;
+                              owner only (worker.c: run_or_cancel) */
   /* The batch run_batch is working through (owner only): a helping group
    * wait takes from it first. */
   const tko__item *local;

@@ -151,7 +151,19 @@ static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item)
     if (item->ctx & TKO__CTX_ASYNC) tko__async_release_slot(pool);
     return;
   }
+  /* The blocking hint belongs to the task that gave it: the depth at its
+   * start is its base (a task run while helping starts inside its waiter's
+   * region), tko_blocking_end refuses to go below it, and a task that
+   * returns inside its own region ends it here, so that the pool does not
+   * count a blocked worker forever. Owner-only fields: plain accesses. */
+  unsigned outer_base = w->blocking_base;
+  w->blocking_base = w->blocking_depth;
   tko__run_item(pool, w, item);
+  if (w->blocking_depth != w->blocking_base) {
+    if (w->blocking_base == 0) tko__sub_relaxed(&pool->blocking, 1);
+    w->blocking_depth = w->blocking_base;
+  }
+  w->blocking_base = outer_base;
 }
 
 /* Publishes the finished count seq_cst: one half of wait_idle's Dekker
@@ -181,6 +193,7 @@ int tko_blocking_begin(void) {
   tko__worker *w = tko__current_worker;
   if (!w) return -EPERM;
   tko_pool *pool = w->pool;
+  if (tko__pool_forked(pool)) return -ECHILD; /* a copy of a worker, in a child */
   if (w->blocking_depth++ > 0) return 0; /* nested: already counted */
   tko__add_relaxed(&pool->blocking, 1);
   /* This worker stops taking work for a while: if work is waiting and
@@ -191,7 +204,9 @@ int tko_blocking_begin(void) {
 
 int tko_blocking_end(void) {
   tko__worker *w = tko__current_worker;
-  if (!w || w->blocking_depth == 0) return -EPERM;
+  if (!w) return -EPERM;
+  if (tko__pool_forked(w->pool)) return -ECHILD;
+  if (w->blocking_depth <= w->blocking_base) return -EPERM; /* no begin of this task's */
   if (--w->blocking_depth == 0) tko__sub_relaxed(&w->pool->blocking, 1);
   return 0;
 }

@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "taskorch.h"
 #include "tko_test.h"
@@ -313,5 +315,67 @@ Test(blocking, regression_nested_regions_count_one_worker) {
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(atomic_load(&c.nested_seen), 1, "one worker counted as %u",
                atomic_load(&c.nested_seen));
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+/* Issue 14, defect 16: the depth leaked across tasks. A task that returned
+ * inside its region left stats.blocking at 1 on an idle pool, and a later
+ * task's tko_blocking_end without a begin returned 0 (ending a region that
+ * was not its own). */
+static int begin_and_return(void *arg) {
+  if (tko_blocking_begin() != 0) atomic_fetch_add(&((kctx *)arg)->bad, 1);
+  return 0;
+}
+
+static int unmatched_end(void *arg) {
+  if (tko_blocking_end() != -EPERM) atomic_fetch_add(&((kctx *)arg)->bad, 1);
+  return 0;
+}
+
+Test(blocking, a_region_ends_with_its_task) {
+  kctx c;
+  kctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1, 0, 0);
+  cr_assert_eq(tko_submit(pool, begin_and_return, &c, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(tf_stats(pool).blocking, 0, "the region outlived its task");
+  cr_assert_eq(tko_submit(pool, unmatched_end, &c, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0, "an end without a begin was accepted");
+  cr_assert_eq(tf_stats(pool).blocking, 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TB_FORK_SKIP 1 /* fork with threads under a sanitizer: see test_process.c */
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define TB_FORK_SKIP 1
+#endif
+#endif
+
+/* A task forks; the child (a copy of the worker thread) asks for the hint
+ * and exits with 0 if it got -ECHILD. */
+static int fork_and_begin(void *arg) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(tko_blocking_begin() == -ECHILD && tko_blocking_end() == -ECHILD ? 0 : 1);
+  int status = -1;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+    atomic_fetch_add(&((kctx *)arg)->bad, 1);
+  return 0;
+}
+
+/* Issue 14, defect 13 (the hint's part): in a child forked from a task,
+ * tko_blocking_begin returned 0 on the parent's pool. */
+Test(blocking, the_hint_in_a_forked_child_is_echild) {
+#ifdef TB_FORK_SKIP
+  return;
+#endif
+  kctx c;
+  kctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1, 0, 0);
+  cr_assert_eq(tko_submit(pool, fork_and_begin, &c, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0, "the child's hint was not -ECHILD");
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
