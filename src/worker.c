@@ -143,7 +143,7 @@ static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item)
   /* A bounded queue counts a task until it starts (or is cancelled), not
    * until a worker takes it: taken tasks still wait. */
   tko__release_room(pool, 1);
-  /* Acquire: pairs with the release in tko_pool_shutdown, so tasks this
+  /* Acquire: pairs with the release in lifecycle.c (close_pool), so tasks this
    * worker had taken are cancelled rather than run once TKO_CANCEL began. */
   if (tko__load_acquire(&pool->cancelling)) {
     tko__cancel_item(pool, item);
