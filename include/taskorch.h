@@ -414,8 +414,10 @@ TKO_API unsigned tko_version_number(void);
 }
 #endif
 
-/* Keyed serial lanes and the coalescer: their own headers, always there. */
+/* Keyed serial lanes, the coalescer and the completion queue: their own
+ * headers, always there. */
 #include <taskorch/coalescer.h>
+#include <taskorch/completion.h>
 #include <taskorch/lanes.h>
 
 #ifdef __cplusplus

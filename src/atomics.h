@@ -17,6 +17,7 @@
 #define tko__add_seq(p, v) atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
 #define tko__sub_relaxed(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_relaxed)
 #define tko__sub_seq(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
+#define tko__exchange_seq(p, v) atomic_exchange_explicit((p), (v), memory_order_seq_cst)
 #define tko__cas_seq(p, expected, desired) \
   atomic_compare_exchange_weak_explicit((p), (expected), (desired), \
                                         memory_order_seq_cst, memory_order_relaxed)

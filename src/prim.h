@@ -71,6 +71,24 @@ void *tko__map_alloc(size_t bytes);
 void *tko__map_grow(void *p, size_t old_bytes, size_t new_bytes);
 void tko__map_free(void *p, size_t bytes);
 
+/* A readiness descriptor for event loops (completion.c): an eventfd on
+ * Linux, a pipe elsewhere (or on Linux with TKO_NO_EVENTFD, or while the
+ * test seam below is set). fds[0] is the end to watch and clear, fds[1] the
+ * end to signal; an eventfd is both. Non-blocking and close-on-exec.
+ * 0 or a negative errno. */
+#if defined(__linux__) && !defined(TKO_NO_EVENTFD)
+#define TKO_HAVE_EVENTFD 1
+#endif
+int tko__wakefd_open(int fds[2]);
+/* Makes fds[0] readable (a full pipe already is). */
+void tko__wakefd_signal(const int fds[2]);
+/* Reads fds[0] until it is no longer readable. */
+void tko__wakefd_clear(const int fds[2]);
+void tko__wakefd_close(const int fds[2]);
+/* Test seam: when set, tko__wakefd_open makes a pipe even where eventfd
+ * exists, so the fallback runs in the Linux test suites. */
+extern _Atomic int tko__test_wakefd_pipe;
+
 /* Online CPU count, at least 1. */
 unsigned tko__cpu_count(void);
 
