@@ -426,9 +426,12 @@ extern "C" {
 /* Keyed serial lanes on the pool's own default lane table (created on first
  * use with tko_lane_default_options): tasks with the same key run one at a
  * time in submit order, different keys in parallel; see taskorch/lanes.h
- * for the table and its collision rule. Shutdown DRAIN runs queued keyed
- * tasks, CANCEL hands them to the pool's on_cancel (id 0). -EINVAL,
- * -ESHUTDOWN, -ENOMEM. */
+ * for the table and its collision rule. Shutdown refuses keyed submits
+ * (-ESHUTDOWN) from the moment it begins, like any submit; DRAIN runs the
+ * queued keyed tasks (a paused pool is resumed first), CANCEL hands them to
+ * the pool's on_cancel (id 0), which counts as the pool's own thread (its
+ * wait, shutdown or destroy of the pool is -EDEADLK). -EINVAL, -ESHUTDOWN,
+ * -ENOMEM. */
 TKO_API int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight);
 #ifdef __cplusplus
 }

@@ -21,9 +21,11 @@
  *
  * The timer thread waits on tick_cv with a CLOCK_MONOTONIC deadline. Each
  * tick that finds dirty keys and no sweep queued or running submits one
- * sweep task (mu released around tko_submit: a bounded pool may block it,
- * or run the task at once on this thread). If the pool refuses, the timer
- * thread takes the token and sweeps itself. A sweep task that the pool
+ * sweep task (mu released around the submit: a bounded pool may run the
+ * task at once on this thread). The submit never waits for room, so that
+ * close, which joins this thread, works from any thread, a worker of a full
+ * blocking pool included. If the pool refuses (shut down, full, out of
+ * memory), the timer thread takes the token and sweeps itself. A sweep task that the pool
  * dropped (TKO_CANCEL) leaves `queued` set; tko_coalescer_pool_cancelled
  * clears it, and so does a tick or destroy that finds the pool with nothing
  * queued or running while `queued` is still set (a live sweep task clears
@@ -34,6 +36,7 @@
  * unlock of mu after clearing `running` or `queued`; destroy waits for both
  * under mu before freeing. */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -52,7 +55,15 @@ typedef struct dirty_set {
   size_t n, cap, mask;
 } dirty_set;
 
+/* A live coalescer's first word; destroy overwrites it before freeing, so a
+ * call on a destroyed coalescer (while its memory is still mapped) is
+ * caught: -EINVAL, and an assertion in debug builds. */
+#define COALESCER_MAGIC 0x434f414cu /* "COAL" */
+#define COALESCER_DEAD 0x636f616cu
+
 struct tko_coalescer {
+  uint32_t magic;    /* COALESCER_MAGIC while it lives */
+  unsigned fork_gen; /* tko__fork_generation() at create */
   tko_pool *pool;
   unsigned interval_ms;
   tko_coalesce_flush_fn flush;
@@ -78,6 +89,17 @@ struct tko_coalescer {
 
 /* The coalescer whose flush_fn runs on this thread (for -EDEADLK). */
 static _Thread_local tko_coalescer *current_flush;
+
+/* Every entry point's handle check: -EINVAL for NULL or a destroyed
+ * coalescer, -ECHILD in a child forked after create (its timer thread
+ * stayed in the parent, and its mutex may have been held at the fork). */
+static int check(const tko_coalescer *c) {
+  if (!c) return -EINVAL;
+  assert(c->magic == COALESCER_MAGIC && "tko_coalescer: not a live coalescer (destroyed twice?)");
+  if (c->magic != COALESCER_MAGIC) return -EINVAL;
+  if (c->fork_gen != tko__fork_generation()) return -ECHILD;
+  return 0;
+}
 
 static uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
@@ -267,7 +289,10 @@ static void *timer_main(void *arg) {
     }
     c->queued = true;
     pthread_mutex_unlock(&c->mu);
-    int rc = tko_submit(c->pool, sweep_task, c, c->weight);
+    /* Never waits for room in a full TKO_FULL_BLOCK queue (timeout 0): the
+     * thread that drains that queue may be the one closing this coalescer,
+     * which joins this thread. A full queue is a refusal like any other. */
+    int rc = tko_submit_timed(c->pool, sweep_task, c, c->weight, 0);
     pthread_mutex_lock(&c->mu);
     if (rc == 0) continue;
     /* The pool refused (shut down, full, out of memory): sweep here. */
@@ -300,6 +325,8 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
   tko_coalescer *c = tko__mem_alloc(a, sizeof *c);
   if (!c) return -ENOMEM;
   memset(c, 0, sizeof *c);
+  c->magic = COALESCER_MAGIC;
+  c->fork_gen = tko__fork_generation();
   c->pool = pool;
   c->interval_ms = interval_ms;
   c->flush = flush;
@@ -350,7 +377,8 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
 }
 
 int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value) {
-  if (!c) return -EINVAL;
+  int bad = check(c);
+  if (bad) return bad;
   pthread_mutex_lock(&c->mu);
   int rc;
   if (c->closed) {
@@ -365,7 +393,8 @@ int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value) {
 }
 
 int tko_coalescer_flush(tko_coalescer *c) {
-  if (!c) return -EINVAL;
+  int bad = check(c);
+  if (bad) return bad;
   if (current_flush == c) return -EDEADLK;
   pthread_mutex_lock(&c->mu);
   take_token(c);
@@ -375,7 +404,8 @@ int tko_coalescer_flush(tko_coalescer *c) {
 }
 
 int tko_coalescer_close(tko_coalescer *c) {
-  if (!c) return -EINVAL;
+  int bad = check(c);
+  if (bad) return bad;
   if (current_flush == c) return -EDEADLK;
   pthread_mutex_lock(&c->mu);
   c->closed = true;
@@ -402,7 +432,9 @@ int tko_coalescer_close(tko_coalescer *c) {
 }
 
 int tko_coalescer_destroy(tko_coalescer *c) {
-  if (!c) return -EINVAL;
+  int bad = check(c);
+  if (bad == -ECHILD) return 0; /* a forked child's copy: left alone, as the pool's */
+  if (bad) return bad;
   if (current_flush == c) return -EDEADLK;
   if (tko_pool_wait_idle(c->pool, 0) == -EDEADLK) return -EDEADLK;
   tko_coalescer_close(c);
@@ -420,6 +452,7 @@ int tko_coalescer_destroy(tko_coalescer *c) {
   pthread_mutex_destroy(&c->mu);
   set_free(c->alloc, &c->sets[0]);
   set_free(c->alloc, &c->sets[1]);
+  c->magic = COALESCER_DEAD;
   tko__mem_free(c->alloc, c);
   return 0;
 }
@@ -427,6 +460,7 @@ int tko_coalescer_destroy(tko_coalescer *c) {
 int tko_coalescer_pool_cancelled(const tko_task_info *task) {
   if (!task || task->fn != sweep_task || !task->arg) return 0;
   tko_coalescer *c = task->arg;
+  if (check(c)) return 0;
   pthread_mutex_lock(&c->mu);
   c->queued = false;
   pthread_cond_broadcast(&c->cv);
@@ -436,6 +470,10 @@ int tko_coalescer_pool_cancelled(const tko_task_info *task) {
 
 void tko_coalescer_stats(tko_coalescer *c, tko_coalesce_stats *out) {
   if (!c || !out) return;
+  if (check(c)) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
   pthread_mutex_lock(&c->mu);
   *out = c->st;
   out->dirty = c->active->n;

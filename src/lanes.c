@@ -47,6 +47,7 @@
  * batch callback or on_cancel runs. tko_submit is called under a lane's mu;
  * the pool never calls back into this file while holding its own locks. */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -76,7 +77,15 @@ typedef struct lane {
 _Static_assert(LANE_STRIDE % TKO_CACHE_LINE == 0 && LANE_STRIDE >= sizeof(lane),
                "lanes must start on cache lines");
 
+/* A live table's first word; destroy overwrites it before freeing, so a
+ * call on a destroyed table (while its memory is still mapped) is caught:
+ * -EINVAL, and an assertion in debug builds. */
+#define LANES_MAGIC 0x4c414e45u /* "LANE" */
+#define LANES_DEAD 0x6c616e65u
+
 struct tko_lanes {
+  uint32_t magic;    /* LANES_MAGIC while the table lives */
+  unsigned fork_gen; /* tko__fork_generation() at create: a child's copy refuses calls */
   tko_pool *pool;
   tko_lane_options opts;
   unsigned mask;       /* lanes - 1 */
@@ -96,6 +105,17 @@ struct tko_lanes {
 
 /* The lane table whose batch is running on this thread (for -EDEADLK). */
 static _Thread_local tko_lanes *current_lanes;
+
+/* Every entry point's handle check: -EINVAL for NULL or a destroyed table,
+ * -ECHILD in a child forked after create (the runners stayed in the
+ * parent, and a lane mutex may have been held at the fork). */
+static int check(const tko_lanes *l) {
+  if (!l) return -EINVAL;
+  assert(l->magic == LANES_MAGIC && "tko_lanes: not a live lane table (destroyed twice?)");
+  if (l->magic != LANES_MAGIC) return -EINVAL;
+  if (l->fork_gen != tko__fork_generation()) return -ECHILD;
+  return 0;
+}
 
 static lane *lane_at(tko_lanes *l, unsigned i) {
   return (lane *)(l->base + (size_t)i * LANE_STRIDE);
@@ -143,6 +163,8 @@ int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *op
   tko_lanes *l = tko__mem_alloc(a, sizeof *l);
   if (!l) return -ENOMEM;
   memset(l, 0, sizeof *l);
+  l->magic = LANES_MAGIC;
+  l->fork_gen = tko__fork_generation();
   l->pool = pool;
   l->opts = o;
   l->mask = o.lanes - 1;
@@ -191,7 +213,7 @@ int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *op
 }
 
 unsigned tko_lanes_index(const tko_lanes *l, uint64_t key) {
-  return l ? (unsigned)(mix64(key) & l->mask) : 0;
+  return check(l) == 0 ? (unsigned)(mix64(key) & l->mask) : 0;
 }
 
 /* pending -= n; the thread that brings it to zero wakes wait_idle. The
@@ -332,7 +354,9 @@ static int lane_runner(void *arg) {
 }
 
 int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight) {
-  if (!l || (!fn && !l->opts.batch)) return -EINVAL;
+  int bad = check(l);
+  if (bad) return bad;
+  if (!fn && !l->opts.batch) return -EINVAL;
   lane *ln = lane_at(l, (unsigned)(mix64(key) & l->mask));
   pthread_mutex_lock(&ln->mu);
   /* seq_cst: pairs with close's store, then its lock sweep over the lanes:
@@ -402,7 +426,12 @@ static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
     n++;
     if (l->opts.on_cancel) {
       pthread_mutex_unlock(&ln->mu);
+      /* As in a batch: waiting on or destroying these lanes from on_cancel
+       * would wait for this very call, so it is -EDEADLK. */
+      tko_lanes *saved = current_lanes;
+      current_lanes = l;
       l->opts.on_cancel(l->opts.user, &t);
+      current_lanes = saved;
       pthread_mutex_lock(&ln->mu);
     }
   }
@@ -423,13 +452,15 @@ static void close_table(tko_lanes *l) {
 }
 
 int tko_lanes_close(tko_lanes *l) {
-  if (!l) return -EINVAL;
+  int bad = check(l);
+  if (bad) return bad;
   close_table(l);
   return 0;
 }
 
 int tko_lanes_cancel(tko_lanes *l) {
-  if (!l) return -EINVAL;
+  int bad = check(l);
+  if (bad) return bad;
   close_table(l);
   for (unsigned i = 0; i <= l->mask; i++)
     lane_cancel(l, lane_at(l, i), false);
@@ -439,6 +470,7 @@ int tko_lanes_cancel(tko_lanes *l) {
 int tko_lanes_pool_cancelled(const tko_task_info *task) {
   if (!task || task->fn != lane_runner || !task->arg) return 0;
   lane *ln = task->arg;
+  if (check(ln->owner)) return 0;
   lane_cancel(ln->owner, ln, true);
   return 1;
 }
@@ -450,7 +482,9 @@ static bool in_own_task(tko_lanes *l) {
 }
 
 int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
-  if (!l || timeout_ms < -1) return -EINVAL;
+  int bad = check(l);
+  if (bad) return bad;
+  if (timeout_ms < -1) return -EINVAL;
   if (in_own_task(l)) return -EDEADLK;
   struct timespec deadline;
   if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
@@ -473,7 +507,9 @@ int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
 }
 
 int tko_lanes_destroy(tko_lanes *l) {
-  if (!l) return -EINVAL;
+  int bad = check(l);
+  if (bad == -ECHILD) return 0; /* a forked child's copy: left alone, as the pool's */
+  if (bad) return bad;
   if (in_own_task(l)) return -EDEADLK;
   close_table(l);
   pthread_mutex_lock(&l->idle_mu);
@@ -501,6 +537,7 @@ int tko_lanes_destroy(tko_lanes *l) {
   }
   pthread_mutex_destroy(&l->idle_mu);
   pthread_cond_destroy(&l->idle_cv);
+  l->magic = LANES_DEAD;
   tko__mem_free(a, l->raw);
   tko__mem_free(a, l);
   return 0;
@@ -509,6 +546,7 @@ int tko_lanes_destroy(tko_lanes *l) {
 void tko_lanes_stats(tko_lanes *l, tko_lane_stats *out) {
   if (!l || !out) return;
   memset(out, 0, sizeof *out);
+  if (check(l)) return;
   for (unsigned i = 0; i <= l->mask; i++) {
     lane *ln = lane_at(l, i);
     pthread_mutex_lock(&ln->mu);

@@ -280,14 +280,49 @@ int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
 }
 
 /* Keyed lanes on a default table: the host's on_cancel sees a cancelled
- * keyed task as a task with id 0. */
+ * keyed task as a task with id 0. For its duration the thread counts as
+ * the pool's (as for any on_cancel), so the hook's wait, shutdown or
+ * destroy of this pool is -EDEADLK rather than a wait on itself. */
 static void keyed_cancelled(void *user, const tko_lane_task *task) {
   tko_pool *pool = user;
   const tko_hooks *h = &pool->opts.hooks;
   if (!h->on_cancel) return;
   tko_task_info info = {.fn = task->fn, .arg = task->arg, .weight = task->weight,
                         .worker = UINT32_MAX};
+  tko_pool *prev = tko__enter_pool(pool);
   h->on_cancel(h->user, &info);
+  tko__leave_pool(prev);
+}
+
+/* pool->keyed while one thread makes the table: the others wait for it
+ * rather than make their own (a loser's table, made from a pool task,
+ * could not be destroyed there, -EDEADLK, and leaked). */
+static tko_lanes *const KEYED_MAKING = (tko_lanes *)&KEYED_MAKING;
+
+/* The pool's keyed table, made on first use if `make`; NULL (with *rc set
+ * if making it failed) when there is none. */
+static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
+  for (unsigned spins = 0;; spins++) {
+    /* Acquire: pairs with the release that installs the table below, so
+     * the table is seen initialised. */
+    tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
+    if (l == KEYED_MAKING) { /* another thread is allocating it: a short wait */
+      tko__wait_step(spins, 32);
+      continue;
+    }
+    if (l || !make) return l;
+    tko_lanes *none = NULL;
+    if (!atomic_compare_exchange_strong(&pool->keyed, &none, KEYED_MAKING)) continue;
+    tko_lane_options o = tko_lane_default_options();
+    o.user = pool;
+    o.on_cancel = keyed_cancelled;
+    o.allocator = pool->opts.allocator;
+    *rc = tko_lanes_create(&l, pool, &o);
+    /* Release: pairs with the acquire above (NULL again after a failure:
+     * the next keyed submit tries again). */
+    atomic_store_explicit(&pool->keyed, *rc ? NULL : l, memory_order_release);
+    return *rc ? NULL : l;
+  }
 }
 
 int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight) {
@@ -295,33 +330,26 @@ int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, in
   if (rc) return rc;
   if (!fn) return -EINVAL;
   if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
-  /* Acquire: pairs with the CAS below, so the table is seen initialised. */
-  tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
-  if (!l) {
-    tko_lane_options o = tko_lane_default_options();
-    o.user = pool;
-    o.on_cancel = keyed_cancelled;
-    o.allocator = pool->opts.allocator;
-    rc = tko_lanes_create(&l, pool, &o);
-    if (rc) return rc;
-    tko_lanes *none = NULL;
-    if (!atomic_compare_exchange_strong(&pool->keyed, &none, l)) {
-      tko_lanes_destroy(l); /* another thread installed one first */
-      l = none;
-    }
-  }
-  return tko_lanes_submit(l, key, fn, arg, weight);
+  rc = 0;
+  tko_lanes *l = keyed_table(pool, true, &rc);
+  return l ? tko_lanes_submit(l, key, fn, arg, weight) : rc;
 }
 
+/* Called by shutdown as the first attachment it resolves (lifecycle.c), just
+ * before the pool closes. DRAIN only closes the table: its queued runners
+ * still run, and a runner that cannot requeue itself (the pool is closed by
+ * then) finishes its lane on its worker, or on the shutting-down thread if
+ * no worker is left, before shutdown reports STOPPED.
+ * So nothing here waits: not for a paused pool, nor for an elastic-only
+ * pool that could start no thread. */
 int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms) {
-  tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
+  (void)timeout_ms; /* nothing here waits */
+  int rc;
+  tko_lanes *l = keyed_table(pool, false, &rc); /* waits for one being made */
   if (!l) return 0;
-  if (mode == TKO_CANCEL) {
-    tko_lanes_cancel(l);
-    return 0;
-  }
-  tko_lanes_close(l);
-  return tko_lanes_wait_idle(l, timeout_ms);
+  if (mode == TKO_CANCEL) tko_lanes_cancel(l);
+  else tko_lanes_close(l);
+  return 0;
 }
 
 void tko__keyed_free(tko_pool *pool) {

@@ -23,8 +23,10 @@
  * Timing: one dedicated thread per coalescer sleeps on a condition variable
  * (CLOCK_MONOTONIC deadline) and, once per interval, submits one sweep task
  * to the pool if anything is dirty and no sweep is queued or running (a
- * tick that finds one is skipped). If the pool refuses the task (shut
- * down), that thread sweeps itself, so marks keep being flushed.
+ * tick that finds one is skipped). That submit never waits for room: if
+ * the pool refuses the task (shut down, or a bounded queue that is full,
+ * whatever its full policy), that thread sweeps itself, so marks keep being
+ * flushed and close never waits on a thread stuck in a submit.
  *
  * Cancellation: if the pool is shut down with TKO_CANCEL while a sweep task
  * is queued, the pool recognises it and tells the coalescer; the pool's
@@ -32,7 +34,11 @@
  * the final flush. A dropped sweep task is also noticed on its own once the
  * pool has nothing queued or running.
  *
- * Lifetime: destroy the coalescer before the pool. */
+ * Lifetime: destroy the coalescer before the pool. A destroyed coalescer is
+ * caught while its memory is still mapped: calls on it return -EINVAL
+ * (debug builds assert). In a child forked after create, every call returns
+ * -ECHILD, except destroy, which returns 0 and leaves the copy alone (the
+ * timer thread stayed in the parent). */
 #ifndef TASKORCH_COALESCER_H
 #define TASKORCH_COALESCER_H
 
@@ -101,8 +107,10 @@ TKO_API int tko_coalescer_flush(tko_coalescer *c);
 
 /* Closes: later marks fail with -ESHUTDOWN; stops and joins the timer
  * thread; runs the final flush on the calling thread. Marks racing with it
- * are flushed or rejected. Idempotent. -EINVAL: NULL; -EDEADLK: called from
- * flush_fn. */
+ * are flushed or rejected. Idempotent. Works from any thread, a task of the
+ * coalescer's pool included (even when that pool's bounded queue is full:
+ * the timer thread never waits for room). -EINVAL: NULL or a destroyed
+ * coalescer; -EDEADLK: called from flush_fn. */
 TKO_API int tko_coalescer_close(tko_coalescer *c);
 
 /* Closes (final flush), waits for a sweep task still queued in the pool to

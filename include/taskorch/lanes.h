@@ -49,7 +49,11 @@
  * queued lane tasks instead.
  *
  * Lifetime: destroy the lanes before the pool. All functions are safe from
- * any thread, lane tasks and pool tasks included, except where noted. */
+ * any thread, lane tasks and pool tasks included, except where noted. A
+ * destroyed table is caught while its memory is still mapped: calls on it
+ * return -EINVAL (debug builds assert). In a child forked after create,
+ * every call returns -ECHILD, except destroy, which returns 0 and leaves the
+ * copy alone (the runners stayed in the parent). */
 #ifndef TASKORCH_LANES_H
 #define TASKORCH_LANES_H
 
@@ -138,8 +142,10 @@ TKO_API unsigned tko_lanes_index(const tko_lanes *lanes, uint64_t key);
 
 /* Blocks, without polling, until no lane task is queued or running, or
  * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
- * -EDEADLK when called from a task of the lanes' pool (lane tasks and batch
- * callbacks included); -EINVAL for NULL or timeout_ms < -1. Lane tasks whose
+ * -EDEADLK when called from a task of the lanes' pool, a lane task, a batch
+ * callback or these lanes' on_cancel (which may be running on any thread:
+ * the wait would include the call itself); -EINVAL for NULL or
+ * timeout_ms < -1. Lane tasks whose
  * runner the pool cancelled count as queued until tko_lanes_pool_cancelled,
  * tko_lanes_cancel or tko_lanes_destroy disposes of them. */
 TKO_API int tko_lanes_wait_idle(tko_lanes *lanes, long timeout_ms);
@@ -168,7 +174,8 @@ TKO_API int tko_lanes_pool_cancelled(const tko_task_info *task);
  * queued or running, and hands those lanes' tasks to on_cancel. Call it
  * while the pool runs or after its shutdown returned, not during one; no
  * other call on these lanes may race with destroy. -EINVAL for NULL;
- * -EDEADLK, doing nothing, from a task of the lanes' pool. */
+ * -EDEADLK, doing nothing, from a task of the lanes' pool or from these
+ * lanes' on_cancel. */
 TKO_API int tko_lanes_destroy(tko_lanes *lanes);
 
 /* Fills *out with a snapshot. Does nothing when either pointer is NULL. */

@@ -41,8 +41,10 @@
 
 #include "taskorch.h"
 #include "taskorch/coalescer.h"
+#include "taskorch/lanes.h"
 #include "tko_test.h"
 #include "tko_test_fault.h"
+#include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -355,6 +357,57 @@ Test(process, regression_group_wait_in_a_child_forked_by_a_task_gets_echild) {
   return; /* fork with threads under a sanitizer: see the top of the file */
 #endif
   group_calls_in_a_forked_child(true);
+}
+
+/* Issue 14, defect 13 (lanes): in a child, the lane table's calls reached
+ * the parent's copy: destroy waited for a runner that only exists in the
+ * parent, for good. Now every call on a lane table or coalescer made before
+ * the fork is -ECHILD, and destroy returns 0 leaving the copy alone, as the
+ * pool's does. The parent's table has a runner out (its worker held). */
+typedef struct fork_ext {
+  tko_lanes *l;
+  tko_coalescer *c;
+} fork_ext;
+
+static void fork_flush(void *user, const tko_coalesce_entry *e, size_t n) {
+  (void)user;
+  (void)e;
+  (void)n;
+}
+
+static int child_ext(void *arg) {
+  fork_ext *x = arg;
+  int bad = 0;
+  if (tko_lanes_submit(x->l, 1, tt_nop_fn, NULL, 0) != -ECHILD) bad |= 1 << 0;
+  if (tko_lanes_wait_idle(x->l, -1) != -ECHILD) bad |= 1 << 1;
+  if (tko_lanes_close(x->l) != -ECHILD || tko_lanes_cancel(x->l) != -ECHILD) bad |= 1 << 2;
+  if (tko_lanes_destroy(x->l) != 0) bad |= 1 << 3;
+  if (tko_coalescer_mark(x->c, 1, 1) != -ECHILD || tko_coalescer_flush(x->c) != -ECHILD) bad |= 1 << 4;
+  if (tko_coalescer_close(x->c) != -ECHILD) bad |= 1 << 5;
+  if (tko_coalescer_destroy(x->c) != 0) bad |= 1 << 6;
+  return bad;
+}
+
+Test(process, lanes_and_coalescer_calls_in_a_forked_child_get_echild) {
+#ifdef TP_FORK_SKIP
+  return; /* fork with threads under a sanitizer: see the top of the file */
+#endif
+  tko_options o = tko_basic_options(1);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  static tt_pin pin = TT_PIN_INIT;
+  fork_ext x;
+  cr_assert_eq(tko_lanes_create(&x.l, p, NULL), 0);
+  cr_assert_eq(tko_coalescer_create(&x.c, p, 1000, fork_flush, NULL, NULL), 0);
+  cr_assert_eq(tko_lanes_submit(x.l, 1, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_lanes_submit(x.l, 1, tt_nop_fn, NULL, 0), 0); /* queued behind */
+  int r = run_in_child(child_ext, &x);
+  cr_assert_eq(r, 0, "child result 0x%x", r);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_lanes_destroy(x.l), 0);
+  cr_assert_eq(tko_coalescer_destroy(x.c), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
 /* ---- signals ------------------------------------------------------------------------ */

@@ -24,6 +24,7 @@
 #include "taskorch.h"
 #include "tko_test.h"
 #include "tko_test_fault.h"
+#include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
 static void seam_set(int err) { atomic_store(&tko__test_thread_create_errno, err); }
@@ -254,6 +255,39 @@ Test(threads, elastic_only_pool_that_cannot_spawn_cancels_at_shutdown) {
 
 Test(threads, elastic_only_pool_that_cannot_spawn_drains_at_destroy) {
   elastic_only_without_threads(TKO_DRAIN, true);
+}
+
+static int shutdown_drain(void *p) { return tko_pool_shutdown(p, TKO_DRAIN); }
+
+/* Issue 14, defect 1: the same pool with keyed tasks queued used to hang in
+ * shutdown (the keyed lanes were drained first, waiting for runners no
+ * thread could run). Now the runners are run by shutdown like any other
+ * queued task, on the calling thread. */
+Test(threads, elastic_only_pool_that_cannot_spawn_drains_keyed_tasks_at_shutdown) {
+  enum { N = 20 };
+  static where w[N];
+  memset(w, 0, sizeof w);
+  tko_options o = tko_elastic_options(0, 2, 10);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  seam_set(EAGAIN);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(tko_submit_keyed(p, (uint64_t)(i % 3), where_fn, &w[i], 0), 0);
+    w[i].tok.accepted = true;
+  }
+  cr_assert_eq(tko_pool_wait_idle(p, 0), -ETIMEDOUT);
+  tf_thread t;
+  cr_assert_eq(tf_thread_start(&t, shutdown_drain, p), 0);
+  int rc = -1;
+  bool returned = tf_thread_join_within(&t, 20000, &rc);
+  seam_set(0);
+  cr_assert(returned, "shutdown hangs on keyed tasks no thread can run");
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(atomic_load(&w[i].tok.runs), 1, "task %d", i);
+    cr_assert(pthread_equal(w[i].thread, t.thread), "drained on the shutting-down thread");
+  }
 }
 
 Test(threads, elastic_only_pool_recovers_when_threads_can_start) {

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/* tko_submit_keyed and the pool around it: shutdown and destroy of a pool
+ * with keyed tasks (paused, closing, cancelling with an on_cancel that calls
+ * back into the pool), and the pool's first keyed submits racing. These are
+ * regressions of issue 14; each test names the defect. Calls that used to
+ * hang run on a helper thread that the test joins with a deadline, so a
+ * hang fails an assertion instead of the suite. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <taskorch.h>
+
+#include "tko_test.h"
+#include "tko_test_fault.h"
+#include "tko_test_feature.h"
+#include "tko_test_sync.h"
+
+/* A hang shows within this; the calls below return in milliseconds. */
+#define KT_HANG_MS 20000L
+
+typedef struct shutdown_call {
+  tko_pool *pool;
+  tko_shutdown_mode mode;
+} shutdown_call;
+
+static int shutdown_fn(void *arg) {
+  shutdown_call *c = arg;
+  return tko_pool_shutdown(c->pool, c->mode);
+}
+
+static int destroy_fn(void *arg) { return tko_pool_destroy(arg); }
+
+/* Issue 14, defect 1: shutdown and destroy of a paused pool with keyed
+ * tasks pending used to hang: the keyed lanes were drained before the pool
+ * was unpaused, and their runners could not start. Now shutdown unpauses
+ * first and the keyed tasks run like any other queued task. */
+static void paused_pool_with_keyed_tasks(bool via_destroy) {
+  enum { N = 40 };
+  static tft_token tok[N];
+  memset(tok, 0, sizeof tok);
+  tko_options o = tko_basic_options(2);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(tko_submit_keyed(p, (uint64_t)(i % 5), tft_run, &tok[i], 0), 0);
+    tok[i].accepted = true;
+  }
+  cr_assert_eq(tko_pool_wait_idle(p, 0), -ETIMEDOUT); /* paused: nothing ran */
+  tf_thread t;
+  shutdown_call c = {p, TKO_DRAIN};
+  cr_assert_eq(via_destroy ? tf_thread_start(&t, destroy_fn, p) : tf_thread_start(&t, shutdown_fn, &c),
+               0);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&t, KT_HANG_MS, &rc), "shutdown of a paused pool hangs");
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tft_first_bad(tok, N), -1);
+  for (int i = 0; i < N; i++) cr_assert_eq(atomic_load(&tok[i].runs), 1);
+  if (!via_destroy) cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+Test(keyed, shutdown_of_a_paused_pool_runs_its_keyed_tasks) {
+  paused_pool_with_keyed_tasks(false);
+}
+
+Test(keyed, destroy_of_a_paused_pool_runs_its_keyed_tasks) {
+  paused_pool_with_keyed_tasks(true);
+}
+
+/* Issue 14, defect 3: tko_submit used to return 0 during a DRAIN shutdown
+ * while the keyed lanes drained (the pool was closed only after them). A
+ * keyed task holds the only worker; once the shutting-down thread sleeps
+ * (it is inside shutdown, waiting for that task), submits are refused. */
+Test(keyed, submits_are_refused_once_a_drain_shutdown_began) {
+  tko_options o = tko_basic_options(1);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  static tt_pin pin = TT_PIN_INIT;
+  static tft_token tok[3];
+  memset(tok, 0, sizeof tok);
+  cr_assert_eq(tko_submit_keyed(p, 7, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit_keyed(p, 7, tft_run, &tok[0], 0), 0); /* queued behind it */
+  tok[0].accepted = true;
+  tf_thread t;
+  shutdown_call c = {p, TKO_DRAIN};
+  cr_assert_eq(tf_thread_start(&t, shutdown_fn, &c), 0);
+  cr_assert(tf_wait_thread_sleeping(t.tid));
+  cr_assert_eq(tko_submit(p, tft_run, &tok[1], 0), -ESHUTDOWN);
+  cr_assert_eq(tko_submit_keyed(p, 8, tft_run, &tok[2], 0), -ESHUTDOWN);
+  tt_gate_open(&pin.gate);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&t, KT_HANG_MS, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tft_first_bad(tok, 3), -1); /* the queued keyed task ran, the refused ones not */
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* Issue 14, defect 2: a keyed task's on_cancel that shut its pool down
+ * deadlocked on the shutdown in progress (a plain task's on_cancel got
+ * -EDEADLK). Now it gets -EDEADLK too, and the shutdown finishes. */
+static tko_pool *reentrant_pool;
+static tt_count reentrant_calls = TT_COUNT_INIT;
+static atomic_int reentrant_bad;
+
+static void shutdown_from_on_cancel(void *user, const tko_task_info *task) {
+  (void)user;
+  if (tko_pool_shutdown(reentrant_pool, TKO_DRAIN) != -EDEADLK) atomic_fetch_add(&reentrant_bad, 1);
+  if (tko_pool_wait_idle(reentrant_pool, -1) != -EDEADLK) atomic_fetch_add(&reentrant_bad, 1);
+  tft_on_cancel(NULL, task);
+  tt_count_add(&reentrant_calls, 1);
+}
+
+Test(keyed, on_cancel_of_a_keyed_task_gets_edeadlk_from_its_pool) {
+  tko_options o = tko_basic_options(1);
+  o.hooks.on_cancel = shutdown_from_on_cancel;
+  cr_assert_eq(tko_pool_create(&reentrant_pool, &o), 0);
+  static tt_pin pin = TT_PIN_INIT;
+  static tft_token tok[4];
+  memset(tok, 0, sizeof tok);
+  cr_assert_eq(tko_submit(reentrant_pool, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(tko_submit_keyed(reentrant_pool, (uint64_t)i % 2, tft_run, &tok[i], 0), 0);
+    tok[i].accepted = true;
+  }
+  tf_thread t;
+  shutdown_call c = {reentrant_pool, TKO_CANCEL};
+  cr_assert_eq(tf_thread_start(&t, shutdown_fn, &c), 0);
+  cr_assert(tt_count_wait_geq(&reentrant_calls, 4), "on_cancel hangs in shutdown");
+  tt_gate_open(&pin.gate);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&t, KT_HANG_MS, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(atomic_load(&reentrant_bad), 0);
+  cr_assert_eq(tft_first_bad(tok, 4), -1);
+  for (int i = 0; i < 4; i++) cr_assert_eq(atomic_load(&tok[i].cancels), 1);
+  cr_assert_eq(tko_pool_destroy(reentrant_pool), 0);
+}
+
+/* Issue 14, defect 14: two tasks making the pool's first keyed submit at
+ * once each made a lane table; the loser's was destroyed from inside a
+ * task, which is -EDEADLK, so it leaked. The allocator holds the first
+ * table allocation until the other task's keyed submit has returned (or a
+ * short while, for a library where that submit waits for the first table),
+ * which makes the race happen every time. */
+typedef struct race {
+  tfa f;
+  atomic_bool armed;
+  pthread_mutex_t mu; /* guards returned and arrivals */
+  pthread_cond_t cv;
+  int returned, arrivals;
+  pthread_barrier_t start;
+  tko_pool *pool;
+  tft_token tok[2];
+} race;
+
+static race rc_;
+
+static void *race_alloc(void *ctx, size_t size) {
+  race *r = ctx;
+  if (atomic_exchange(&r->armed, false)) { /* the first allocation in the window */
+    struct timespec dl;
+    tt_deadline(&dl, 500);
+    pthread_mutex_lock(&r->mu);
+    while (r->returned == 0 && pthread_cond_timedwait(&r->cv, &r->mu, &dl) != ETIMEDOUT) {
+    }
+    pthread_mutex_unlock(&r->mu);
+  }
+  return tfa_alloc(&r->f, size);
+}
+
+static void *race_realloc(void *ctx, void *p, size_t size) { return tfa_realloc(&((race *)ctx)->f, p, size); }
+static void race_free(void *ctx, void *p) { tfa_free(&((race *)ctx)->f, p); }
+
+static int first_keyed(void *arg) {
+  tft_token *tok = arg;
+  pthread_barrier_wait(&rc_.start);
+  int rc = tko_submit_keyed(rc_.pool, (uint64_t)(tok - rc_.tok), tft_run, tok, 0);
+  tok->accepted = rc == 0;
+  pthread_mutex_lock(&rc_.mu);
+  rc_.returned++;
+  pthread_cond_broadcast(&rc_.cv);
+  pthread_mutex_unlock(&rc_.mu);
+  return 0;
+}
+
+Test(keyed, first_keyed_submits_racing_make_one_table_and_leak_nothing) {
+  race *r = &rc_;
+  for (int round = 0; round < TT_SCALE(4, 2); round++) {
+    memset(r, 0, sizeof *r);
+    tfa_init(&r->f);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    pthread_barrier_init(&r->start, NULL, 2);
+    tko_allocator al = {race_alloc, race_realloc, race_free, r};
+    tko_options o = tko_basic_options(2);
+    o.max_batch = 1; /* the two tasks must run on two workers, at once */
+    o.allocator = &al;
+    cr_assert_eq(tko_pool_create(&r->pool, &o), 0);
+    atomic_store(&r->armed, true);
+    cr_assert_eq(tko_submit(r->pool, first_keyed, &r->tok[0], 0), 0);
+    cr_assert_eq(tko_submit(r->pool, first_keyed, &r->tok[1], 0), 0);
+    cr_assert_eq(tko_pool_wait_idle(r->pool, TT_LONG_MS), 0);
+    cr_assert_eq(tko_pool_destroy(r->pool), 0);
+    cr_assert(r->tok[0].accepted && r->tok[1].accepted);
+    cr_assert_eq(tft_first_bad(r->tok, 2), -1);
+    cr_assert_eq(atomic_load(&r->f.live), 0, "round %d: a lane table leaked", round);
+    pthread_barrier_destroy(&r->start);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+  }
+}
