@@ -35,6 +35,14 @@
  * either way the one party that clears `scheduled` under the mutex hands
  * the ring's tasks to on_cancel.
  *
+ * No thread waits for queue room while holding a lane's mutex: a runner
+ * submitted under it uses a zero timeout. When a full TKO_FULL_BLOCK queue
+ * refuses the first runner of a lane, the submitting thread keeps the runner
+ * token (`scheduled` stays set), accepts its task, unlocks, and only then
+ * waits for room (start_unlocked). Submits to that lane meanwhile append and
+ * return; the runner, once out, finds their tasks. If the pool refuses even
+ * then (shut down meanwhile), that thread drives the lane itself.
+ *
  * Lifetime: `runners` counts runners out across the table and is decremented
  * only under idle_mu, as the runner's very last access to the table; destroy
  * waits for it to reach zero under idle_mu, so no runner touches freed
@@ -44,8 +52,9 @@
  * idle_mu, so no wake-up is lost.
  *
  * Lock order: a lane's mu, then idle_mu. No lock is held while a task, the
- * batch callback or on_cancel runs. tko_submit is called under a lane's mu;
- * the pool never calls back into this file while holding its own locks. */
+ * batch callback or on_cancel runs. A runner is submitted under a lane's mu
+ * only with a zero timeout (never a wait for room); the pool never calls back
+ * into this file while holding its own locks. */
 #define _GNU_SOURCE
 #include <assert.h>
 #include <errno.h>
@@ -274,16 +283,20 @@ static void ring_pop(lane *ln, tko_lane_task *t) {
 static _Thread_local lane *starting_lane;
 static _Thread_local bool caller_ran;
 
-/* Submits ln's runner; ln->mu held, runner token owned. Returns 0 when the
- * runner is out in the pool (the token goes with it), 1 when the pool ran it
- * on this thread and the caller still owns the token, or a negative errno
- * (the caller still owns the token). */
-static int submit_runner(tko_lanes *l, lane *ln, int weight) {
+/* Submits ln's runner; runner token owned. Returns 0 when the runner is out
+ * in the pool (the token goes with it), 1 when the pool ran it on this
+ * thread and the caller still owns the token, or a negative errno (the
+ * caller still owns the token). Under ln->mu it must not wait for room
+ * (timeout_ms 0: a full TKO_FULL_BLOCK queue is -ETIMEDOUT, or -EAGAIN on a
+ * worker of the pool): a lane task or any other submit to this lane could
+ * then be the one that has to take the lock to free room. Only a submit
+ * that has released ln->mu waits (timeout_ms -1). */
+static int submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms) {
   lane *saved = starting_lane;
   bool saved_ran = caller_ran;
   starting_lane = ln;
   caller_ran = false;
-  int rc = tko_submit(l->pool, lane_runner, ln, weight);
+  int rc = tko_submit_timed(l->pool, lane_runner, ln, weight, timeout_ms);
   bool ran = caller_ran;
   starting_lane = saved;
   caller_ran = saved_ran;
@@ -333,7 +346,7 @@ static void drive(tko_lanes *l, lane *ln) {
     }
     /* More queued: give the worker back to the pool's ordering, ranked by
      * the new head. The new runner inherits this one's count in runners. */
-    if (submit_runner(l, ln, ln->ring[ln->head].weight) == 0) {
+    if (submit_runner(l, ln, ln->ring[ln->head].weight, 0) == 0) {
       pthread_mutex_unlock(&ln->mu);
       return;
     }
@@ -351,6 +364,16 @@ static int lane_runner(void *arg) {
   pthread_mutex_lock(&ln->mu);
   drive(ln->owner, ln);
   return 0;
+}
+
+/* Starts ln's runner with the lane unlocked, waiting for room; the caller
+ * owns the runner token and its task is accepted. If the pool refuses
+ * (shut down meanwhile), this thread drives the lane itself, as a runner
+ * whose requeue was refused does, so the accepted tasks still run. */
+static void start_unlocked(tko_lanes *l, lane *ln, int weight) {
+  if (submit_runner(l, ln, weight, -1) == 0) return;
+  pthread_mutex_lock(&ln->mu);
+  drive(l, ln);
 }
 
 int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight) {
@@ -387,7 +410,17 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
      * lane's mutex, and the decrement comes after a later lock of ln->mu. */
     tko__add_relaxed(&l->runners, 1);
     ln->scheduled = true;
-    started = submit_runner(l, ln, weight);
+    started = submit_runner(l, ln, weight, 0);
+    if (started == -ETIMEDOUT) {
+      /* A full TKO_FULL_BLOCK queue: accept the task and wait for room with
+       * the lane unlocked. Others append behind it meanwhile (they see
+       * `scheduled`); the runner, once out, finds them all. */
+      tko__add_relaxed(&l->pending, 1); /* relaxed: see below */
+      ln->submitted++;
+      pthread_mutex_unlock(&ln->mu);
+      start_unlocked(l, ln, weight);
+      return 0;
+    }
     if (started < 0) {
       /* The lane was unscheduled, hence empty, and we held its mutex
        * throughout: ours is the only task, and no one has seen it. */

@@ -31,8 +31,12 @@
  *   runs with it. Set max_drain to 1 to re-rank the lane after every task.
  *
  * Bounded pools (queue_capacity): a submit that must start a runner
- * follows the pool's full policy: TKO_FULL_BLOCK waits for room (other
- * submits to that lane wait with it), TKO_FULL_REJECT fails with -EAGAIN,
+ * follows the pool's full policy: TKO_FULL_BLOCK waits for room (a worker
+ * of the pool gets -EAGAIN instead); it waits with the lane unlocked and
+ * its task already accepted, so other submits to that lane, the lane's
+ * stats and the pool's tasks never wait for it (if the pool is shut down
+ * while it waits, that thread runs the lane itself and returns 0).
+ * TKO_FULL_REJECT fails with -EAGAIN,
  * and TKO_FULL_CALLER_RUNS makes the submitting thread run the lane itself
  * (its queued tasks, up to the lane's end) before the submit returns. A
  * runner that cannot requeue itself (full queue, or shutdown) keeps

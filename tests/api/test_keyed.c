@@ -216,3 +216,61 @@ Test(keyed, first_keyed_submits_racing_make_one_table_and_leak_nothing) {
     pthread_mutex_destroy(&r->mu);
   }
 }
+
+/* Issue 17, defect 1: on a full TKO_FULL_BLOCK pool (capacity 1, one
+ * worker), a host thread's keyed submit that had to start its lane's runner
+ * waited for room holding the lane's lock; the worker's task then made a
+ * keyed submit to that lane, blocked on the lock, and no room ever came. The
+ * host thread now waits with the lane unlocked. */
+typedef struct lockstep {
+  tko_pool *pool;
+  tt_count worker_in, host_ready, done;
+  pid_t host_tid;
+  atomic_int worker_rc;
+  tft_token tok[2];
+} lockstep;
+
+static lockstep ls_;
+
+static int lockstep_worker(void *arg) {
+  lockstep *s = arg;
+  tt_count_add(&s->worker_in, 1);
+  tt_count_wait_geq(&s->host_ready, 1);
+  tf_wait_thread_sleeping(s->host_tid); /* the host thread waits for room */
+  atomic_store(&s->worker_rc, tko_submit_keyed(s->pool, 9, tft_run, &s->tok[1], 0));
+  tt_count_add(&s->done, 1);
+  return 0;
+}
+
+static int lockstep_host(void *arg) {
+  lockstep *s = arg;
+  return tko_submit_keyed(s->pool, 9, tft_run, &s->tok[0], 0);
+}
+
+Test(keyed, a_submit_waiting_for_room_holds_no_lane_lock) {
+  lockstep *s = &ls_;
+  tt_count_init(&s->worker_in);
+  tt_count_init(&s->host_ready);
+  tt_count_init(&s->done);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_BLOCK;
+  cr_assert_eq(tko_pool_create(&s->pool, &o), 0);
+  atomic_init(&s->worker_rc, 1);
+  cr_assert_eq(tko_submit(s->pool, lockstep_worker, s, 0), 0);
+  cr_assert(tt_count_wait_geq(&s->worker_in, 1));
+  cr_assert_eq(tko_submit(s->pool, tt_nop_fn, NULL, 0), 0); /* the queue is full */
+  tf_thread host;
+  cr_assert_eq(tf_thread_start(&host, lockstep_host, s), 0);
+  s->host_tid = host.tid;
+  tt_count_add(&s->host_ready, 1);
+  cr_assert(tt_count_wait_geq(&s->done, 1), "the worker's keyed submit waits on the lane lock");
+  cr_assert_eq(atomic_load(&s->worker_rc), 0);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&host, KT_HANG_MS, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tko_pool_wait_idle(s->pool, TT_LONG_MS), 0);
+  s->tok[0].accepted = s->tok[1].accepted = true;
+  cr_assert_eq(tft_first_bad(s->tok, 2), -1);
+  cr_assert_eq(tko_pool_destroy(s->pool), 0);
+}
