@@ -44,8 +44,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
 #include "mem.h"
+#include "prim.h"
 #include "taskorch/coalescer.h"
 
 typedef struct dirty_set {

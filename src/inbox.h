@@ -17,6 +17,11 @@
  * + 1: unique, gap-free and in submit order. */
 #ifndef TKO_INBOX_H
 #define TKO_INBOX_H
+/* Layering: extensions (lanes, coalescer) use the public API and the
+ * platform layer only; CMake compiles them with TKO_EXTENSION. */
+#ifdef TKO_EXTENSION
+#error "an extension includes an engine or data-structure header"
+#endif
 
 #include <errno.h>
 #include <stdbool.h>

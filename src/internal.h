@@ -20,6 +20,11 @@
  * role, under gate_mu, serialises shutdown calls instead). */
 #ifndef TKO_INTERNAL_H
 #define TKO_INTERNAL_H
+/* Layering: extensions (lanes, coalescer) use the public API and the
+ * platform layer only; CMake compiles them with TKO_EXTENSION. */
+#ifdef TKO_EXTENSION
+#error "an extension includes an engine or data-structure header"
+#endif
 
 #include <errno.h>
 #include <pthread.h>
@@ -239,9 +244,6 @@ void *tko__worker_main(void *arg);
  * for the shared caller slot. */
 void tko__count(tko_pool *pool, tko__worker *w, atomic_uint_fast64_t *c);
 int tko__thread_start(tko_pool *pool, tko__worker *w);
-/* Starts a pool thread: default scheduling policy (not the creator's) and
- * asynchronous signals blocked. 0 or -EAGAIN. */
-int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg);
 /* Runs one task with hooks and counting, on the calling thread. */
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item);
 void tko__cancel_item(tko_pool *pool, const tko__item *item);

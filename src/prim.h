@@ -6,6 +6,7 @@
 #ifndef TKO_PRIM_H
 #define TKO_PRIM_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,11 @@ unsigned tko__fork_generation(void);
 /* Test seam: when set, thread creation fails with this errno (tests of
  * thread-creation failure; never set by the library itself). */
 extern _Atomic int tko__test_thread_create_errno;
+
+/* Starts a library thread (pool workers, the timer thread, a coalescer's
+ * thread): default scheduling policy (not the creator's) and asynchronous
+ * signals blocked; the seam above applies. 0 or -EAGAIN. */
+int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg);
 
 /* The calling thread's nice value (Linux: per thread; elsewhere 0), and a
  * best-effort set of it: raising priority back needs CAP_SYS_NICE, so a

@@ -5,6 +5,11 @@
  * guards it. */
 #ifndef TKO_QUEUE_H
 #define TKO_QUEUE_H
+/* Layering: extensions (lanes, coalescer) use the public API and the
+ * platform layer only; CMake compiles them with TKO_EXTENSION. */
+#ifdef TKO_EXTENSION
+#error "an extension includes an engine or data-structure header"
+#endif
 
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -6,6 +6,11 @@
  * top of signal.c. */
 #ifndef TKO_SIGNAL_H
 #define TKO_SIGNAL_H
+/* Layering: extensions (lanes, coalescer) use the public API and the
+ * platform layer only; CMake compiles them with TKO_EXTENSION. */
+#ifdef TKO_EXTENSION
+#error "an extension includes an engine or data-structure header"
+#endif
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -376,39 +376,6 @@ restart:
   return NULL;
 }
 
-int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
-  if (atomic_load_explicit(&tko__test_thread_create_errno, memory_order_relaxed)) return -EAGAIN;
-  pthread_attr_t attr;
-  if (pthread_attr_init(&attr)) return -EAGAIN;
-  /* Workers get the default policy and priority, not the creating thread's
-   * (a submitter with a real-time policy must not make the pool real-time). */
-  struct sched_param sp = {0};
-  pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
-  pthread_attr_setschedpolicy(&attr, SCHED_OTHER);
-  pthread_attr_setschedparam(&attr, &sp);
-  /* Block asynchronous signals in workers so the host's handlers run on the
-   * host's threads; the new thread inherits this mask. Synchronous faults
-   * stay deliverable. */
-  sigset_t all, old;
-  sigfillset(&all);
-  sigdelset(&all, SIGSEGV);
-  sigdelset(&all, SIGBUS);
-  sigdelset(&all, SIGFPE);
-  sigdelset(&all, SIGILL);
-  sigdelset(&all, SIGTRAP);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = pthread_create(out, &attr, main_fn, arg);
-  if (rc == EPERM) {
-    /* A creator in SCHED_IDLE (or with a raised nice) may not hand a new
-     * thread SCHED_OTHER without CAP_SYS_NICE: inherit rather than fail. */
-    pthread_attr_setinheritsched(&attr, PTHREAD_INHERIT_SCHED);
-    rc = pthread_create(out, &attr, main_fn, arg);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  pthread_attr_destroy(&attr);
-  return rc ? -EAGAIN : 0;
-}
-
 int tko__thread_start(tko_pool *pool, tko__worker *w) {
   (void)pool;
   pthread_t t;
