@@ -13,7 +13,13 @@
  * makes malloc slower here, which is fine: nothing in this program is a
  * timing. Under a sanitizer, whose allocator replaces jemalloc, only RSS is
  * reported. The queue slab column is tko_stats.queue_bytes: past 512 KiB the
- * slab is mapped directly (not malloc'd), so its growth shows there and in RSS. */
+ * slab is mapped directly (not malloc'd), so its growth shows there and in RSS.
+ *
+ * Checks (with jemalloc active): a steady run allocates nothing, or only
+ * the few allocations of the queue growing to a new high-water mark; the
+ * elastic spawn/retire cycles after the first allocate at most once per
+ * elastic slot (the C library's set-up of a thread on a fresh stack), not
+ * once per spawn or per cycle. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +33,10 @@
  * the program). */
 const char *malloc_conf = "tcache:false";
 #endif
+
+/* Queue growths one steady run may make: each is one allocation, and the
+ * slab doubles each time, so more would mean a backlog 2^8 times larger. */
+#define MAX_GROWTHS 8
 
 static int empty_task(void *arg) {
   (void)arg;
@@ -117,10 +127,23 @@ int main(int argc, char **argv) {
   if (!per) bench_die("out of memory");
   for (size_t r = 0; r < runs; r++) {
     uint64_t rss0 = bench_rss_bytes();
+    tko_stats q0, q1;
+    tko_pool_stats(pool, &q0);
     bench_jemalloc_snapshot(&m0);
     submit_all(pool, tasks);
     bench_jemalloc_snapshot(&m1);
+    tko_pool_stats(pool, &q1);
     uint64_t rss1 = bench_rss_bytes();
+    /* The claim, checked: no allocation per task. The queue may still grow
+     * to a new high-water mark of backlog (geometrically: a few
+     * allocations, kept in the live bytes), never once per task. */
+    uint64_t allocs = m1.nmalloc - m0.nmalloc;
+    if (have)
+      bench_check(b, allocs == 0 || (q1.queue_bytes > q0.queue_bytes && allocs <= MAX_GROWTHS),
+                  "steady run %zu: %llu allocations for %ld tasks (queue slab %llu -> %llu "
+                  "bytes)",
+                  r + 1, (unsigned long long)allocs, tasks, (unsigned long long)q0.queue_bytes,
+                  (unsigned long long)q1.queue_bytes);
     char what[48];
     snprintf(what, sizeof what, "steady run %zu", r + 1);
     add_mem_row(t, what, (double)tasks, "task", &m0, &m1, have, rss0, rss1, pool);
@@ -171,6 +194,17 @@ int main(int argc, char **argv) {
              st.elastic_peak);
   bench_check(b, not_retired == 0, "%ld cycles did not see every elastic worker retire",
               not_retired);
+  /* glibc callocs a new thread's DTV when it maps a fresh stack rather than
+   * reusing a cached one: once per new high-water of live threads, at most
+   * once per elastic slot. Per spawn or per cycle would be more. */
+  if (have)
+    bench_check(b, m1.nmalloc - m0.nmalloc <= (uint64_t)emax,
+                "elastic cycles: %llu allocations in %ld spawn/retire cycles (%llu spawns); at "
+                "most %ld allowed (the C library's thread set-up, once per elastic slot)",
+                (unsigned long long)(m1.nmalloc - m0.nmalloc), cycles,
+                (unsigned long long)st.elastic_spawned, emax);
+  else
+    bench_note(b, "allocation checks skipped: jemalloc is not the active malloc.");
   if (st.elastic_spawned == 0)
     bench_note(b, "the bursts never spawned an elastic worker: the cycles measured nothing "
                   "(try a longer --burst-sleep-us or a larger --burst).");

@@ -5,7 +5,14 @@
  * tko_pool_wait_idle returning), the producers' own cost per submit, and
  * how contended the pool was: the pool's lock_contended gauge and the
  * context switches the producers suffered (a producer that blocks or is
- * preempted mid-submit shows up there). */
+ * preempted mid-submit shows up there).
+ *
+ * Checks, after the timed runs: every run completed each of its tasks
+ * (completed == submitted == tasks, none failed or cancelled), and one
+ * untimed run per producer count and batch size on a one-worker pool
+ * whose tasks record when they ran: each task ran exactly once, and each
+ * producer's tasks of one weight ran in the order it submitted them (the
+ * FIFO the pool promises within a weight). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -28,11 +35,27 @@ static int work_task(void *arg) {
   return 0;
 }
 
+/* The verification run's tasks: the one worker numbers them as they run.
+ * Read after tko_pool_wait_idle, which orders the worker's writes first. */
+typedef struct record {
+  uint32_t runs;
+  uint64_t seq;
+} record;
+static uint64_t next_seq;
+
+static int record_task(void *arg) {
+  record *r = arg;
+  r->runs++;
+  r->seq = next_seq++;
+  return 0;
+}
+
 typedef struct producer {
   pthread_t thread;
   tko_pool *pool;
   tko_task_fn fn;
   long tasks, batch;
+  record *recs; /* verification runs: task i's argument is &recs[i] */
   pthread_barrier_t *ready, *go;
   uint64_t submit_ns; /* the producer's own time in its submit loop */
   long vcsw, ivcsw;   /* its voluntary / involuntary context switches meanwhile */
@@ -53,12 +76,15 @@ static void *producer_main(void *arg) {
   uint64_t t0 = bench_now_ns();
   if (!batch) {
     for (long i = 0; i < p->tasks && !p->rc; i++)
-      p->rc = tko_submit(p->pool, p->fn, (void *)(uintptr_t)i, (int)(i & 3));
+      p->rc = tko_submit(p->pool, p->fn, p->recs ? (void *)&p->recs[i] : (void *)(uintptr_t)i,
+                         (int)(i & 3));
   } else {
     for (long i = 0; i < p->tasks && !p->rc;) {
       long n = p->tasks - i < p->batch ? p->tasks - i : p->batch;
       for (long j = 0; j < n; j++)
-        batch[j] = (tko_task){p->fn, (void *)(uintptr_t)(i + j), (int)((i + j) & 3)};
+        batch[j] = (tko_task){p->fn,
+                              p->recs ? (void *)&p->recs[i + j] : (void *)(uintptr_t)(i + j),
+                              (int)((i + j) & 3)};
       p->rc = tko_submit_batch(p->pool, batch, (size_t)n);
       i += n;
     }
@@ -75,7 +101,12 @@ typedef struct result {
   double wall_ns, submit_ns_per_task, csw_per_ktask, contended_per_ktask;
 } result;
 
-static result run_once(unsigned workers, long nprod, long tasks, tko_task_fn fn, long batch) {
+/* Counts a run's tasks against what the pool says: a run that lost,
+ * failed or cancelled a task is a failed check, not a figure. */
+static bench *the_bench;
+
+static result run_once(unsigned workers, long nprod, long tasks, tko_task_fn fn, long batch,
+                       record *recs) {
   tko_options o = tko_basic_options(workers);
   tko_pool *pool;
   int rc = tko_pool_create(&pool, &o);
@@ -92,6 +123,10 @@ static result run_once(unsigned workers, long nprod, long tasks, tko_task_fn fn,
                       .ready = &ready,
                       .go = &go,
                       .tasks = tasks / nprod + (i < tasks % nprod)};
+    if (recs) {
+      p[i].recs = recs;
+      recs += p[i].tasks;
+    }
     if (pthread_create(&p[i].thread, NULL, producer_main, &p[i]))
       bench_die("pthread_create failed");
   }
@@ -116,13 +151,55 @@ static result run_once(unsigned workers, long nprod, long tasks, tko_task_fn fn,
   r.csw_per_ktask = csw * 1000.0 / (double)tasks;
   r.contended_per_ktask =
       (double)(after.lock_contended - before.lock_contended) * 1000.0 / (double)tasks;
-  if (after.completed != (uint64_t)tasks)
-    bench_die("%llu of %ld tasks completed", (unsigned long long)after.completed, tasks);
+  bench_check(the_bench,
+              after.submitted == (uint64_t)tasks && after.completed == (uint64_t)tasks &&
+                  after.failed == 0 && after.cancelled == 0 && after.queued == 0,
+              "%ld producers, batch %ld: %llu submitted, %llu completed, %llu failed, %llu "
+              "cancelled, %llu queued of %ld tasks",
+              nprod, batch, (unsigned long long)after.submitted,
+              (unsigned long long)after.completed, (unsigned long long)after.failed,
+              (unsigned long long)after.cancelled, (unsigned long long)after.queued, tasks);
   free(p);
   pthread_barrier_destroy(&ready);
   pthread_barrier_destroy(&go);
   tko_pool_destroy(pool);
   return r;
+}
+
+/* Untimed runs on one worker: exactly once, and FIFO per producer and weight. */
+static void verify(bench *b, const bench_list *prods, const bench_list *batches, long tasks) {
+  record *recs = calloc((size_t)tasks, sizeof *recs);
+  if (!recs) bench_die("out of memory");
+  for (size_t bi = 0; bi < batches->n; bi++)
+    for (size_t pi = 0; pi < prods->n; pi++) {
+      long nprod = prods->v[pi];
+      memset(recs, 0, (size_t)tasks * sizeof *recs);
+      next_seq = 0;
+      run_once(1, nprod, tasks, record_task, batches->v[bi], recs);
+      long not_once = 0, out_of_order = 0;
+      record *r = recs;
+      for (long pr = 0; pr < nprod; pr++) {
+        long n = tasks / nprod + (pr < tasks % nprod);
+        uint64_t last[4] = {0};
+        bool seen[4] = {false};
+        for (long i = 0; i < n; i++) {
+          if (r[i].runs != 1) {
+            not_once++;
+            continue;
+          }
+          int w = (int)(i & 3);
+          if (seen[w] && r[i].seq < last[w]) out_of_order++;
+          last[w] = r[i].seq;
+          seen[w] = true;
+        }
+        r += n;
+      }
+      bench_check(b, not_once == 0 && out_of_order == 0,
+                  "%ld producers, batch %ld, %ld tasks on 1 worker: %ld tasks did not run exactly "
+                  "once, %ld ran before an earlier task of the same producer and weight",
+                  nprod, batches->v[bi], tasks, not_once, out_of_order);
+    }
+  free(recs);
 }
 
 int main(int argc, char **argv) {
@@ -140,7 +217,7 @@ int main(int argc, char **argv) {
       {"batch", BENCH_OPT_LIST, &batches, "1,64", NULL, 1, 1000000,
        "tasks per submit call (1 = tko_submit, more = tko_submit_batch)"},
   };
-  bench *b = bench_init(argc, argv, "bench_concurrent",
+  bench *b = the_bench = bench_init(argc, argv, "bench_concurrent",
                         "Several producer threads enqueuing into one pool at once (weights 0-3): "
                         "ns/task end to end, the producers' cost per submit, and contention.",
                         opts, sizeof opts / sizeof opts[0]);
@@ -160,7 +237,7 @@ int main(int argc, char **argv) {
         for (size_t pi = 0; pi < prods.n; pi++, c++)
           res[c * runs + r] =
               run_once((unsigned)workers, prods.v[pi], kind ? work_tasks : empty_tasks,
-                       kind ? work_task : empty_task, batches.v[bi]);
+                       kind ? work_task : empty_task, batches.v[bi], NULL);
   }
 
   bench_table *t = bench_table_new(b, "concurrent", "concurrent enqueue, end to end");
@@ -203,5 +280,6 @@ int main(int argc, char **argv) {
              "involuntary context switches of the producers during their loops, per 1000 tasks.");
   free(v);
   free(res);
+  verify(b, &prods, &batches, empty_tasks < 20000 ? empty_tasks : 20000);
   return bench_finish(b);
 }

@@ -4,7 +4,12 @@
  * weight's queue wait (submit to start) at p50 and p99, so priority is
  * visible: higher weights should wait less. Waits are measured by the tasks
  * themselves (the producer stamps each task just before submitting it; the
- * task stamps its own start), so no hook changes what the pool does. */
+ * task stamps its own start), so no hook changes what the pool does.
+ *
+ * Checks: every task started, and, in one untimed run of the same mix on a
+ * paused one-worker pool, resumed once everything is queued, the tasks
+ * start in the order the pool promises: higher weights first, submit
+ * order within a weight. */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdio.h>
@@ -20,7 +25,19 @@ typedef struct mixed_task {
   uint64_t io_ns; /* I/O tasks: sleep */
   int weight;
   bool hint;      /* I/O tasks announce the sleep with tko_blocking_begin/end */
+  uint64_t seq;   /* start order (meaningful in the one-worker order check only) */
 } mixed_task;
+
+/* The order check's start sequence: only its one worker writes it, and it
+ * is read after tko_pool_wait_idle. */
+static uint64_t start_seq;
+
+/* The order check's task: it records only when it started. */
+static int order_fn(void *arg) {
+  mixed_task *t = arg;
+  t->seq = start_seq++;
+  return 0;
+}
 
 static int mixed_fn(void *arg) {
   mixed_task *t = arg;
@@ -35,6 +52,41 @@ static int mixed_fn(void *arg) {
     bench_sleep_ns(t->io_ns);
   }
   return 0;
+}
+
+/* The mix on a paused pool of one worker, resumed once all is queued:
+ * checks that the tasks start by weight (higher first), FIFO within one. */
+static void check_order(bench *b, mixed_task *tk, long tasks, const bench_list *weights,
+                        uint64_t iters) {
+  for (long i = 0; i < tasks; i++)
+    tk[i] = (mixed_task){.iters = i % 2 ? 0 : iters,
+                         .weight = (int)weights->v[(size_t)(i / 2) % weights->n]};
+  tko_options o = tko_basic_options(1);
+  tko_pool *pool;
+  int rc = tko_pool_create(&pool, &o);
+  if (rc) bench_die("tko_pool_create: %s", tko_strerror(rc));
+  tko_pool_pause(pool);
+  start_seq = 0;
+  for (long i = 0; i < tasks; i++)
+    if ((rc = tko_submit(pool, order_fn, &tk[i], tk[i].weight)) != 0)
+      bench_die("tko_submit: %s", tko_strerror(rc));
+  tko_pool_resume(pool);
+  tko_pool_wait_idle(pool, -1);
+  tko_pool_destroy(pool);
+  /* Task i must start after every task j that outranks it. */
+  long wrong = 0, first_i = -1, first_j = -1;
+  for (long i = 0; i < tasks; i++)
+    for (long j = 0; j < tasks; j++) {
+      bool before = tk[j].weight > tk[i].weight || (tk[j].weight == tk[i].weight && j < i);
+      if (before && tk[j].seq > tk[i].seq) {
+        if (!wrong++) first_i = i, first_j = j;
+      }
+    }
+  bench_check(b, wrong == 0,
+              "order on a paused 1-worker pool: %ld pairs started out of weight/FIFO order (first: "
+              "task %ld, weight %d, started before task %ld, weight %d)",
+              wrong, first_i, first_i >= 0 ? tk[first_i].weight : 0, first_j,
+              first_j >= 0 ? tk[first_j].weight : 0);
 }
 
 int main(int argc, char **argv) {
@@ -156,6 +208,7 @@ int main(int argc, char **argv) {
     for (size_t w = 0; w < weights.n; w++)
       free(waits[p][w]);
   }
+  check_order(b, tk, tasks < 2000 ? tasks : 2000, &weights, iters);
   free(tk);
   return bench_finish(b);
 }

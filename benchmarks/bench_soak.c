@@ -10,12 +10,18 @@
  * and the throughput, and at the end the range of each over the run after a
  * warm-up, so a drift (a leak of memory, threads or descriptors) shows.
  *
- * Not part of CI: it takes minutes. It exits non-zero if the pool's
- * accounting does not add up at the end (completed != submitted) or if
- * threads or descriptors grew between the first and the last quiet spell.
+ * A default run takes minutes; CTest runs a quick one (label benchmark).
+ * It exits non-zero if the pool's accounting does not add up at the end
+ * (completed != submitted), if threads or descriptors grew between the
+ * first and the last quiet spell after the warm-up, or if the resident set
+ * did not plateau: the largest RSS of the later half of those quiet spells
+ * may exceed the largest of the earlier half by at most 1 MiB or 2%
+ * (whichever is more; allocator and page-cache jitter, not a leak). Under
+ * a sanitizer the RSS check is skipped, said so: RSS then measures the
+ * sanitizer's shadow memory and quarantine, not the pool.
  *
  *   bench_soak [--tasks N] [--seconds S] [--interval S] [--max-elastic N]
- *              [--idle-ms MS] [--cycle N]
+ *              [--idle-ms MS] [--cycle N] [--warmup S]
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -202,6 +208,58 @@ static void widen(range *r, long v) {
 
 static range rss_range, thread_range, fd_range;
 static double warmup_s = 10;
+static bool warmup_given;
+
+/* RSS at each quiet spell after the warm-up, for the plateau check. */
+static long *quiet_rss;
+static size_t nquiet_rss, quiet_rss_cap;
+
+static void note_quiet_rss(long kb) {
+  if (nquiet_rss == quiet_rss_cap) {
+    quiet_rss_cap = quiet_rss_cap ? 2 * quiet_rss_cap : 64;
+    long *p = realloc(quiet_rss, quiet_rss_cap * sizeof *p);
+    if (!p) {
+      fprintf(stderr, "bench_soak: out of memory\n");
+      exit(1);
+    }
+    quiet_rss = p;
+  }
+  quiet_rss[nquiet_rss++] = kb;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SOAK_SANITIZED 1
+#else
+#define SOAK_SANITIZED 0
+#endif
+
+/* The plateau: the later half's peak within max(1 MiB, 2%) of the earlier
+ * half's. Fewer than 4 quiet spells judge nothing (said, and failed). */
+static bool rss_plateau(void) {
+  if (SOAK_SANITIZED) {
+    printf("RSS plateau: not checked under a sanitizer (RSS measures its shadow memory)\n");
+    return true;
+  }
+  if (nquiet_rss < 4) {
+    printf("RSS plateau: only %zu quiet spells after the warm-up; need 4 (raise --tasks or "
+           "lower --cycle or --warmup)\n",
+           nquiet_rss);
+    return false;
+  }
+  size_t half = nquiet_rss / 2;
+  long early = 0, late = 0;
+  for (size_t i = 0; i < nquiet_rss; i++) {
+    long *peak = i < half ? &early : &late;
+    if (quiet_rss[i] > *peak) *peak = quiet_rss[i];
+  }
+  long slack = early / 50 > 1024 ? early / 50 : 1024;
+  bool ok = late <= early + slack;
+  printf("RSS plateau over %zu quiet spells: peak %.1f MiB in the earlier half, %.1f MiB in the "
+         "later (allowed %.1f): %s\n",
+         nquiet_rss, (double)early / 1024, (double)late / 1024, (double)(early + slack) / 1024,
+         ok ? "plateau" : "STILL GROWING");
+  return ok;
+}
 
 static sample take(tko_pool *pool, double t0) {
   tko_stats st;
@@ -258,8 +316,11 @@ static void usage(FILE *f) {
           "  --max-elastic N  elastic workers at most (default 3; 1 basic worker)\n"
           "  --idle-ms MS     elastic idle timeout (default 50)\n"
           "  --cycle N        tasks per burst between quiet spells (default 2000000)\n"
+          "  --warmup S       seconds before the checks start watching (default 10, or a\n"
+          "                   quarter of --seconds when that is under 20)\n"
           "Prints RSS, threads, open fds, elastic workers and throughput every interval;\n"
-          "exits 1 if the pool's counts do not add up or threads/fds grew over the run.\n");
+          "exits 1 if the pool's counts do not add up, threads/fds grew over the run or\n"
+          "RSS did not plateau (see the top of bench_soak.c).\n");
 }
 
 static bool parse_num(const char *s, double *out) {
@@ -291,13 +352,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--max-elastic") && v >= 1 && v <= TKO_MAX_ELASTIC) cfg.max_elastic = (unsigned)v;
     else if (!strcmp(a, "--idle-ms") && v >= 1 && v <= 60000) cfg.idle_ms = (unsigned)v;
     else if (!strcmp(a, "--cycle") && v >= 1000) cfg.cycle = (uint64_t)v;
+    else if (!strcmp(a, "--warmup")) warmup_s = v, warmup_given = true;
     else {
       fprintf(stderr, "bench_soak: bad option or value: %s %s\n", a, argv[i]);
       usage(stderr);
       return 2;
     }
   }
-  if (cfg.seconds > 0 && cfg.seconds < 2 * warmup_s) warmup_s = cfg.seconds / 4;
+  if (!warmup_given && cfg.seconds > 0 && cfg.seconds < 2 * warmup_s) warmup_s = cfg.seconds / 4;
 
   tko_options o = tko_elastic_options(1, cfg.max_elastic, cfg.idle_ms);
   o.name = "soak";
@@ -342,6 +404,7 @@ int main(int argc, char **argv) {
       if (quiet_threads_first < 0) quiet_threads_first = th, quiet_fds_first = fd;
       quiet_threads_last = th;
       quiet_fds_last = fd;
+      note_quiet_rss(rss_kb());
     }
     cycles++;
   }
@@ -368,6 +431,10 @@ int main(int argc, char **argv) {
          st.completed, st.cancelled, st.failed, counts_ok ? "counts add up" : "COUNTS DO NOT ADD UP");
   bool drift = quiet_threads_last > quiet_threads_first || quiet_fds_last > quiet_fds_first;
   if (drift) printf("bench_soak: threads or fds grew between quiet spells\n");
+  bool plateau = rss_plateau();
+  printf("checks: %d passed, %d failed\n", counts_ok + !drift + plateau,
+         !counts_ok + drift + !plateau);
   tko_pool_destroy(pool);
-  return counts_ok && !drift ? 0 : 1;
+  free(quiet_rss);
+  return counts_ok && !drift && plateau ? 0 : 1;
 }

@@ -8,7 +8,12 @@
  * noise is the same for both only within one sitting.
  *
  * The measuring thread does not poll: it blocks in thpool_wait, which is a
- * condition variable in both implementations. */
+ * condition variable in both implementations.
+ *
+ * Checks, every round: each job ran exactly once (count, sum and sum of
+ * squares of the job numbers), and after thpool_wait no job is still
+ * working (thpool_num_threads_working is 0). A failed check is printed and
+ * makes the exit status 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdatomic.h>
 #include <stdint.h>
@@ -31,12 +36,29 @@
 #define ALLOC_NAME "default"
 #endif
 
-/* Each job adds its own number: a sum that shows every job ran once. */
-static atomic_ullong sum;
+/* Each job adds one, its own number and its square: together they show
+ * that every job ran once (a lost job and a doubled one cannot cancel out
+ * in all three). */
+static atomic_ullong count, sum, squares;
 
 static void job(void *arg) {
-  /* Relaxed: only the total matters, read after thpool_wait. */
-  atomic_fetch_add_explicit(&sum, (unsigned long long)(uintptr_t)arg, memory_order_relaxed);
+  /* Relaxed: only the totals matter, read after thpool_wait. */
+  unsigned long long n = (unsigned long long)(uintptr_t)arg;
+  atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&sum, n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&squares, n * n, memory_order_relaxed);
+}
+
+static int checks_passed, checks_failed;
+
+static void check(int ok, long round, const char *what) {
+  if (ok) {
+    checks_passed++;
+    return;
+  }
+  checks_failed++;
+  fprintf(stderr, "round %ld: check failed: %s\n", round, what);
+  printf("round %ld: check failed: %s\n", round, what);
 }
 
 static double now_s(void) {
@@ -109,7 +131,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "thpool_init(%ld) failed\n", threads);
       return 1;
     }
+    atomic_store(&count, 0);
     atomic_store(&sum, 0);
+    atomic_store(&squares, 0);
     double t0 = now_s();
     for (long j = 0; j < jobs; j++) {
       if (thpool_add_work(pool, job, (void *)(uintptr_t)(j + 1)) != 0) {
@@ -119,12 +143,17 @@ int main(int argc, char **argv) {
     }
     thpool_wait(pool);
     double t = now_s() - t0;
+    check(thpool_num_threads_working(pool) == 0, r + 1, "a job still working after thpool_wait");
     thpool_destroy(pool);
-    unsigned long long want = (unsigned long long)jobs * (unsigned long long)(jobs + 1) / 2;
-    if (atomic_load(&sum) != want) {
-      fprintf(stderr, "round %ld: job sum %llu, expected %llu\n", r, atomic_load(&sum), want);
-      return 1;
+    /* Sums of 1..N and of their squares, modulo 2^64 like the atomics. */
+    unsigned long long n = (unsigned long long)jobs, want_sum = 0, want_sq = 0;
+    for (unsigned long long j = 1; j <= n; j++) {
+      want_sum += j;
+      want_sq += j * j;
     }
+    check(atomic_load(&count) == n && atomic_load(&sum) == want_sum &&
+              atomic_load(&squares) == want_sq,
+          r + 1, "the jobs did not each run exactly once (count, sum or sum of squares)");
     rate[r] = (double)jobs / t;
     printf("round %ld: %.0f jobs/s (%.1f ns/job)\n", r + 1, rate[r], 1e9 / rate[r]);
   }
@@ -132,6 +161,7 @@ int main(int argc, char **argv) {
   double best = rate[rounds - 1], median = rate[rounds / 2];
   printf("%s: best %.0f jobs/s (%.1f ns/job), median %.0f jobs/s (%.1f ns/job)\n", IMPL_NAME,
          best, 1e9 / best, median, 1e9 / median);
+  printf("checks: %d passed, %d failed\n", checks_passed, checks_failed);
   free(rate);
-  return 0;
+  return checks_failed ? 1 : 0;
 }

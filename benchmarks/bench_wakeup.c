@@ -7,7 +7,11 @@
  * CPU time the whole process uses over a window while the pool has nothing
  * to do (clock_getcpuclockid-style process CPU clock). Taskorch and, where
  * built, GLib GThreadPool, C-Thread-Pool and libuv, all with the same number
- * of threads; libuv runs in a child process (see bench_pools.h). */
+ * of threads; libuv runs in a child process (see bench_pools.h).
+ *
+ * Checks (of behaviour, never of time): every pool took samples (not every
+ * one was skipped), and each sample's task started after its own submit
+ * (a start stamped before it would be a stale task or a task run twice). */
 #define _GNU_SOURCE
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -43,6 +47,7 @@ BP_TASK(idle_task, idle_body);
 static unsigned threads;
 static long samples_per_run, gap_us, idle_ms;
 static long not_asleep; /* samples skipped because a thread stayed awake */
+static long early;      /* samples whose task stamped a start before its submit */
 
 enum { CASE_LATENCY, CASE_IDLE };
 
@@ -64,7 +69,9 @@ static size_t measure_latency(bp_kind kind, double *out, size_t cap) {
     while (sem_wait(&slot.done) != 0) {
     }
     bp_producer_finish(pr);
-    out[n++] = (double)(atomic_load_explicit(&slot.start_ns, memory_order_relaxed) - t0);
+    uint64_t start = atomic_load_explicit(&slot.start_ns, memory_order_relaxed);
+    if (start < t0) early++;
+    out[n++] = (double)(start - t0);
   }
   bp_producer_close(pr);
   bp_pool_wait(pool);
@@ -103,10 +110,12 @@ static size_t remote(int case_id, int run, double *out, size_t cap) {
     out[0] = measure_idle(BP_LIBUV);
     return 1;
   }
-  size_t n = measure_latency(BP_LIBUV, out + 1, cap - 1);
-  out[0] = (double)not_asleep; /* the child's count travels as the first value */
-  not_asleep = 0;
-  return n + 1;
+  if (cap < 2) return 0;
+  size_t n = measure_latency(BP_LIBUV, out + 2, cap - 2);
+  out[0] = (double)not_asleep; /* the child's counts travel as the first values */
+  out[1] = (double)early;
+  not_asleep = early = 0;
+  return n + 2;
 }
 
 int main(int argc, char **argv) {
@@ -149,7 +158,8 @@ int main(int argc, char **argv) {
   double *lat[BP_KINDS], *idle[BP_KINDS], *base = calloc(runs, sizeof(double));
   size_t nlat[BP_KINDS] = {0};
   long skipped[BP_KINDS] = {0};
-  double *buf = calloc((size_t)samples_per_run + 1, sizeof *buf);
+  long early_of[BP_KINDS] = {0};
+  double *buf = calloc((size_t)samples_per_run + 2, sizeof *buf);
   if (!buf || !base) bench_die("out of memory");
   for (int k = 0; k < BP_KINDS; k++) {
     lat[k] = calloc(cap ? cap : 1, sizeof(double));
@@ -163,17 +173,19 @@ int main(int argc, char **argv) {
       if (!enabled[k]) continue;
       size_t n;
       if (k == BP_LIBUV) {
-        n = bp_remote_call(child, CASE_LATENCY, (int)r, buf, (size_t)samples_per_run + 1);
-        if (n < 1) bench_die("the libuv child process died");
+        n = bp_remote_call(child, CASE_LATENCY, (int)r, buf, (size_t)samples_per_run + 2);
+        if (n < 2) bench_die("the libuv child process died");
         skipped[k] += (long)buf[0];
-        memcpy(lat[k] + nlat[k], buf + 1, (n - 1) * sizeof *buf);
-        nlat[k] += n - 1;
+        early_of[k] += (long)buf[1];
+        memcpy(lat[k] + nlat[k], buf + 2, (n - 2) * sizeof *buf);
+        nlat[k] += n - 2;
         if (bp_remote_call(child, CASE_IDLE, (int)r, &idle[k][r], 1) != 1)
           bench_die("the libuv child process died");
       } else {
-        not_asleep = 0;
+        not_asleep = early = 0;
         nlat[k] += measure_latency((bp_kind)k, lat[k] + nlat[k], (size_t)samples_per_run);
         skipped[k] += not_asleep;
+        early_of[k] += early;
         idle[k][r] = measure_idle((bp_kind)k);
       }
     }
@@ -194,6 +206,13 @@ int main(int argc, char **argv) {
     bench_cell_int(t, "skipped (a thread stayed awake)", skipped[k]);
   }
   bench_table_print(t);
+  for (int k = 0; k < BP_KINDS; k++) {
+    if (!enabled[k]) continue;
+    bench_check(b, nlat[k] > 0, "%s: every sample was skipped (a thread never slept)",
+                bp_name((bp_kind)k));
+    bench_check(b, early_of[k] == 0, "%s: %ld tasks stamped a start before their submit",
+                bp_name((bp_kind)k), early_of[k]);
+  }
 
   snprintf(title, sizeof title, "idle pool: process CPU over %ld ms, per second (%u threads)",
            idle_ms, threads);
