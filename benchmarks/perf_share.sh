@@ -4,6 +4,7 @@
 # `perf record`, prints the symbols holding at least 1% of the samples and,
 # with --annotate SYMBOL, the hottest instructions of SYMBOL with their share
 # of that symbol's samples (for "N% of the submit path is on the tail CAS").
+# --annotate may be repeated: an inlined function's samples are its caller's.
 #
 #   benchmarks/perf_share.sh [--user] [--comm NAME] [--annotate SYMBOL] -- COMMAND [ARGS...]
 #
@@ -16,14 +17,14 @@
 set -euo pipefail
 record=()
 report=()
-symbol=""
+symbols=()
 while [ $# -gt 0 ]; do
   case $1 in
     --user) record+=(--all-user) ;;
     --comm) report+=(--comms "$2"); shift ;;
-    --annotate) symbol=$2; shift ;;
+    --annotate) symbols+=("$2"); shift ;;
     --) shift; break ;;
-    *) sed -n '3,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
   shift
 done
@@ -37,8 +38,8 @@ perf record -q "${record[@]}" -o "$tmp/perf.data" -- "$@" >"$tmp/out" 2>"$tmp/er
 echo "== symbols with 1% or more of the samples${report:+ (${report[*]})}"
 perf report -i "$tmp/perf.data" --stdio --no-children --sort sym --percent-limit 1 \
   "${report[@]}" 2>/dev/null | grep -v '^#' | grep -v '^$'
-if [ -n "$symbol" ]; then
+for symbol in "${symbols[@]}"; do
   echo "== hottest instructions of $symbol (share of its samples)"
   perf annotate -i "$tmp/perf.data" --stdio -s "$symbol" "${report[@]}" 2>/dev/null |
-    grep -E '^ +[0-9]+\.[0-9]+ +:' | sort -rn | head -8
-fi
+    grep -E '^ +[0-9]+\.[0-9]+ +:' | sort -rn | head -8 || echo "   (no samples)"
+done
