@@ -5,8 +5,12 @@
 # with --annotate SYMBOL, the hottest instructions of SYMBOL with their share
 # of that symbol's samples (for "N% of the submit path is on the tail CAS").
 # --annotate may be repeated: an inlined function's samples are its caller's.
+# --callers SYMBOL records call graphs (DWARF) and prints the call chains
+# that reach SYMBOL, each with its share of all samples (for "60% of the
+# sched_yield calls come from ...").
 #
-#   benchmarks/perf_share.sh [--user] [--comm NAME] [--annotate SYMBOL] -- COMMAND [ARGS...]
+#   benchmarks/perf_share.sh [--user] [--comm NAME] [--annotate SYMBOL] [--callers SYMBOL]
+#                            -- COMMAND [ARGS...]
 #
 #   --user        user-side samples only (perf record --all-user)
 #   --comm NAME   only the samples of threads named NAME (the main thread of
@@ -18,13 +22,15 @@ set -euo pipefail
 record=()
 report=()
 symbols=()
+callers=""
 while [ $# -gt 0 ]; do
   case $1 in
     --user) record+=(--all-user) ;;
     --comm) report+=(--comms "$2"); shift ;;
     --annotate) symbols+=("$2"); shift ;;
+    --callers) callers=$2; record+=(--call-graph dwarf); shift ;;
     --) shift; break ;;
-    *) sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '3,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
   shift
 done
@@ -43,3 +49,8 @@ for symbol in "${symbols[@]}"; do
   perf annotate -i "$tmp/perf.data" --stdio -s "$symbol" "${report[@]}" 2>/dev/null |
     grep -E '^ +[0-9]+\.[0-9]+ +:' | sort -rn | head -8 || echo "   (no samples)"
 done
+if [ -n "$callers" ]; then
+  echo "== call chains reaching $callers (share of all samples)"
+  perf report -i "$tmp/perf.data" --stdio --no-children -S "$callers" -G \
+    "${report[@]}" 2>/dev/null | grep -v "^#" | grep -v "^$" | head -60
+fi
