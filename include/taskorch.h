@@ -285,10 +285,26 @@ TKO_API long tko_group_cancel(tko_group *group);
  * stay valid while armed (until it fires, for a one-shot timer, or until
  * tko_timer_cancel returns). One deadline heap and one timer thread per pool
  * (started on first use) serve every timer; nothing is allocated per timer
- * beyond the heap's geometric growth. When a timer is due its task is
- * submitted with its weight and runs like any other. At shutdown, timers
- * not yet due are handed to on_cancel (id 0); they were never submitted, so
- * they are not in stats.cancelled.
+ * beyond the heap's geometric growth (and a small record per periodic
+ * timer, reused). When a timer is due its task is submitted with its weight
+ * and runs like any other. A periodic timer has at most one firing queued
+ * or running: while one is, its periods are skipped.
+ * A firing the queue refuses (a full TKO_FULL_REJECT queue, no memory): a
+ * one-shot timer's task goes to on_cancel once and the timer is disarmed
+ * (tko_timer_cancel then returns -ENOENT); a periodic timer skips that
+ * period, nothing goes to on_cancel, and it fires again at the next.
+ * A timer is a task from the moment it is armed: if it ends in on_cancel
+ * without its task having been queued (refused, or armed at shutdown), it
+ * counts in stats.submitted and stats.cancelled, and on_cancel gets an id
+ * unique in the pool (such ids have the top bit set).
+ * Shutdown closes the timers last: until the queue is drained or cancelled
+ * and in-flight async tasks have completed, timers keep firing and a task
+ * that comes due runs on the timer thread (it counts in stats.caller_runs),
+ * since it may be what completes an async task shutdown waits for. Then
+ * each timer still armed goes to on_cancel, exactly once: a periodic one
+ * after its last run (if shutdown cancelled its queued firing, that was its
+ * on_cancel, and the timer ended with it). Nothing of a timer runs after
+ * its argument reached on_cancel.
  * -EINVAL: NULL argument, a negative delay, or a delay or period over
  * TKO_MAX_TIMER_MS (refused rather than wrapped: a longer one once fired at
  * once, or every millisecond); -EBUSY: the timer is armed;
@@ -311,8 +327,9 @@ TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, t
  * submitted; a periodic one stops), -ENOENT if it was not armed (already
  * fired, cancelled, or never armed). Safe from any thread, tasks included,
  * and after the pool is destroyed (shutdown disarms every timer). A
- * periodic timer may still deliver the one run it was submitting when the
- * cancel came. */
+ * periodic timer may still run the one firing that was queued or running
+ * when the cancel came; its argument does not go to on_cancel (it is the
+ * caller's again). */
 TKO_API int tko_timer_cancel(tko_timer *timer);
 
 /* Async (completion-based) tasks. fn starts some work and returns 0; the
@@ -323,7 +340,10 @@ TKO_API int tko_timer_cancel(tko_timer *timer);
  * on_failure hooks (run_ns spans start to completion); max_async_inflight
  * bounds how many are in flight, the rest waiting queued by weight (an
  * async task run by TKO_FULL_CALLER_RUNS starts at once, past the limit).
- * Shutdown, in either mode, waits for in-flight async tasks to complete. */
+ * Shutdown, in either mode, waits for in-flight async tasks to complete;
+ * timers keep firing meanwhile (see the timers), so a timer's task that
+ * completes an async task still runs. Anything else that would complete one
+ * is the host's: another thread, or its on_cancel for a cancelled task. */
 typedef struct tko_async tko_async; /* an in-flight task, owned by the pool */
 typedef int (*tko_async_fn)(tko_async *op, void *arg);
 

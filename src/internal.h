@@ -145,13 +145,15 @@ struct tko_pool {
   atomic_uint blocking;             /* workers inside a blocking hint */
 
   /* Delayed tasks (timer.c). */
-  pthread_mutex_t timer_mu; /* guards the heap, every timer's state and the
-                               timer thread's start and stop */
+  pthread_mutex_t timer_mu; /* guards the heap, every timer's state, the
+                               periodic timers' records (timer_free too)
+                               and the timer thread's start and stop */
   pthread_cond_t timer_cv;  /* the timer thread waits here for the earliest deadline */
   struct tko__timer **timers; /* min-heap by deadline */
   uint32_t timers_len, timers_cap;
   pthread_t timer_thread;
   bool timer_started, timer_stop;
+  struct tko__firing *timer_free; /* periodic timers' records not in use */
 
   /* Async records (async.c): handed out from a free list, allocated in
    * chunks that live until destroy, so op pointers stay valid. */
@@ -169,6 +171,9 @@ struct tko_pool {
   atomic_uint helpers;
 
   atomic_uint_fast64_t cancelled;
+  /* Tasks accepted outside the inbox that never reach the queue (a timer
+   * handed to on_cancel before its task was queued): part of submitted. */
+  atomic_uint_fast64_t side_tasks;
   tko__worker caller; /* counts tasks run on a caller's thread (shutdown) */
 
   /* The lifecycle (lifecycle.h, lifecycle.c). Off the submit path: only
@@ -216,6 +221,7 @@ static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
 /* Tags in the low bits of tko__item.ctx (records are 8-byte aligned). */
 #define TKO__CTX_GROUP ((uintptr_t)1)
 #define TKO__CTX_ASYNC ((uintptr_t)2)
+#define TKO__CTX_TIMER ((uintptr_t)4) /* a periodic timer's firing (timer.c) */
 #define TKO__CTX_TAGS ((uintptr_t)7)
 
 /* group.c: a member finished (or was cancelled, status -ECANCELED). */
@@ -233,9 +239,17 @@ int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, i
                      long timeout_ms);
 /* Gives back room in a bounded queue for n tasks that left it. */
 void tko__release_room(tko_pool *pool, size_t n);
-/* Tasks ever accepted: inbox reservations plus tasks run by callers. */
+/* Tasks ever accepted: inbox reservations plus tasks run by callers and
+ * side tasks. */
 static inline uint64_t tko__submitted(tko_pool *pool) {
-  return tko__inbox_reserved(&pool->inbox) + tko__load_seq(&pool->caller_runs);
+  return tko__inbox_reserved(&pool->inbox) + tko__load_seq(&pool->caller_runs) +
+         tko__load_seq(&pool->side_tasks);
+}
+/* Counts a side task as submitted and returns its id, unique in the pool:
+ * ids of queued tasks are inbox positions, below 2^63; these have the top
+ * bit set. seq_cst: submitted before it can count as cancelled. */
+static inline uint64_t tko__side_task(tko_pool *pool) {
+  return ((uint64_t)1 << 63) | (tko__add_seq(&pool->side_tasks, 1) + 1);
 }
 
 /* worker.c */
@@ -266,8 +280,15 @@ void tko__async_fini(tko_pool *pool);
 int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms);
 void tko__keyed_free(tko_pool *pool);
 
-/* timer.c: disarms every timer (each to on_cancel) and joins the thread. */
+/* timer.c: stops the timer thread, then disarms every timer (each to
+ * on_cancel, once its firing in flight, if any, has ended). Shutdown calls
+ * it last, after in-flight async tasks completed: until then timers fire,
+ * and on a closed pool their tasks run on the timer thread. */
 void tko__timers_close(tko_pool *pool);
+/* A periodic timer's firing (ctx tag TKO__CTX_TIMER) ran or was cancelled. */
+void tko__timer_firing_done(const tko__item *item, bool cancelled);
+/* Frees the timer heap and records (destroy). */
+void tko__timers_fini(tko_pool *pool);
 
 /* elastic.c */
 void tko__elastic_spawn(tko_pool *pool);

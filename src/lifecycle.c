@@ -211,10 +211,8 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   pthread_mutex_lock(&pool->space_mu); /* blocked submitters see closing */
   pthread_cond_broadcast(&pool->space_cv);
   pthread_mutex_unlock(&pool->space_mu);
-  /* After closing: the timer thread may be blocked submitting to a full
-   * queue, and only closing wakes it. A timer that comes due now meets
-   * the closed pool and goes to on_cancel like those not yet due. */
-  tko__timers_close(pool);
+  /* The timer thread, if blocked submitting to a full queue, is woken by
+   * closing too; timers close last, in finish. */
   if (cancel) tko__empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
 }
@@ -269,6 +267,10 @@ static int finish(tko_pool *pool, const struct timespec *deadline) {
   tko__empty_queue(pool, get_state(pool) == TKO__DRAINING);
   rc = wait_async(pool, deadline); /* in-flight async tasks finish, as running ones did */
   if (rc) return rc;
+  /* Timers last (timer.c): until here a timer that comes due may complete
+   * an async task waited for above - its task runs on the timer thread, the
+   * closed pool cannot queue it. Those still armed now go to on_cancel. */
+  tko__timers_close(pool);
   pthread_mutex_lock(&pool->gate_mu);
   set_state(pool, TKO__STOPPED);
   pthread_mutex_unlock(&pool->gate_mu);

@@ -84,7 +84,7 @@ static void free_pool(tko_pool *pool) {
   pthread_cond_destroy(&pool->space_cv);
   pthread_mutex_destroy(&pool->timer_mu);
   pthread_cond_destroy(&pool->timer_cv);
-  tko__mem_free(a, pool->timers);
+  tko__timers_fini(pool);
   tko__mem_free(a, pool);
 }
 

@@ -6,7 +6,31 @@
  * Ownership: the pool touches a timer only under timer_mu while it is armed.
  * When one fires (or is cancelled) its fields are copied under the mutex and
  * its state changes before the mutex is released, so a caller may reuse or
- * free the storage as soon as it fires or tko_timer_cancel returns. */
+ * free the storage as soon as it fires or tko_timer_cancel returns.
+ *
+ * Exactly once, for a periodic timer's argument: each firing is a task of
+ * its own, and the timer is one more (the one that ends in on_cancel if
+ * shutdown finds it armed). A host frees the argument in on_cancel, so it
+ * must get there once, after the timer's last run. Three rules see to it:
+ * - one firing at a time: a firing carries a pool-owned record (ctx tag
+ *   TKO__CTX_TIMER) that the engine reports back when the task has run or
+ *   was cancelled (tko__timer_firing_done); while it is queued or running,
+ *   the timer skips its periods;
+ * - a firing the queue refuses (a full TKO_FULL_REJECT queue, no memory)
+ *   skips its period: the argument stays the timer's, nothing reaches
+ *   on_cancel (a one-shot timer has no next period: its task is cancelled
+ *   once and the timer disarmed);
+ * - a firing cancelled by shutdown hands the argument to on_cancel and ends
+ *   the timer with it; a timer closed while its firing is out is handed to
+ *   on_cancel when that firing has run, not before.
+ * The record, not the caller's timer, is what a firing points to: a
+ * cancelled timer's storage may be reused while its last firing still runs.
+ *
+ * Shutdown closes the timers last (tko__timers_close, after the queue is
+ * drained or cancelled, the workers are gone and in-flight async tasks have
+ * completed): until then timers keep firing, and a task that comes due on a
+ * closed pool runs on the timer thread, since it may be what completes an
+ * async task that shutdown waits for. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,11 +41,23 @@
 
 enum { TIMER_IDLE = 0, TIMER_ARMED, TIMER_FIRED, TIMER_CANCELLED };
 
+/* A periodic timer's link to its firing (see the essay above). Pool-owned,
+ * taken from pool->timer_free when a periodic timer is armed; every field
+ * is guarded by timer_mu. */
+typedef struct tko__firing {
+  struct tko__timer *timer; /* the armed timer; NULL once it is disarmed */
+  struct tko__firing *next_free;
+  tko_pool *pool;
+  bool outstanding; /* a firing is submitted and has not yet run or been cancelled */
+  bool closed;      /* shutdown closed the timer while a firing was out */
+} tko__firing;
+
 typedef struct tko__timer {
   tko_task_fn fn;
   void *arg;
   tko_pool *pool;
   uint64_t deadline_ns, period_ns; /* period 0 = one-shot */
+  tko__firing *rec;                /* periodic timers only; timer_mu */
   uint32_t heap_pos;
   int weight;
   /* Written under pool->timer_mu; atomic so that tko_timer_cancel can see
@@ -74,11 +110,82 @@ static void heap_remove(tko_pool *pool, tko__timer *t) {
   sift_up(pool, last->heap_pos);
 }
 
+/* A timer's task that never reached the queue ends in on_cancel: it was
+ * accepted (the arm returned 0), so it counts as submitted and cancelled,
+ * with an id of its own. For the hook's duration the thread counts as the
+ * pool's (waiting on the pool from there would wait on itself). */
 static void hand_to_cancel(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
   const tko_hooks *h = &pool->opts.hooks;
-  if (!h->on_cancel) return;
-  tko_task_info info = {.fn = fn, .arg = arg, .weight = weight, .worker = UINT32_MAX};
-  h->on_cancel(h->user, &info);
+  tko_task_info info = {.id = tko__side_task(pool), .fn = fn, .arg = arg, .weight = weight,
+                        .worker = UINT32_MAX};
+  if (h->on_cancel) {
+    tko_pool *prev = tko__enter_pool(pool);
+    h->on_cancel(h->user, &info);
+    tko__leave_pool(prev);
+  }
+  /* seq_cst: wait_idle reads cancelled with finished, before submitted. */
+  tko__add_seq(&pool->cancelled, 1);
+}
+
+/* Caller holds timer_mu. */
+static void release_record(tko_pool *pool, tko__firing *rec) {
+  rec->next_free = pool->timer_free;
+  pool->timer_free = rec;
+}
+
+/* Takes an armed timer out of the heap, as state; caller holds timer_mu.
+ * A periodic timer lets go of its record, which lives on while a firing is
+ * out (that firing's end gives it back). */
+static void disarm(tko_pool *pool, tko__timer *t, int state) {
+  heap_remove(pool, t);
+  tko__firing *rec = t->rec;
+  t->rec = NULL;
+  if (rec) {
+    rec->timer = NULL;
+    if (!rec->outstanding) release_record(pool, rec);
+  }
+  /* Release: pairs with the acquire in tko_timer_cancel. */
+  atomic_store_explicit(&t->state, state, memory_order_release);
+}
+
+void tko__timer_firing_done(const tko__item *item, bool cancelled) {
+  tko__firing *rec = (tko__firing *)(item->ctx & ~TKO__CTX_TAGS);
+  tko_pool *pool = rec->pool;
+  pthread_mutex_lock(&pool->timer_mu);
+  rec->outstanding = false;
+  /* Closed while this firing was out: the timer's own on_cancel comes now,
+   * after its last run - unless that run was cancelled, which was it. */
+  bool hand = rec->closed && !cancelled;
+  rec->closed = false;
+  /* Cancelled (by shutdown): the argument has just reached on_cancel, so
+   * the timer ends with it; nothing of it may run any more. */
+  if (!rec->timer) release_record(pool, rec); /* disarmed meanwhile */
+  else if (cancelled) disarm(pool, rec->timer, TIMER_CANCELLED); /* releases rec */
+  pthread_mutex_unlock(&pool->timer_mu);
+  if (hand) hand_to_cancel(pool, item->fn, item->arg, item->weight);
+}
+
+/* Runs a due task on this thread (the timer thread, or the caller when the
+ * pool runs tasks on the caller): counted like a caller-runs task. */
+static void run_here(tko_pool *pool, const tko__item *item) {
+  tko__add_seq(&pool->caller_runs, 1); /* seq_cst: submitted before it can finish */
+  tko_pool *prev = tko__enter_pool(pool);
+  tko__run_item(pool, &pool->caller, item);
+  tko__leave_pool(prev);
+  tko__notify_idle(pool);
+}
+
+/* Submits a due timer's task; what a refusal means is in the essay. */
+static void fire(tko_pool *pool, const tko__item *item) {
+  int rc = tko__submit_item(pool, item->fn, item->arg, item->ctx, item->weight, -1);
+  if (rc == 0) return;
+  if (rc == -ESHUTDOWN) {
+    run_here(pool, item); /* closed: the timers close last, see the essay */
+  } else if (item->ctx) {
+    tko__timer_firing_done(item, false); /* periodic: skips this period */
+  } else {
+    hand_to_cancel(pool, item->fn, item->arg, item->weight); /* one-shot: already disarmed */
+  }
 }
 
 static void *timer_main(void *arg) {
@@ -100,28 +207,30 @@ static void *timer_main(void *arg) {
       pthread_cond_timedwait(&pool->timer_cv, &pool->timer_mu, &ts);
       continue;
     }
-    tko_task_fn fn = t->fn;
-    void *targ = t->arg;
-    int weight = t->weight;
-    if (t->period_ns) {
+    tko__item item = {.fn = t->fn, .arg = t->arg, .weight = t->weight};
+    if (t->rec) {
       /* Whole periods from the first deadline; skip the ones already missed. */
       uint64_t late = now - t->deadline_ns;
       t->deadline_ns += (late / t->period_ns + 1) * t->period_ns;
       sift_down(pool, 0);
+      if (t->rec->outstanding) continue; /* one firing at a time */
+      t->rec->outstanding = true;
+      item.ctx = (uintptr_t)t->rec | TKO__CTX_TIMER;
     } else {
       heap_remove(pool, t);
       atomic_store_explicit(&t->state, TIMER_FIRED, memory_order_release);
     }
     pthread_mutex_unlock(&pool->timer_mu);
-    if (tko__submit_item(pool, fn, targ, 0, weight, -1)) hand_to_cancel(pool, fn, targ, weight);
+    fire(pool, &item);
     pthread_mutex_lock(&pool->timer_mu);
   }
   pthread_mutex_unlock(&pool->timer_mu);
   return NULL;
 }
 
-/* Grows the heap and starts the thread as needed; caller holds timer_mu. */
-static int prepare(tko_pool *pool) {
+/* Grows the heap, takes a record for a periodic timer and starts the
+ * thread as needed; caller holds timer_mu. */
+static int prepare(tko_pool *pool, bool periodic, tko__firing **rec) {
   if (pool->timers_len == pool->timers_cap) {
     uint32_t cap = pool->timers_cap ? pool->timers_cap * 2 : 16;
     tko__timer **h = tko__mem_realloc(pool->opts.allocator, pool->timers, cap * sizeof *h);
@@ -129,9 +238,19 @@ static int prepare(tko_pool *pool) {
     pool->timers = h;
     pool->timers_cap = cap;
   }
+  *rec = NULL;
+  if (periodic && !pool->timer_free) {
+    tko__firing *r = tko__mem_alloc(pool->opts.allocator, sizeof *r);
+    if (!r) return -ENOMEM;
+    release_record(pool, r);
+  }
   if (!pool->timer_started) {
     if (tko__thread_create(&pool->timer_thread, timer_main, pool)) return -EAGAIN;
     pool->timer_started = true;
+  }
+  if (periodic) {
+    *rec = pool->timer_free;
+    pool->timer_free = (*rec)->next_free;
   }
   return 0;
 }
@@ -145,15 +264,17 @@ static int arm(tko_pool *pool, tko_timer *timer, long delay_ms, long period_ms, 
     return -EINVAL;
   if (tko__pool_forked(pool)) return -ECHILD;
   tko__timer *t = as_timer(timer);
+  tko__firing *rec = NULL;
   int rc = 0;
   pthread_mutex_lock(&pool->timer_mu);
   if (pool->timer_stop) rc = -ESHUTDOWN;
   else if (t->state == TIMER_ARMED) rc = -EBUSY;
-  else rc = prepare(pool);
+  else rc = prepare(pool, period_ms > 0, &rec);
   if (rc == 0) {
-    *t = (tko__timer){.fn = fn, .arg = arg, .pool = pool, .weight = weight,
+    *t = (tko__timer){.fn = fn, .arg = arg, .pool = pool, .weight = weight, .rec = rec,
                       .deadline_ns = tko__now_ns() + (uint64_t)delay_ms * 1000000u,
                       .period_ns = (uint64_t)period_ms * 1000000u, .state = TIMER_ARMED};
+    if (rec) *rec = (tko__firing){.timer = t, .pool = pool};
     place(pool, pool->timers_len++, t);
     sift_up(pool, t->heap_pos);
     if (t->heap_pos == 0) pthread_cond_signal(&pool->timer_cv);
@@ -189,8 +310,7 @@ int tko_timer_cancel(tko_timer *timer) {
   pthread_mutex_lock(&pool->timer_mu);
   int rc = -ENOENT;
   if (t->state == TIMER_ARMED) {
-    heap_remove(pool, t);
-    atomic_store_explicit(&t->state, TIMER_CANCELLED, memory_order_release);
+    disarm(pool, t, TIMER_CANCELLED);
     rc = 0;
   }
   pthread_mutex_unlock(&pool->timer_mu);
@@ -200,20 +320,38 @@ int tko_timer_cancel(tko_timer *timer) {
 void tko__timers_close(tko_pool *pool) {
   pthread_mutex_lock(&pool->timer_mu);
   pool->timer_stop = true;
+  pthread_cond_broadcast(&pool->timer_cv);
+  bool started = pool->timer_started;
+  pool->timer_started = false;
+  pthread_mutex_unlock(&pool->timer_mu);
+  /* First the thread, with the firing it may be in the middle of: after
+   * the join no firing is being submitted, so each armed timer below either
+   * has no firing out or has one queued or running. */
+  if (started) pthread_join(pool->timer_thread, NULL);
+  pthread_mutex_lock(&pool->timer_mu);
   while (pool->timers_len > 0) {
     tko__timer *t = pool->timers[0];
     tko_task_fn fn = t->fn;
     void *arg = t->arg;
     int weight = t->weight;
-    heap_remove(pool, t);
-    atomic_store_explicit(&t->state, TIMER_CANCELLED, memory_order_release);
+    /* A firing still out hands the argument over when it ends. */
+    bool hand = !(t->rec && t->rec->outstanding);
+    if (!hand) t->rec->closed = true;
+    disarm(pool, t, TIMER_CANCELLED);
     pthread_mutex_unlock(&pool->timer_mu);
-    hand_to_cancel(pool, fn, arg, weight);
+    if (hand) hand_to_cancel(pool, fn, arg, weight);
     pthread_mutex_lock(&pool->timer_mu);
   }
-  pthread_cond_broadcast(&pool->timer_cv);
-  bool started = pool->timer_started;
-  pool->timer_started = false;
   pthread_mutex_unlock(&pool->timer_mu);
-  if (started) pthread_join(pool->timer_thread, NULL);
+}
+
+void tko__timers_fini(tko_pool *pool) {
+  /* Every record is back on the free list once the pool is shut down. */
+  while (pool->timer_free) {
+    tko__firing *r = pool->timer_free;
+    pool->timer_free = r->next_free;
+    tko__mem_free(pool->opts.allocator, r);
+  }
+  tko__mem_free(pool->opts.allocator, pool->timers);
+  pool->timers = NULL;
 }

@@ -40,9 +40,11 @@ static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item
                           .weight = item->weight, .worker = w->index, .kind = w->kind};
 }
 
-/* Tells the task's group, if any, that it is done. */
-static void ctx_done(const tko__item *item, int status) {
-  if (item->ctx & ~TKO__CTX_TAGS) tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status);
+/* Tells the task's group or periodic timer, if any, that it is done. */
+static void ctx_done(const tko__item *item, int status, bool cancelled) {
+  if (!(item->ctx & ~TKO__CTX_TAGS)) return;
+  if (item->ctx & TKO__CTX_TIMER) tko__timer_firing_done(item, cancelled);
+  else tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status);
 }
 
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
@@ -52,7 +54,7 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (!pool->timing) {
     int status = item->fn(item->arg);
     if (status) tko__count(pool, w, &w->failed);
-    if (item->ctx) ctx_done(item, status);
+    if (item->ctx) ctx_done(item, status, false);
     tko__count(pool, w, &w->finished);
     return status;
   }
@@ -68,7 +70,7 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
     if (h->on_failure) h->on_failure(h->user, &info);
     tko__count(pool, w, &w->failed);
   }
-  if (item->ctx) ctx_done(item, info.status);
+  if (item->ctx) ctx_done(item, info.status, false);
   tko__count(pool, w, &w->finished);
   return info.status;
 }
@@ -87,7 +89,7 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
     h->on_cancel(h->user, &info);
     tko__leave_pool(prev);
   }
-  if (item->ctx) ctx_done(item, -ECANCELED);
+  if (item->ctx) ctx_done(item, -ECANCELED, true);
   /* seq_cst: wait_idle reads cancelled with finished, before submitted. */
   tko__add_seq(&pool->cancelled, 1);
 }

@@ -7,9 +7,11 @@
  * periodic timer fires until cancelled (also from its own task); timers
  * fire in deadline order; the error codes; many timers armed and cancelled
  * at once; a timer that fires into a full reject pool goes to on_cancel;
- * and shutdown: timers not yet due go to on_cancel (id 0, not counted in
- * stats.cancelled since they were never submitted), a fired task still
- * queued is run by DRAIN and cancelled by CANCEL. Nothing is lost: runs +
+ * and shutdown: timers not yet due go to on_cancel (with an id of their
+ * own, counted in stats.submitted and stats.cancelled), a fired task still
+ * queued is run by DRAIN and cancelled by CANCEL; a periodic timer's
+ * argument reaches on_cancel once, after its last run; a refused periodic
+ * firing skips its period; timers close after in-flight async tasks. Nothing is lost: runs +
  * on_cancel calls == timers armed and not cancelled. No test sleeps to wait
  * for something: completions are counted under a condition variable. */
 #include <errno.h>
@@ -29,7 +31,7 @@
 typedef struct tctx {
   tt_count runs;        /* timer tasks that ran */
   tt_count cancels;     /* on_cancel calls */
-  tt_count cancels_id0; /* of those, with id 0 (a timer, never submitted) */
+  tt_count cancels_id0; /* of those, with id 0 (none since issue 14.19) */
   tt_count elastic_starts;
   atomic_int bad;
   tko_pool *pool;
@@ -50,6 +52,8 @@ typedef struct tjob {
   int tag;
   atomic_int ran, cancelled;
   uint64_t start_ns; /* of the last run */
+  uint64_t cancel_id; /* the id on_cancel saw */
+  int ran_at_cancel; /* runs when on_cancel came */
   tko_timer timer;
   /* Periodic / chaining behaviour. */
   int cancel_at; /* cancel own timer on this run (0 = never) */
@@ -92,7 +96,10 @@ static int tjob_fn(void *arg) {
 static void on_cancel(void *user, const tko_task_info *t) {
   tctx *c = user;
   if (t->worker != UINT32_MAX) atomic_fetch_add(&c->bad, 1);
-  atomic_fetch_add(&((tjob *)t->arg)->cancelled, 1);
+  tjob *j = t->arg;
+  j->cancel_id = t->id;
+  j->ran_at_cancel = atomic_load(&j->ran);
+  atomic_fetch_add(&j->cancelled, 1);
   if (t->id == 0) tt_count_add(&c->cancels_id0, 1);
   tt_count_add(&c->cancels, 1);
 }
@@ -375,9 +382,16 @@ Test(timer, firing_into_a_full_reject_pool_goes_to_on_cancel) {
   cr_assert_eq(tko_submit_after(pool, &j.timer, 0, tjob_fn, &j, 0), 0);
   cr_assert(tt_count_wait_eq(&c.cancels, 1), "the refused firing was lost");
   cr_assert_eq(atomic_load(&j.cancelled), 1);
-  cr_assert_eq(tt_count_get(&c.cancels_id0), 1);
+  /* Cancelled once and disarmed (issue 17, defect 3: now documented), and
+   * counted as a cancelled task with an id of its own (issue 14.19). */
+  cr_assert_eq(tko_timer_cancel(&j.timer), -ENOENT);
+  cr_assert_eq(tt_count_get(&c.cancels_id0), 0);
+  cr_assert_neq(j.cancel_id, 0);
   cr_assert_eq(tko_pool_resume(pool), 0);
   cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  tko_stats st = tf_stats(pool); /* after shutdown: the timer thread's counts are in */
+  cr_assert_eq(st.cancelled, 1);
+  cr_assert_eq(st.submitted, 2);
   cr_assert_eq(atomic_load(&j.ran), 0);
   cr_assert_eq(atomic_load(&fill.ran), 1);
   finish(&c, pool);
@@ -398,16 +412,20 @@ static void pending_timers_at_shutdown(tko_shutdown_mode mode) {
   cr_assert_eq(tko_submit_every(pool, &js[N - 1].timer, TT_LONG_MS, tjob_fn, &js[N - 1], 0), 0);
   cr_assert_eq(tko_pool_shutdown(pool, mode), 0);
   cr_assert_eq(tt_count_get(&c.cancels), N, "a pending timer was lost");
-  cr_assert_eq(tt_count_get(&c.cancels_id0), N);
   cr_assert_eq(tt_count_get(&c.runs), 0);
+  /* Issue 14, defect 19: each was handed over with id 0 and not counted.
+   * A timer is a task accepted when armed: its cancellation counts in
+   * stats (submitted and cancelled) and carries an id unique in the pool. */
+  cr_assert_eq(tt_count_get(&c.cancels_id0), 0, "on_cancel got id 0");
   for (int i = 0; i < N; i++) {
     cr_assert_eq(atomic_load(&js[i].cancelled), 1);
     cr_assert_eq(tko_timer_cancel(&js[i].timer), -ENOENT, "still armed after shutdown");
+    for (int k = 0; k < i; k++) cr_assert_neq(js[i].cancel_id, js[k].cancel_id);
   }
-  /* Never submitted, so not in the pool's counts. */
   tko_stats s = tf_stats(pool);
-  cr_assert_eq(s.submitted, 0);
-  cr_assert_eq(s.cancelled, 0);
+  cr_assert_eq(s.submitted, N);
+  cr_assert_eq(s.cancelled, N);
+  cr_assert_eq(s.queued, 0);
   tjob late;
   tjob_init(&late, &c, 9);
   cr_assert_eq(tko_submit_after(pool, &late.timer, 0, tjob_fn, &late, 0), -ESHUTDOWN);
@@ -453,10 +471,10 @@ static void fired_task_at_shutdown(tko_shutdown_mode mode) {
     cr_assert_eq(atomic_load(&fired.cancelled), 1);
   }
   cr_assert_eq(tt_count_get(&c.runs) + tt_count_get(&c.cancels), 2, "a timer task was lost");
-  s = tf_stats(pool);
-  cr_assert_eq(s.submitted, 1);
-  cr_assert_eq(s.completed + s.cancelled, 1);
-  cr_assert_eq(s.cancelled, mode == TKO_CANCEL ? 1u : 0u);
+  s = tf_stats(pool); /* the pending timer counts too (issue 14.19) */
+  cr_assert_eq(s.submitted, 2);
+  cr_assert_eq(s.completed + s.cancelled, 2);
+  cr_assert_eq(s.cancelled, mode == TKO_CANCEL ? 2u : 1u);
   finish(&c, pool);
 }
 
@@ -534,4 +552,168 @@ Test(timer, regression_huge_delays_and_periods_are_refused_not_wrapped) {
   cr_assert_eq(atomic_load(&j.ran), 0);
   cr_assert_eq(tt_count_get(&c.cancels), 0);
   finish(&c, pool);
+}
+
+/* ---- regressions: issues 14 and 17 ------------------------------------- */
+
+/* Issue 14, defect 6: a periodic timer's argument reached on_cancel twice -
+ * once from the timer thread, whose firing the closing pool refused, and
+ * once from shutdown's disarming of the timer - in about one plain destroy
+ * in three; and shutdown handed it over before queued firings ran. Now it
+ * reaches on_cancel exactly once, after the timer's last run. */
+enum { DESTROY_ROUNDS = TT_SCALE(60, 15) };
+
+static void periodic_ends_once_after_its_last_run(tctx *c, tjob *p) {
+  cr_assert_eq(atomic_load(&p->cancelled), 1, "on_cancel %d times", atomic_load(&p->cancelled));
+  cr_assert_eq(p->ran_at_cancel, atomic_load(&p->ran), "ran after on_cancel");
+  cr_assert_neq(p->cancel_id, 0);
+  cr_assert_eq(atomic_load(&c->bad), 0);
+}
+
+Test(timer, regression_periodic_argument_reaches_on_cancel_once_at_destroy) {
+  for (int round = 0; round < DESTROY_ROUNDS; round++) {
+    tctx c;
+    tctx_init(&c);
+    tko_pool *pool = make_pool(&c, 2);
+    tjob p;
+    tjob_init(&p, &c, 0);
+    cr_assert_eq(tko_submit_every(pool, &p.timer, 1, tjob_fn, &p, 0), 0);
+    cr_assert(tt_count_wait_geq(&c.runs, 1 + round % 3));
+    cr_assert_eq(tko_pool_destroy(pool), 0);
+    periodic_ends_once_after_its_last_run(&c, &p);
+  }
+}
+
+/* The same with a firing queued at shutdown (a paused elastic-only pool:
+ * the firing's submit starts the worker, whose thread_start tells the test
+ * it is queued). CANCEL hands the queued firing to on_cancel, and that ends
+ * the timer (it used to be handed over a second time); DRAIN runs it and
+ * then hands the timer over (it used to hand it over first). */
+static void periodic_with_a_queued_firing_at_shutdown(tko_shutdown_mode mode) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool_opts(&c, tko_elastic_options(0, 1, 1000));
+  tjob p;
+  tjob_init(&p, &c, 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit_every(pool, &p.timer, 1, tjob_fn, &p, 0), 0);
+  cr_assert(tt_count_wait_geq(&c.elastic_starts, 1));
+  cr_assert_eq(tko_pool_shutdown(pool, mode), 0);
+  periodic_ends_once_after_its_last_run(&c, &p);
+  if (mode == TKO_CANCEL) cr_assert_eq(atomic_load(&p.ran), 0);
+  else cr_assert_geq(atomic_load(&p.ran), 1);
+  tko_stats s = tf_stats(pool);
+  cr_assert_eq(s.submitted, s.completed + s.cancelled, "a task was lost or counted twice");
+  finish(&c, pool);
+}
+
+Test(timer, regression_periodic_with_a_queued_firing_at_shutdown_cancel) {
+  periodic_with_a_queued_firing_at_shutdown(TKO_CANCEL);
+}
+
+Test(timer, regression_periodic_with_a_queued_firing_at_shutdown_drain) {
+  periodic_with_a_queued_firing_at_shutdown(TKO_DRAIN);
+}
+
+/* Issue 17, defect 3: a periodic timer firing into a full TKO_FULL_REJECT
+ * queue handed its argument to on_cancel at every refused period (12
+ * times), stayed armed and then ran again with it (8 times). A refused
+ * firing now skips its period: nothing reaches on_cancel, the timer stays
+ * armed and fires again once there is room, and shutdown hands the argument
+ * over once, after its last run. The refusals are timed by a one-shot
+ * timer due after many periods, refused too (cancelled once, disarmed). */
+Test(timer, regression_periodic_firing_refused_by_a_full_queue_skips_the_period) {
+  tctx c;
+  tctx_init(&c);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_REJECT;
+  tko_pool *pool = make_pool_opts(&c, o);
+  tjob fill, p, clock;
+  tjob_init(&fill, &c, 0);
+  tjob_init(&p, &c, 1);
+  tjob_init(&clock, &c, 2);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit(pool, tjob_fn, &fill, 0), 0); /* the queue is full */
+  cr_assert_eq(tko_submit_every(pool, &p.timer, 1, tjob_fn, &p, 0), 0);
+  cr_assert_eq(tko_submit_after(pool, &clock.timer, 20, tjob_fn, &clock, 0), 0);
+  /* Deadline order: the periodic timer's refused periods come first. */
+  cr_assert(tt_count_wait_geq(&c.cancels, 1));
+  cr_assert_eq(atomic_load(&clock.cancelled), 1);
+  cr_assert_eq(atomic_load(&p.cancelled), 0, "a refused period went to on_cancel");
+  cr_assert_eq(atomic_load(&p.ran), 0);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert(tt_count_wait_geq(&c.runs, 1 + 3), "the periodic timer stopped firing");
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  periodic_ends_once_after_its_last_run(&c, &p);
+  cr_assert_eq(atomic_load(&fill.ran), 1);
+  cr_assert_eq(atomic_load(&clock.ran), 0);
+  finish(&c, pool);
+}
+
+/* Issue 14, defect 12: an async task that a tko_submit_after task would
+ * complete. Shutdown, in either mode, disarmed the timer first (to
+ * on_cancel) and then waited forever for the completion it had made
+ * impossible. Timers now close last: the timer fires while shutdown waits
+ * for the async task, its task runs on the timer thread (the closed pool
+ * cannot queue it) and completes the async task. */
+typedef struct async_timeout {
+  tko_pool *pool;
+  tko_async *op;
+  tjob job; /* the timer and its counts */
+  tt_count started;
+  atomic_int completions;
+} async_timeout;
+
+static int complete_op_fn(void *arg) {
+  async_timeout *a = arg;
+  atomic_fetch_add(&a->job.ran, 1);
+  if (tko_async_complete(a->op, 0) == 0) atomic_fetch_add(&a->completions, 1);
+  return 0;
+}
+
+static int arm_completion_fn(tko_async *op, void *arg) {
+  async_timeout *a = arg;
+  a->op = op;
+  int rc = tko_submit_after(a->pool, &a->job.timer, 20, complete_op_fn, a, 0);
+  tt_count_add(&a->started, 1);
+  return rc;
+}
+
+static int shutdown_cancel_fn(void *pool) {
+  return tko_pool_shutdown(pool, TKO_CANCEL);
+}
+
+static void async_completed_by_a_timer_at_shutdown(tko_shutdown_mode mode) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  async_timeout a;
+  memset(&a, 0, sizeof a);
+  a.pool = pool;
+  tjob_init(&a.job, &c, 0);
+  tt_count_init(&a.started);
+  cr_assert_eq(tko_submit_async(pool, arm_completion_fn, &a, 0), 0);
+  cr_assert(tt_count_wait_geq(&a.started, 1));
+  tf_thread t;
+  cr_assert_eq(tf_thread_start(&t, mode == TKO_DRAIN ? shutdown_drain_fn : shutdown_cancel_fn,
+                               pool), 0);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&t, TT_LONG_MS, &rc), "shutdown waits for a completion it made impossible");
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(atomic_load(&a.completions), 1);
+  cr_assert_eq(atomic_load(&a.job.ran), 1);
+  cr_assert_eq(atomic_load(&a.job.cancelled), 0);
+  tko_stats s = tf_stats(pool);
+  cr_assert_eq(s.async_inflight, 0);
+  cr_assert_eq(s.submitted, s.completed + s.cancelled);
+  finish(&c, pool);
+}
+
+Test(timer, regression_shutdown_drain_lets_a_timer_complete_an_async_task) {
+  async_completed_by_a_timer_at_shutdown(TKO_DRAIN);
+}
+
+Test(timer, regression_shutdown_cancel_lets_a_timer_complete_an_async_task) {
+  async_completed_by_a_timer_at_shutdown(TKO_CANCEL);
 }
