@@ -717,3 +717,64 @@ Test(timer, regression_shutdown_drain_lets_a_timer_complete_an_async_task) {
 Test(timer, regression_shutdown_cancel_lets_a_timer_complete_an_async_task) {
   async_completed_by_a_timer_at_shutdown(TKO_CANCEL);
 }
+
+/* A late periodic timer skips its missed periods rather than firing them in
+ * a burst (issue 18's survivor). The rule of one firing at a time already
+ * hides a burst while a firing waits in the queue; here each firing runs on
+ * the timer thread itself (TKO_FULL_CALLER_RUNS into a full queue), so only
+ * the deadline arithmetic can prevent one. The first run holds the timer
+ * thread for 5.5 periods; after it returns at most two runs may start
+ * within a quarter period (the one for the missed deadlines, and a grid
+ * point if the stall ended just before one); a burst starts five. The bound
+ * is from above, by a factor a scheduling delay does not reach. */
+enum { BURST_RUNS = 4 };
+
+typedef struct stall {
+  tt_count runs;
+  uint64_t start[BURST_RUNS + 8];
+  uint64_t first_end;
+  long period_ms;
+} stall;
+
+static int stall_fn(void *arg) {
+  stall *s = arg;
+  long n = tt_count_get(&s->runs);
+  if (n < BURST_RUNS + 8) s->start[n] = tt_now_ns();
+  if (n == 0) {
+    long ms = s->period_ms * 11 / 2; /* long-running: the timer thread is held up */
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) == EINTR) {
+    }
+    s->first_end = tt_now_ns();
+  }
+  tt_count_add(&s->runs, 1);
+  return 0;
+}
+
+Test(timer, late_periodic_timer_skips_missed_periods_when_run_on_the_timer_thread) {
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(pool, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit(pool, tt_nop_fn, NULL, 0), 0); /* the queue is full */
+  stall s;
+  memset(&s, 0, sizeof s);
+  tt_count_init(&s.runs);
+  s.period_ms = 40;
+  tko_timer timer;
+  tko_timer_init(&timer);
+  cr_assert_eq(tko_submit_every(pool, &timer, s.period_ms, stall_fn, &s, 0), 0);
+  cr_assert(tt_count_wait_geq(&s.runs, BURST_RUNS));
+  cr_assert_eq(tko_timer_cancel(&timer), 0);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  uint64_t quarter = (uint64_t)s.period_ms * 1000000u / 4;
+  int early = 0;
+  for (int i = 1; i < BURST_RUNS; i++)
+    if (s.start[i] < s.first_end + quarter) early++;
+  cr_assert_leq(early, 2, "%d runs at once after the stall: a burst of missed periods", early);
+}
