@@ -615,6 +615,50 @@ Test(timer, regression_periodic_with_a_queued_firing_at_shutdown_drain) {
   periodic_with_a_queued_firing_at_shutdown(TKO_DRAIN);
 }
 
+static int shutdown_cancel_fn(void *pool) {
+  return tko_pool_shutdown(pool, TKO_CANCEL);
+}
+
+/* The same with the timer thread blocked submitting a firing into a full
+ * TKO_FULL_BLOCK queue when shutdown comes (this doubled the hand-over every
+ * time): closing wakes it, the firing runs on the timer thread, and the
+ * timer is handed over once, after it. The pause lets several periods pass
+ * so that the thread is blocked by then (the checks hold either way). */
+static void periodic_blocked_in_submit_at_shutdown(tko_shutdown_mode mode) {
+  tctx c;
+  tctx_init(&c);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_BLOCK;
+  tko_pool *pool = make_pool_opts(&c, o);
+  tjob fill, p;
+  tjob_init(&fill, &c, 0);
+  tjob_init(&p, &c, 1);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit(pool, tjob_fn, &fill, 0), 0); /* the queue is full */
+  cr_assert_eq(tko_submit_every(pool, &p.timer, 1, tjob_fn, &p, 0), 0);
+  struct timespec ts = {0, 10 * 1000000L}; /* time passes for the timer thread */
+  nanosleep(&ts, NULL);
+  tf_thread t;
+  cr_assert_eq(tf_thread_start(&t, mode == TKO_DRAIN ? shutdown_drain_fn : shutdown_cancel_fn,
+                               pool), 0);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&t, TT_LONG_MS, &rc));
+  cr_assert_eq(rc, 0);
+  periodic_ends_once_after_its_last_run(&c, &p);
+  tko_stats s = tf_stats(pool);
+  cr_assert_eq(s.submitted, s.completed + s.cancelled, "a task was lost or counted twice");
+  finish(&c, pool);
+}
+
+Test(timer, regression_periodic_blocked_in_submit_at_shutdown_drain) {
+  periodic_blocked_in_submit_at_shutdown(TKO_DRAIN);
+}
+
+Test(timer, regression_periodic_blocked_in_submit_at_shutdown_cancel) {
+  periodic_blocked_in_submit_at_shutdown(TKO_CANCEL);
+}
+
 /* Issue 17, defect 3: a periodic timer firing into a full TKO_FULL_REJECT
  * queue handed its argument to on_cancel at every refused period (12
  * times), stayed armed and then ran again with it (8 times). A refused
@@ -678,10 +722,6 @@ static int arm_completion_fn(tko_async *op, void *arg) {
   int rc = tko_submit_after(a->pool, &a->job.timer, 20, complete_op_fn, a, 0);
   tt_count_add(&a->started, 1);
   return rc;
-}
-
-static int shutdown_cancel_fn(void *pool) {
-  return tko_pool_shutdown(pool, TKO_CANCEL);
 }
 
 static void async_completed_by_a_timer_at_shutdown(tko_shutdown_mode mode) {
