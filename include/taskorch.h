@@ -42,6 +42,8 @@ extern "C" {
 #define TKO_MAX_WORKERS 1024u     /* basic workers */
 #define TKO_MAX_ELASTIC 1024u     /* elastic workers */
 #define TKO_MAX_IDLE_MS 3600000u  /* elastic idle timeout: one hour */
+#define TKO_MAX_CPUS 1024u        /* CPU numbers in tko_options.cpus: 0..1023 */
+#define TKO_MIN_STACK_SIZE ((size_t)64 << 10) /* smallest tko_options.stack_size */
 /* Longest timer delay or period (tko_submit_after / _every): 100 years in
  * ms, so that a deadline in nanoseconds cannot overflow. Larger: -EINVAL. */
 #define TKO_MAX_TIMER_MS 3153600000000LL
@@ -150,10 +152,33 @@ typedef struct tko_options {
                                 weight per aging_ms waited; 0 = off */
   unsigned max_async_inflight; /* async tasks started and not completed at
                                   once; the rest stay queued by weight; 0 = no limit */
-  const char *name;          /* thread name prefix, NULL = "tko"; cut to 9 chars so
-                                "<name>-e1023" fits Linux's 15 */
+  const char *name;          /* thread name prefix, NULL = "tko". Workers are
+                                named "<name>-b<i>" (basic) and "<name>-e<i>"
+                                (elastic); Linux allows 15 characters, so the
+                                prefix is cut to its first 9 (enough for
+                                "-e1023"): "inventory-sync" names "inventory-b0".
+                                Copied at create. */
   tko_hooks hooks;
   const tko_allocator *allocator; /* NULL = malloc/realloc/free */
+  /* Thread placement, for every worker thread (basic and elastic; not the
+   * timer thread nor a coalescer's). Checked and copied at create. */
+  const unsigned *cpus;      /* CPU affinity: the CPU numbers (0 .. TKO_MAX_CPUS - 1,
+                                as sched_getcpu counts them) a worker may run on,
+                                ncpus of them; NULL = not set: a worker keeps
+                                the mask of the thread that started it (the
+                                pool's creator, or for an elastic worker the
+                                submitting thread). -EINVAL: ncpus 0 with a
+                                list (an empty set), a number out of range, or
+                                none of the CPUs the creating thread may use;
+                                -ENOTSUP where affinity is not supported (Linux
+                                only for now) */
+  size_t ncpus;              /* entries in cpus; duplicates are fine */
+  size_t stack_size;         /* each worker's stack in bytes; 0 = the platform's
+                                default (Linux: RLIMIT_STACK, usually 8 MiB).
+                                Rounded up to whole pages, and to the platform's
+                                PTHREAD_STACK_MIN if that is larger; below
+                                TKO_MIN_STACK_SIZE is -EINVAL. Tasks run on it:
+                                size it for the deepest task. */
 } tko_options;
 
 /* Pool statistics: a snapshot, each counter read once. Invariant, when the
@@ -188,8 +213,10 @@ TKO_API tko_options tko_basic_options(unsigned workers);
 TKO_API tko_options tko_elastic_options(unsigned workers, unsigned max_elastic,
                                         unsigned elastic_idle_ms);
 
-/* Starts the basic workers. -EINVAL: NULL, no workers at all, or a value over
- * its TKO_MAX_*; -ENOMEM; -EAGAIN: a thread could not be started. */
+/* Starts the basic workers. -EINVAL: NULL, no workers at all, a value over
+ * its TKO_MAX_*, or bad placement (cpus, stack_size); -ENOTSUP: cpus where
+ * affinity is not supported; -ENOMEM; -EAGAIN: a thread could not be
+ * started (a stack_size the system cannot give included). */
 TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
 
 /* Queues fn(arg). Higher weight runs first over the whole int range; equal

@@ -92,7 +92,7 @@ void tko__elastic_spawn(tko_pool *pool) {
   tko__idle_search_begin(&pool->idle); /* the new worker starts searching */
   tko__thread_enter(pool);
   pthread_t t;
-  int rc = tko__thread_create(&t, tko__worker_main, w);
+  int rc = tko__thread_create_placed(&t, tko__worker_main, w, &pool->place);
   if (rc) tko__thread_exit(pool);
   if (rc) tko__idle_search_end(&pool->idle);
   pthread_mutex_lock(&pool->spawn_mu);

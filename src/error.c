@@ -19,6 +19,9 @@ const char *tko_strerror(int err) {
   case -EPERM: return "not permitted: must be called from a pool's worker thread";
   case -EALREADY: return "already done: the async task was completed before";
   case -ECHILD: return "the pool was created before fork(): unusable in the child process";
+  case -EMFILE: return "no file descriptor left in this process";
+  case -ENFILE: return "no file descriptor left in the system";
+  case -ENOTSUP: return "not supported on this platform";
   default: return "unknown taskorch error";
   }
 }

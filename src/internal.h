@@ -194,6 +194,7 @@ struct tko_pool {
   int creator_nice;  /* the creating thread's nice value: every worker's */
   _Atomic(tko_lanes *) keyed; /* tko_submit_keyed's lane table, made on first use */
   tko_options opts;
+  tko__thread_place place; /* I: every worker thread's CPUs and stack */
   char name[10];
   bool timing;     /* some hook needs wait/run times */
   bool stamp_enqueue; /* timing or aging: submits read the clock. Kept here, with

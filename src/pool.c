@@ -110,6 +110,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   if (!out || !opts) return -EINVAL;
   *out = NULL;
   int rc = check_options(opts);
+  tko__thread_place place;
+  if (rc == 0) rc = tko__place_init(&place, opts->cpus, opts->ncpus, opts->stack_size);
   if (rc) return rc;
   const tko_allocator *a = opts->allocator;
   tko_pool *pool = tko__mem_alloc(a, sizeof *pool);
@@ -126,6 +128,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
    * 9-character prefix, so longer names are cut. */
   snprintf(pool->name, sizeof pool->name, "%s", opts->name ? opts->name : "tko");
   pool->opts.name = NULL; /* the caller's string need not outlive create */
+  pool->place = place;
+  pool->opts.cpus = NULL; /* nor the caller's CPU list */
   const tko_hooks *h = &opts->hooks;
   pool->timing = h->before_run || h->after_run || h->on_failure;
   pool->nslots = opts->workers + opts->max_elastic;

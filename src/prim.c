@@ -4,6 +4,7 @@
 #include "prim.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -95,6 +96,13 @@ unsigned tko__fork_generation(void) {
 _Atomic int tko__test_thread_create_errno;
 
 int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
+  return tko__thread_create_placed(out, main_fn, arg, NULL);
+}
+
+static void place_apply(const tko__thread_place *p, pthread_attr_t *attr);
+
+int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *arg,
+                              const tko__thread_place *p) {
   if (atomic_load_explicit(&tko__test_thread_create_errno, memory_order_relaxed)) return -EAGAIN;
   pthread_attr_t attr;
   if (pthread_attr_init(&attr)) return -EAGAIN;
@@ -104,6 +112,7 @@ int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
   pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
   pthread_attr_setschedpolicy(&attr, SCHED_OTHER);
   pthread_attr_setschedparam(&attr, &sp);
+  if (p) place_apply(p, &attr);
   /* Block asynchronous signals in workers so the host's handlers run on the
    * host's threads; the new thread inherits this mask. Synchronous faults
    * stay deliverable. */
@@ -255,6 +264,49 @@ void tko__wakefd_clear(const int fds[2]) {
 void tko__wakefd_close(const int fds[2]) {
   close(fds[0]);
   if (!is_eventfd(fds)) close(fds[1]);
+}
+
+int tko__place_init(tko__thread_place *p, const unsigned *cpus, size_t ncpus, size_t stack_size) {
+  memset(p, 0, sizeof *p);
+  if (stack_size && stack_size < TKO_MIN_STACK_SIZE) return -EINVAL;
+  p->stack_size = stack_size;
+  if (!cpus) return ncpus ? -EINVAL : 0;
+  if (!ncpus) return -EINVAL; /* an empty set: no CPU to run on */
+  for (size_t i = 0; i < ncpus; i++) {
+    if (cpus[i] >= TKO_MAX_CPUS) return -EINVAL;
+    p->cpus[cpus[i] / 64] |= (uint64_t)1 << (cpus[i] % 64);
+  }
+  p->pinned = true;
+#if defined(__linux__)
+  /* The kernel runs a thread on the CPUs of its mask that it may use; none
+   * would fail every thread start, so say so now. */
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0; /* cannot tell */
+  for (unsigned c = 0; c < TKO_MAX_CPUS && c < CPU_SETSIZE; c++)
+    if ((p->cpus[c / 64] >> (c % 64) & 1) && CPU_ISSET(c, &allowed)) return 0;
+  return -EINVAL;
+#else
+  return -ENOTSUP;
+#endif
+}
+
+/* Sets p's stack size and CPUs on a thread's attributes. */
+static void place_apply(const tko__thread_place *p, pthread_attr_t *a) {
+  if (p->stack_size) {
+    /* A platform whose minimum is above TKO_MIN_STACK_SIZE gets its minimum. */
+    size_t size = p->stack_size;
+    if (size < (size_t)PTHREAD_STACK_MIN) size = (size_t)PTHREAD_STACK_MIN;
+    pthread_attr_setstacksize(a, size);
+  }
+#if defined(__linux__)
+  if (p->pinned) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (unsigned c = 0; c < TKO_MAX_CPUS && c < CPU_SETSIZE; c++)
+      if (p->cpus[c / 64] >> (c % 64) & 1) CPU_SET(c, &set);
+    pthread_attr_setaffinity_np(a, sizeof set, &set);
+  }
+#endif
 }
 
 unsigned tko__cpu_count(void) {

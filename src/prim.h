@@ -8,8 +8,13 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "taskorch.h"
+
+#define TKO__CPU_WORDS (TKO_MAX_CPUS / 64)
 
 /* Monotonic time in nanoseconds. */
 uint64_t tko__now_ns(void);
@@ -44,6 +49,23 @@ extern _Atomic int tko__test_thread_create_errno;
  * thread): default scheduling policy (not the creator's) and asynchronous
  * signals blocked; the seam above applies. 0 or -EAGAIN. */
 int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg);
+
+/* Where and how a pool's worker threads run (tko_options.cpus, .ncpus,
+ * .stack_size), checked once at create. The CPU set is a bitmap of its own,
+ * not a cpu_set_t, so that this header needs no _GNU_SOURCE. */
+typedef struct tko__thread_place {
+  size_t stack_size; /* 0 = the platform's default */
+  bool pinned;       /* cpus applies */
+  uint64_t cpus[TKO__CPU_WORDS];
+} tko__thread_place;
+/* -EINVAL: a count without a list, an empty list, a CPU number of
+ * TKO_MAX_CPUS or more, a set with none of the CPUs the calling thread may
+ * use, a stack under TKO_MIN_STACK_SIZE; -ENOTSUP: CPUs asked for where
+ * affinity is not supported. */
+int tko__place_init(tko__thread_place *p, const unsigned *cpus, size_t ncpus, size_t stack_size);
+/* tko__thread_create, placed as p says (pool workers: the pool's place). */
+int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *arg,
+                              const tko__thread_place *p);
 
 /* The calling thread's nice value (Linux: per thread; elsewhere 0), and a
  * best-effort set of it: raising priority back needs CAP_SYS_NICE, so a

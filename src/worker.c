@@ -379,9 +379,8 @@ restart:
 }
 
 int tko__thread_start(tko_pool *pool, tko__worker *w) {
-  (void)pool;
   pthread_t t;
-  int rc = tko__thread_create(&t, tko__worker_main, w);
+  int rc = tko__thread_create_placed(&t, tko__worker_main, w, &pool->place);
   if (rc) return rc;
   w->thread = t;
   w->has_thread = true;
