@@ -40,10 +40,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
+#include "lifecycle.h"
 #include "mem.h"
 #include "prim.h"
 #include "taskorch/coalescer.h"
@@ -85,6 +87,10 @@ struct tko_coalescer {
   bool has_thread;
   pthread_t thread;
   tko_coalesce_stats st; /* all but dirty, which is active->n */
+  /* Held on the pool from create to destroy (lifecycle.h): the pool's
+   * destroy is -EBUSY meanwhile, so the timer thread, which may submit at
+   * any tick, never touches a freed pool. */
+  tko__attachment attach;
 };
 
 /* The coalescer whose flush_fn runs on this thread (for -EDEADLK). */
@@ -309,6 +315,16 @@ static void *timer_main(void *arg) {
   return NULL;
 }
 
+/* The pool's shutdown resolves the coalescer (lifecycle.h) at once: a sweep
+ * task still queued runs (DRAIN) or is cancelled by the pool, which tells
+ * the coalescer; after the pool closes, the timer thread sweeps itself. */
+static int pool_closing(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms) {
+  (void)a;
+  (void)mode;
+  (void)timeout_ms;
+  return 0;
+}
+
 int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_ms,
                          tko_coalesce_flush_fn flush, void *user,
                          const tko_coalesce_options *opts) {
@@ -353,6 +369,12 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
     pthread_condattr_destroy(&ca);
     if (!sync_ok) rc = -ENOMEM;
   }
+  bool attached = false;
+  if (!rc) {
+    c->attach.close = pool_closing;
+    rc = tko__attach(pool, &c->attach); /* -ESHUTDOWN once the pool's shutdown began */
+    attached = rc == 0;
+  }
   if (!rc && interval_ms) {
     /* A pool-style thread: default scheduling, asynchronous signals blocked,
      * and the thread-creation test seam applies. */
@@ -362,6 +384,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
       c->has_thread = true;
   }
   if (rc) {
+    if (attached) tko__detach(pool, &c->attach);
     if (sync_ok) {
       pthread_cond_destroy(&c->tick_cv);
       pthread_cond_destroy(&c->cv);
@@ -452,6 +475,7 @@ int tko_coalescer_destroy(tko_coalescer *c) {
   pthread_mutex_destroy(&c->mu);
   set_free(c->alloc, &c->sets[0]);
   set_free(c->alloc, &c->sets[1]);
+  tko__detach(c->pool, &c->attach); /* the pool may be freed from here on */
   c->magic = COALESCER_DEAD;
   tko__mem_free(c->alloc, c);
   return 0;

@@ -60,11 +60,13 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
 #include "atomics.h"
+#include "lifecycle.h"
 #include "mem.h"
 #include "prim.h"
 #include "taskorch/lanes.h"
@@ -110,6 +112,9 @@ struct tko_lanes {
   pthread_mutex_t idle_mu;      /* orders the zero-crossings of pending and runners
                                    with their waiters */
   pthread_cond_t idle_cv;       /* broadcast when pending or runners reaches zero */
+  /* Held on the pool from create to destroy (lifecycle.h): the pool's
+   * destroy is -EBUSY meanwhile, and its shutdown closes the table. */
+  tko__attachment attach;
 };
 
 /* The lane table whose batch is running on this thread (for -EDEADLK). */
@@ -154,6 +159,20 @@ static unsigned round_pow2(unsigned v) {
   while (p < v)
     p <<= 1;
   return p;
+}
+
+static void close_table(tko_lanes *l);
+
+/* The pool's shutdown resolves the table (lifecycle.h): it closes it, so
+ * later submits are -ESHUTDOWN, and waits for nothing. Queued runners then
+ * run (DRAIN; one that cannot requeue itself finishes its lane where it
+ * runs) or are cancelled by the pool, which hands their lanes' tasks to
+ * on_cancel (CANCEL); a runner already running finishes its lane. */
+static int pool_closing(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms) {
+  (void)mode;
+  (void)timeout_ms;
+  close_table((tko_lanes *)((char *)a - offsetof(tko_lanes, attach)));
+  return 0;
 }
 
 int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts) {
@@ -206,7 +225,13 @@ int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *op
     ln->owner = l;
     if (pthread_mutex_init(&ln->mu, NULL)) bad = 1;
   }
-  if (bad) {
+  int rc = bad ? -ENOMEM : 0;
+  if (!bad) {
+    l->attach.close = pool_closing;
+    rc = tko__attach(pool, &l->attach); /* -ESHUTDOWN once the pool's shutdown began */
+    if (rc) made++; /* every lane's mutex was made */
+  }
+  if (rc) {
     for (unsigned i = 0; i + 1 < made; i++)
       pthread_mutex_destroy(&lane_at(l, i)->mu);
     if (made) {
@@ -215,7 +240,7 @@ int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *op
     }
     tko__mem_free(a, l->raw);
     tko__mem_free(a, l);
-    return -ENOMEM;
+    return rc;
   }
   *out = l;
   return 0;
@@ -570,6 +595,7 @@ int tko_lanes_destroy(tko_lanes *l) {
   }
   pthread_mutex_destroy(&l->idle_mu);
   pthread_cond_destroy(&l->idle_cv);
+  tko__detach(l->pool, &l->attach); /* the pool may be freed from here on */
   l->magic = LANES_DEAD;
   tko__mem_free(a, l->raw);
   tko__mem_free(a, l);

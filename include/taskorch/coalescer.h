@@ -34,7 +34,11 @@
  * the final flush. A dropped sweep task is also noticed on its own once the
  * pool has nothing queued or running.
  *
- * Lifetime: destroy the coalescer before the pool. A destroyed coalescer is
+ * Lifetime: the coalescer holds its pool from create to destroy: the
+ * pool's tko_pool_destroy meanwhile shuts the pool down but returns -EBUSY,
+ * freeing nothing (destroy the coalescer, then call it again), so the timer
+ * thread never touches a freed pool; after the pool's shutdown it sweeps
+ * itself. A destroyed coalescer is
  * caught while its memory is still mapped: calls on it return -EINVAL
  * (debug builds assert). In a child forked after create, every call returns
  * -ECHILD, except destroy, which returns 0 and leaves the copy alone (the
@@ -89,7 +93,8 @@ typedef struct tko_coalesce_stats {
  * its own: only tko_coalescer_flush and the final flush), and starts its
  * timer thread (none when interval_ms is 0). -EINVAL: NULL out, pool or
  * flush, or interval over TKO_MAX_COALESCE_INTERVAL_MS; -ENOMEM; -EAGAIN:
- * the timer thread could not start. */
+ * the timer thread could not start; -ESHUTDOWN: the pool's shutdown has
+ * begun. */
 TKO_API int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_ms,
                                  tko_coalesce_flush_fn flush, void *user,
                                  const tko_coalesce_options *opts);

@@ -52,7 +52,12 @@
  * (the pool waits for running tasks); call tko_lanes_cancel first to drop
  * queued lane tasks instead.
  *
- * Lifetime: destroy the lanes before the pool. All functions are safe from
+ * Lifetime: the table holds its pool from create to destroy: the pool's
+ * tko_pool_destroy meanwhile shuts the pool down but returns -EBUSY, freeing
+ * nothing (destroy the lanes, then call it again). The pool's shutdown
+ * closes the table (later submits are -ESHUTDOWN) and waits for nothing of
+ * it: queued runners run or are cancelled as described above, even on a
+ * paused pool. All functions are safe from
  * any thread, lane tasks and pool tasks included, except where noted. A
  * destroyed table is caught while its memory is still mapped: calls on it
  * return -EINVAL (debug builds assert). In a child forked after create,
@@ -130,7 +135,8 @@ TKO_API tko_lane_options tko_lane_default_options(void);
 
 /* Creates a lane table on `pool` (opts NULL = defaults). Allocates the table
  * (about 200 bytes a lane); rings come at each lane's first use.
- * -EINVAL: NULL out or pool, or an option over its limit; -ENOMEM. */
+ * -EINVAL: NULL out or pool, or an option over its limit; -ENOMEM;
+ * -ESHUTDOWN: the pool's shutdown has begun. */
 TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts);
 
 /* Queues fn(arg) on the lane of `key`; see the guarantees above. The lane's

@@ -432,10 +432,13 @@ Test(coalescer, concurrent_closes_flush_once) {
 
 Test(coalescer, timer_sweeps_itself_when_the_pool_refuses) {
   tko_pool *p = make_pool(1);
-  cr_assert_eq(tko_pool_shutdown(p, TKO_DRAIN), 0);
   flush_log *g = log_new();
   tko_coalescer *c;
   cr_assert_eq(tko_coalescer_create(&c, p, 1, log_flush, g, NULL), 0);
+  cr_assert_eq(tko_pool_shutdown(p, TKO_DRAIN), 0);
+  /* A coalescer holds its pool: it cannot be made on one shut down. */
+  tko_coalescer *late;
+  cr_assert_eq(tko_coalescer_create(&late, p, 1, log_flush, g, NULL), -ESHUTDOWN);
   cr_assert_eq(tko_coalescer_mark(c, 77, 1), 0);
   cr_assert(ct_count_wait(&g->flushed, 1)); /* the timer thread flushed it */
   cr_assert_eq(tko_coalescer_destroy(c), 0);

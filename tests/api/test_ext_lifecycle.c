@@ -224,3 +224,41 @@ Test(ext_lifecycle, lanes_and_coalescer_used_after_destroy_are_einval) {
   cr_assert_eq(tko_pool_destroy(p), 0);
   keep_release(&k);
 }
+
+/* ---- an attached object holds its pool ----------------------------------------- */
+
+static void count_flush_any(void *user, const tko_coalesce_entry *e, size_t n) {
+  (void)e;
+  tt_count_add(user, (long)n);
+}
+
+/* Issue 14, defect 20 (lifetime): destroying a pool while a lane table or a
+ * coalescer was attached freed it under them, and the coalescer's own timer
+ * thread then submitted into the freed pool with no call from the host
+ * (ASan: heap-use-after-free). Each is now an attachment of its pool: the
+ * pool's destroy shuts it down but returns -EBUSY, freeing nothing, until
+ * they are destroyed; meanwhile the coalescer's thread sweeps itself. */
+Test(ext_lifecycle, attached_lanes_and_coalescer_hold_their_pool) {
+  tko_options po = tko_basic_options(1);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &po), 0);
+  static tt_count flushed = TT_COUNT_INIT;
+  static tft_token tok[2];
+  memset(tok, 0, sizeof tok);
+  tko_lanes *l;
+  tko_coalescer *c;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  cr_assert_eq(tko_coalescer_create(&c, p, 1, count_flush_any, &flushed, NULL), 0);
+  cr_assert_eq(tko_lanes_submit(l, 1, tft_run, &tok[0], 0), 0);
+  tok[0].accepted = true;
+  cr_assert_eq(tko_pool_destroy(p), -EBUSY); /* shut down (the lane task ran), not freed */
+  cr_assert_eq(atomic_load(&tok[0].runs), 1);
+  cr_assert_eq(tko_lanes_submit(l, 1, tft_run, &tok[1], 0), -ESHUTDOWN); /* closed by it */
+  cr_assert_eq(tko_coalescer_mark(c, 5, 1), 0);
+  cr_assert(tt_count_wait_geq(&flushed, 1)); /* the timer thread, on a shut-down pool */
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(p), -EBUSY); /* the coalescer still holds it */
+  cr_assert_eq(tko_coalescer_destroy(c), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(tft_first_bad(tok, 2), -1);
+}
