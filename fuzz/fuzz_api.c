@@ -691,7 +691,8 @@ static void op_lanes(input *in, slot *s, int si) {
         lo.on_cancel = lane_cancel;
         lo.allocator = s->o.allocator;
         int rc = tko_lanes_create(&s->lanes, p, &lo);
-        CHECK(rc == 0 || (rc == -ENOMEM && s->failing));
+        /* A lane table holds its pool: none on a pool already shut down. */
+        CHECK(rc == 0 || (rc == -ENOMEM && s->failing) || (rc == -ESHUTDOWN && s->shut));
         if (rc) s->lanes = NULL;
       }
       return;
@@ -744,7 +745,7 @@ static void op_coalesce(input *in, slot *s) {
         co.weight = weight(in);
         unsigned interval = u8(in) % 4;
         int rc = tko_coalescer_create(&s->co, p, interval, co_flush, NULL, &co);
-        CHECK(rc == 0 || (rc == -ENOMEM && s->failing));
+        CHECK(rc == 0 || (rc == -ENOMEM && s->failing) || (rc == -ESHUTDOWN && s->shut));
         if (rc) s->co = NULL;
       }
       return;

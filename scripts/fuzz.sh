@@ -42,7 +42,7 @@ mkdir -p "$out"
 # for coverage and the sanitizers along with the harness.
 lib_sources=(src/queue.c src/inbox.c src/submit.c src/group.c src/timer.c src/async.c
              src/signal.c src/pool.c src/worker.c src/elastic.c src/prim.c src/error.c
-             src/lanes.c src/coalescer.c)
+             src/lifecycle.c src/lanes.c src/coalescer.c src/completion.c)
 flags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer -pthread
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -Iinclude -Isrc ${FUZZ_EXTRA_CFLAGS:-})
