@@ -30,7 +30,7 @@ run_expect() {
 }
 
 step "build the libraries ($build) and install to a temporary prefix"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_BUILD_TESTS=OFF \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_WERROR=ON -DTKO_BUILD_TESTS=OFF \
   -DTKO_BUILD_BENCHMARKS=OFF -DTKO_BUILD_WORKBENCH=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 cmake --install "$build" --prefix "$tmp/stage" >/dev/null

@@ -12,7 +12,8 @@ for flavour in plain thread address; do
   san=""
   [ "$flavour" = plain ] || san=$flavour
   echo "== $flavour: configure and build ($dir)"
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_SANITIZE="$san" >/dev/null
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_SANITIZE="$san" -DTKO_WERROR=ON \
+    >/dev/null
   cmake --build "$dir" -j "$jobs" >/dev/null
   echo "== $flavour: tests"
   # halt_on_error: a sanitizer report fails the run instead of scrolling by.
@@ -23,6 +24,8 @@ for flavour in plain thread address; do
 done
 echo "== packaging: install to a temporary prefix, link the examples (scripts/ci_install.sh)"
 scripts/ci_install.sh
+echo "== embedding: a host project with add_subdirectory, no Criterion (scripts/ci_embed.sh)"
+scripts/ci_embed.sh
 echo "== fuzzing (libFuzzer, ASan+UBSan; ${FUZZ_SECONDS:-30} s per harness)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh
 echo "== all test flavours and the fuzzers passed"
