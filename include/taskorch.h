@@ -14,10 +14,15 @@
 extern "C" {
 #endif
 
+/* The version of these headers; tko_version_string() gives the library's.
+ * ABI policy: before 1.0 each minor release may change the ABI (tko_options
+ * and tko_stats are passed by value and grow with new features) and has a
+ * soname of its own, libtaskorch.so.0.<minor>; a patch release only adds
+ * functions. From 1.0 the soname is the major version. */
 #define TKO_VERSION_MAJOR 0
-#define TKO_VERSION_MINOR 1
+#define TKO_VERSION_MINOR 2
 #define TKO_VERSION_PATCH 0
-#define TKO_VERSION_STRING "0.1.0"
+#define TKO_VERSION_STRING "0.2.0"
 /* Packed as major*10000 + minor*100 + patch, for compile-time comparisons. */
 #define TKO_VERSION_NUMBER \
   (TKO_VERSION_MAJOR * 10000 + TKO_VERSION_MINOR * 100 + TKO_VERSION_PATCH)
@@ -452,6 +457,10 @@ TKO_API void tko_pool_stats(tko_pool *pool, tko_stats *out);
 
 /* A static, one-line description of a negative errno value (or 0). */
 TKO_API const char *tko_strerror(int err);
+/* The symbolic name of a negative errno value the API returns, for logs:
+ * "EINVAL" for -EINVAL, "OK" for 0, "UNKNOWN" for any other value (positive
+ * values included). A static string. */
+TKO_API const char *tko_err_name(int err);
 
 /* The library's version at run time, e.g. "0.1.0", and as TKO_VERSION_NUMBER. */
 TKO_API const char *tko_version_string(void);

@@ -6,7 +6,8 @@ set -euo pipefail
 [ "${TKO_SKIP_DEPS:-0}" = 1 ] && exit 0
 packages=(build-essential cmake pkg-config clang libclang-rt-14-dev
           libcriterion-dev libjemalloc-dev libxml2-utils
-          libglib2.0-dev libuv1-dev cthreadpool-dev)
+          libglib2.0-dev libuv1-dev cthreadpool-dev
+          abigail-tools doxygen groff-base)
 if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq

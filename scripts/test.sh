@@ -26,6 +26,8 @@ echo "== packaging: install to a temporary prefix, link the examples (scripts/ci
 scripts/ci_install.sh
 echo "== embedding: a host project with add_subdirectory, no Criterion (scripts/ci_embed.sh)"
 scripts/ci_embed.sh
+echo "== ABI: against the last release's (scripts/ci_abi.sh)"
+scripts/ci_abi.sh
 echo "== fuzzing (libFuzzer, ASan+UBSan; ${FUZZ_SECONDS:-30} s per harness)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh
 echo "== all test flavours and the fuzzers passed"

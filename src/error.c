@@ -1,29 +1,50 @@
 /* SPDX-License-Identifier: MIT */
-/* Error descriptions and the run-time version. */
+/* Error names and descriptions, and the run-time version. */
 #include <errno.h>
+#include <stddef.h>
 
 #include "taskorch.h"
 
+/* Every code the public API returns (as -code), its name and description:
+ * one table for tko_err_name and tko_strerror. */
+static const struct tko_error {
+  int code;
+  const char *name;
+  const char *text;
+} tko_errors[] = {
+  {EINVAL, "EINVAL", "invalid argument (NULL pointer, bad mode, or a value out of range)"},
+  {ENOMEM, "ENOMEM", "out of memory (the pool's allocator failed)"},
+  {EAGAIN, "EAGAIN", "resource temporarily unavailable (queue full or thread not started)"},
+  {ETIMEDOUT, "ETIMEDOUT", "timed out before the condition was met"},
+  {ESHUTDOWN, "ESHUTDOWN", "the pool is shut down or shutting down"},
+  {EDEADLK, "EDEADLK", "would deadlock: called from the pool's own thread"},
+  {ECANCELED, "ECANCELED", "the task was cancelled"},
+  {EBUSY, "EBUSY", "busy: the object is still in use"},
+  {ENOENT, "ENOENT", "not found (the timer is not armed)"},
+  {EPERM, "EPERM", "not permitted: must be called from a pool's worker thread"},
+  {EALREADY, "EALREADY", "already done: the async task was completed before"},
+  {ECHILD, "ECHILD", "the pool was created before fork(): unusable in the child process"},
+  {EMFILE, "EMFILE", "no file descriptor left in this process"},
+  {ENFILE, "ENFILE", "no file descriptor left in the system"},
+  {ENOTSUP, "ENOTSUP", "not supported on this platform"},
+};
+
+static const struct tko_error *find_error(int err) {
+  for (size_t i = 0; i < sizeof tko_errors / sizeof tko_errors[0]; i++)
+    if (-tko_errors[i].code == err) return &tko_errors[i];
+  return NULL;
+}
+
 const char *tko_strerror(int err) {
-  switch (err) {
-  case 0: return "success";
-  case -EINVAL: return "invalid argument (NULL pointer, bad mode, or a value out of range)";
-  case -ENOMEM: return "out of memory (the pool's allocator failed)";
-  case -EAGAIN: return "resource temporarily unavailable (queue full or thread not started)";
-  case -ETIMEDOUT: return "timed out before the condition was met";
-  case -ESHUTDOWN: return "the pool is shut down or shutting down";
-  case -EDEADLK: return "would deadlock: called from the pool's own thread";
-  case -ECANCELED: return "the task was cancelled";
-  case -EBUSY: return "busy: the object is still in use";
-  case -ENOENT: return "not found (the timer is not armed)";
-  case -EPERM: return "not permitted: must be called from a pool's worker thread";
-  case -EALREADY: return "already done: the async task was completed before";
-  case -ECHILD: return "the pool was created before fork(): unusable in the child process";
-  case -EMFILE: return "no file descriptor left in this process";
-  case -ENFILE: return "no file descriptor left in the system";
-  case -ENOTSUP: return "not supported on this platform";
-  default: return "unknown taskorch error";
-  }
+  if (err == 0) return "success";
+  const struct tko_error *e = find_error(err);
+  return e ? e->text : "unknown taskorch error";
+}
+
+const char *tko_err_name(int err) {
+  if (err == 0) return "OK";
+  const struct tko_error *e = find_error(err);
+  return e ? e->name : "UNKNOWN";
 }
 
 const char *tko_version_string(void) { return TKO_VERSION_STRING; }
