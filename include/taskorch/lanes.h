@@ -183,7 +183,9 @@ TKO_API int tko_lanes_pool_cancelled(const tko_task_info *task);
  * tko_lanes_pool_cancelled), destroy notices once the pool has nothing
  * queued or running, and hands those lanes' tasks to on_cancel. Call it
  * while the pool runs or after its shutdown returned, not during one; no
- * other call on these lanes may race with destroy. -EINVAL for NULL;
+ * other call on these lanes may race with destroy. On a paused pool with
+ * runners queued it waits until the pool is resumed or shut down (by
+ * another thread). -EINVAL for NULL;
  * -EDEADLK, doing nothing, from a task of the lanes' pool or from these
  * lanes' on_cancel. */
 TKO_API int tko_lanes_destroy(tko_lanes *lanes);
