@@ -1,9 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* taskorch: a priority task orchestrator (thread pool) for C11 host programs.
+/** @file
+ * taskorch: a priority task orchestrator (thread pool) for C11 host programs.
  *
  * One public header. Every function returns 0 or a negative errno value unless
  * documented otherwise; tko_strerror() names each code. When a call fails, the
- * task it was given never runs and no hook is called for it. */
+ * task it was given never runs and no hook is called for it.
+ *
+ * Thread safety: every function may be called from any thread at any time,
+ * concurrently with any other call on the same object, tasks and hooks
+ * included, except where its comment says otherwise: tko_pool_destroy (no
+ * call on that pool may race with it or follow it), tko_group_init and
+ * tko_group_destroy (none on that group), tko_timer_init (not on an armed
+ * timer). Calls that wait for the pool say what they return when made from
+ * the pool's own tasks. */
 #ifndef TASKORCH_H
 #define TASKORCH_H
 
@@ -14,19 +23,21 @@
 extern "C" {
 #endif
 
-/* The version of these headers; tko_version_string() gives the library's.
+/** The version of these headers; tko_version_string() gives the library's.
  * ABI policy: before 1.0 each minor release may change the ABI (tko_options
  * and tko_stats are passed by value and grow with new features) and has a
- * soname of its own, libtaskorch.so.0.<minor>; a patch release only adds
+ * soname of its own, libtaskorch.so.0.MINOR; a patch release only adds
  * functions. From 1.0 the soname is the major version. */
 #define TKO_VERSION_MAJOR 0
-#define TKO_VERSION_MINOR 2
-#define TKO_VERSION_PATCH 0
-#define TKO_VERSION_STRING "0.2.0"
-/* Packed as major*10000 + minor*100 + patch, for compile-time comparisons. */
+#define TKO_VERSION_MINOR 2          /**< minor version */
+#define TKO_VERSION_PATCH 0          /**< patch version */
+#define TKO_VERSION_STRING "0.2.0"   /**< the version as a string */
+/** Packed as major*10000 + minor*100 + patch, for compile-time comparisons. */
 #define TKO_VERSION_NUMBER \
   (TKO_VERSION_MAJOR * 10000 + TKO_VERSION_MINOR * 100 + TKO_VERSION_PATCH)
 
+/** Marks the library's functions: default visibility in a library built
+ * with hidden visibility. */
 #if defined(_WIN32)
 #define TKO_API
 #elif defined(__GNUC__)
@@ -35,7 +46,7 @@ extern "C" {
 #define TKO_API
 #endif
 
-/* Alignment of the caller-owned opaque types: C11's _Alignas, C++11's
+/** Alignment of the caller-owned opaque types: C11's _Alignas, C++11's
  * alignas (the headers compile as C11 and as C++11 and later). */
 #ifdef __cplusplus
 #define TKO_ALIGNAS(n) alignas(n)
@@ -43,88 +54,92 @@ extern "C" {
 #define TKO_ALIGNAS(n) _Alignas(n)
 #endif
 
-/* Hard limits, checked by tko_pool_create (larger values are -EINVAL). */
-#define TKO_MAX_WORKERS 1024u     /* basic workers */
-#define TKO_MAX_ELASTIC 1024u     /* elastic workers */
-#define TKO_MAX_IDLE_MS 3600000u  /* elastic idle timeout: one hour */
-#define TKO_MAX_CPUS 1024u        /* CPU numbers in tko_options.cpus: 0..1023 */
-#define TKO_MIN_STACK_SIZE ((size_t)64 << 10) /* smallest tko_options.stack_size */
-/* Longest timer delay or period (tko_submit_after / _every): 100 years in
+/** Hard limit, checked by tko_pool_create (larger values are -EINVAL). */
+#define TKO_MAX_WORKERS 1024u     /**< basic workers */
+#define TKO_MAX_ELASTIC 1024u     /**< elastic workers */
+#define TKO_MAX_IDLE_MS 3600000u  /**< elastic idle timeout: one hour */
+#define TKO_MAX_CPUS 1024u        /**< CPU numbers in tko_options.cpus: 0..1023 */
+#define TKO_MIN_STACK_SIZE ((size_t)64 << 10) /**< smallest tko_options.stack_size */
+/** Longest timer delay or period (tko_submit_after / _every): 100 years in
  * ms, so that a deadline in nanoseconds cannot overflow. Larger: -EINVAL. */
 #define TKO_MAX_TIMER_MS 3153600000000LL
-/* Deepest nesting of helping group waits on one worker (see tko_group_wait). */
+/** Deepest nesting of helping group waits on one worker (see tko_group_wait). */
 #define TKO_MAX_HELP_DEPTH 64u
 
-typedef struct tko_pool tko_pool; /* opaque */
+typedef struct tko_pool tko_pool; /**< opaque */
 
-/* A task: returns 0 on success; any other value is a failure status that is
+/** A task: returns 0 on success; any other value is a failure status that is
  * counted in tko_stats.failed and passed to the on_failure hook. */
 typedef int (*tko_task_fn)(void *arg);
 
+/** How tko_pool_shutdown treats the tasks still queued. */
 typedef enum tko_shutdown_mode {
-  TKO_DRAIN = 0,        /* run every queued task, then stop */
-  TKO_CANCEL = 1,       /* hand every queued task to on_cancel, then stop */
-  TKO_CANCEL_NOWAIT = 2 /* close, hand every queued task to on_cancel, and
+  TKO_DRAIN = 0,        /**< run every queued task, then stop */
+  TKO_CANCEL = 1,       /**< hand every queued task to on_cancel, then stop */
+  TKO_CANCEL_NOWAIT = 2 /**< close, hand every queued task to on_cancel, and
                            return at once without waiting for running tasks
                            (GLib's immediate free, Java's shutdownNow) */
 } tko_shutdown_mode;
 
+/** The kind of a worker thread. */
 typedef enum tko_worker_kind {
-  TKO_WORKER_BASIC = 0,   /* lives as long as the pool */
-  TKO_WORKER_ELASTIC = 1  /* spawned under backlog, retired when idle */
+  TKO_WORKER_BASIC = 0,   /**< lives as long as the pool */
+  TKO_WORKER_ELASTIC = 1  /**< spawned under backlog, retired when idle */
 } tko_worker_kind;
 
-/* What a task hook is told. Times are in nanoseconds and are measured only
+/** What a task hook is told. Times are in nanoseconds and are measured only
  * when the pool has a before_run, after_run or on_failure hook (else 0). */
 typedef struct tko_task_info {
-  uint64_t id;           /* unique and gap-free per pool, from 1, in submit order */
-  tko_task_fn fn;
-  void *arg;
-  int weight;
-  int status;            /* the task's return value (after_run, on_failure) */
-  uint64_t wait_ns;      /* submit to start */
-  uint64_t run_ns;       /* start to return (after_run, on_failure) */
-  unsigned worker;       /* worker index (on_cancel: UINT32_MAX) */
-  tko_worker_kind kind;  /* kind of that worker */
+  uint64_t id;           /**< unique and gap-free per pool, from 1, in submit order */
+  tko_task_fn fn;         /**< the task's function */
+  void *arg;             /**< its argument */
+  int weight;            /**< its weight */
+  int status;            /**< the task's return value (after_run, on_failure) */
+  uint64_t wait_ns;      /**< submit to start */
+  uint64_t run_ns;       /**< start to return (after_run, on_failure) */
+  unsigned worker;       /**< worker index (on_cancel: UINT32_MAX) */
+  tko_worker_kind kind;  /**< kind of that worker */
 } tko_task_info;
 
+/** A task hook (tko_hooks): user is tko_hooks.user; task is valid during the call. */
 typedef void (*tko_task_hook)(void *user, const tko_task_info *task);
+/** A thread hook (tko_hooks): the worker's index and kind. */
 typedef void (*tko_thread_hook)(void *user, unsigned index, tko_worker_kind kind);
 
-/* Hooks run on the pool's threads (on_cancel: on the thread that cancels),
+/** Hooks run on the pool's threads (on_cancel: on the thread that cancels),
  * never under an internal lock, so they may submit. A NULL hook is skipped. */
 typedef struct tko_hooks {
-  void *user;                    /* passed to every hook */
-  tko_task_hook before_run;      /* just before a task starts */
-  tko_task_hook after_run;       /* after every task, whatever its status */
-  tko_task_hook on_failure;      /* after a task that returned non-zero */
-  tko_task_hook on_cancel;       /* a queued task dropped by TKO_CANCEL: free its arg here */
-  tko_thread_hook thread_start;  /* first thing a worker thread does */
-  tko_thread_hook thread_stop;   /* last thing a worker thread does (an elastic
+  void *user;                    /**< passed to every hook */
+  tko_task_hook before_run;      /**< just before a task starts */
+  tko_task_hook after_run;       /**< after every task, whatever its status */
+  tko_task_hook on_failure;      /**< after a task that returned non-zero */
+  tko_task_hook on_cancel;       /**< a queued task dropped by TKO_CANCEL: free its arg here */
+  tko_thread_hook thread_start;  /**< first thing a worker thread does */
+  tko_thread_hook thread_stop;   /**< last thing a worker thread does (an elastic
                                     worker whose thread_stop submitted work that
                                     nobody else can take starts again, with a
                                     new thread_start) */
 } tko_hooks;
 
-/* What a submit does when a bounded queue is full. */
+/** What a submit does when a bounded queue is full. */
 typedef enum tko_full_policy {
-  TKO_FULL_BLOCK = 0,       /* wait for room (tko_submit_timed bounds the wait) */
-  TKO_FULL_REJECT = 1,      /* fail with -EAGAIN */
-  TKO_FULL_CALLER_RUNS = 2  /* run the task on the submitting thread, now */
+  TKO_FULL_BLOCK = 0,       /**< wait for room (tko_submit_timed bounds the wait) */
+  TKO_FULL_REJECT = 1,      /**< fail with -EAGAIN */
+  TKO_FULL_CALLER_RUNS = 2  /**< run the task on the submitting thread, now */
 } tko_full_policy;
 
-/* Optional allocator for the pool's own memory (create, queue growth,
+/** Optional allocator for the pool's own memory (create, queue growth,
  * destroy). Tasks never allocate. Set all three functions, or none (the C
  * library's); a mix is -EINVAL, since memory from one side must never reach
  * the other's realloc or free. */
 typedef struct tko_allocator {
-  void *(*alloc)(void *ctx, size_t size);
-  void *(*realloc)(void *ctx, void *ptr, size_t size);
-  void (*free)(void *ctx, void *ptr);
-  void *ctx;
+  void *(*alloc)(void *ctx, size_t size);              /**< like malloc */
+  void *(*realloc)(void *ctx, void *ptr, size_t size); /**< like realloc */
+  void (*free)(void *ctx, void *ptr);                  /**< like free */
+  void *ctx;                                           /**< passed to all three */
 } tko_allocator;
 
-/* Pool options. Fill them with tko_basic_options or tko_elastic_options, then
+/** Pool options. Fill them with tko_basic_options or tko_elastic_options, then
  * adjust fields. Zero-filled fields mean the defaults noted beside them.
  * Workers get the default scheduling policy, not their creator's, and the
  * nice value of the thread that created the pool: on Linux a new thread
@@ -133,15 +148,15 @@ typedef struct tko_allocator {
  * submitter niced above the pool's creator) needs CAP_SYS_NICE; without it
  * that elastic worker keeps the submitter's value. */
 typedef struct tko_options {
-  unsigned workers;          /* basic workers; tko_basic_options(0) = CPU count */
-  unsigned max_elastic;      /* extra workers spawned under backlog; default 0 */
-  unsigned elastic_idle_ms;  /* an elastic worker idle this long retires; 0 = 1000 */
-  unsigned spin_yields;      /* yields a worker makes looking for work before it
+  unsigned workers;          /**< basic workers; tko_basic_options(0) = CPU count */
+  unsigned max_elastic;      /**< extra workers spawned under backlog; default 0 */
+  unsigned elastic_idle_ms;  /**< an elastic worker idle this long retires; 0 = 1000 */
+  unsigned spin_yields;      /**< yields a worker makes looking for work before it
                                 sleeps; 0 = 8. (A worker whose take came back
                                 with fewer than 4 tasks, and fewer than
                                 max_batch, also yields once before looking
                                 again, so that tasks gather into batches.) */
-  unsigned max_batch;        /* most queued tasks a worker takes at once, 1..64;
+  unsigned max_batch;        /**< most queued tasks a worker takes at once, 1..64;
                                 0 = 64. Within it a worker sizes each take to
                                 about 20 us of work, timing its last batch
                                 (short tasks: big takes; tasks of 20 us or
@@ -149,25 +164,25 @@ typedef struct tko_options {
                                 for each other (a worker never runs a task it
                                 took while an earlier one of its batch
                                 blocks). */
-  size_t initial_capacity;   /* queue slots allocated up front; 0 = 256 */
-  size_t queue_capacity;     /* most tasks queued (not started) at once; 0 = no
+  size_t initial_capacity;   /**< queue slots allocated up front; 0 = 256 */
+  size_t queue_capacity;     /**< most tasks queued (not started) at once; 0 = no
                                 limit. Memory is then bounded too. */
-  tko_full_policy full_policy; /* when queue_capacity is reached; default BLOCK */
-  unsigned aging_ms;         /* anti-starvation: a queued task gains one unit of
+  tko_full_policy full_policy; /**< when queue_capacity is reached; default BLOCK */
+  unsigned aging_ms;         /**< anti-starvation: a queued task gains one unit of
                                 weight per aging_ms waited; 0 = off */
-  unsigned max_async_inflight; /* async tasks started and not completed at
+  unsigned max_async_inflight; /**< async tasks started and not completed at
                                   once; the rest stay queued by weight; 0 = no limit */
-  const char *name;          /* thread name prefix, NULL = "tko". Workers are
+  const char *name;          /**< thread name prefix, NULL = "tko". Workers are
                                 named "<name>-b<i>" (basic) and "<name>-e<i>"
                                 (elastic); Linux allows 15 characters, so the
                                 prefix is cut to its first 9 (enough for
                                 "-e1023"): "inventory-sync" names "inventory-b0".
                                 Copied at create. */
-  tko_hooks hooks;
-  const tko_allocator *allocator; /* NULL = malloc/realloc/free */
-  /* Thread placement, for every worker thread (basic and elastic; not the
+  tko_hooks hooks;           /**< hooks; zero-filled = none */
+  const tko_allocator *allocator; /**< NULL = malloc/realloc/free */
+  /** Thread placement, for every worker thread (basic and elastic; not the
    * timer thread nor a coalescer's). Checked and copied at create. */
-  const unsigned *cpus;      /* CPU affinity: the CPU numbers (0 .. TKO_MAX_CPUS - 1,
+  const unsigned *cpus;      /**< CPU affinity: the CPU numbers (0 .. TKO_MAX_CPUS - 1,
                                 as sched_getcpu counts them) a worker may run on,
                                 ncpus of them; NULL = not set: a worker keeps
                                 the mask of the thread that started it (the
@@ -177,8 +192,8 @@ typedef struct tko_options {
                                 none of the CPUs the creating thread may use;
                                 -ENOTSUP where affinity is not supported (Linux
                                 only for now) */
-  size_t ncpus;              /* entries in cpus; duplicates are fine */
-  size_t stack_size;         /* each worker's stack in bytes; 0 = the platform's
+  size_t ncpus;              /**< entries in cpus; duplicates are fine */
+  size_t stack_size;         /**< each worker's stack in bytes; 0 = the platform's
                                 default (Linux: RLIMIT_STACK, usually 8 MiB).
                                 Rounded up to whole pages, and to the platform's
                                 PTHREAD_STACK_MIN if that is larger; below
@@ -186,45 +201,45 @@ typedef struct tko_options {
                                 size it for the deepest task. */
 } tko_options;
 
-/* Pool statistics: a snapshot, each counter read once. Invariant, when the
+/** Pool statistics: a snapshot, each counter read once. Invariant, when the
  * pool is quiet: submitted = completed + cancelled + queued + running. */
 typedef struct tko_stats {
-  uint64_t submitted;        /* tasks accepted */
-  uint64_t completed;        /* tasks that ran and returned (failed included) */
-  uint64_t failed;           /* of those, returned non-zero */
-  uint64_t cancelled;        /* handed to on_cancel by TKO_CANCEL */
-  uint64_t queued;           /* accepted, not yet started */
-  uint64_t running;          /* started, not yet returned */
-  unsigned basic_workers;    /* basic worker threads alive */
-  unsigned elastic_workers;  /* elastic worker threads alive */
-  unsigned elastic_peak;     /* most elastic workers alive at once */
-  uint64_t elastic_spawned;  /* elastic workers started, ever */
-  uint64_t elastic_retired;  /* elastic workers retired after idling, ever */
-  unsigned blocking;         /* workers inside tko_blocking_begin/end now */
-  uint64_t caller_runs;      /* tasks run on submitting threads (CALLER_RUNS) */
-  uint64_t lock_contended;   /* times a worker or full-inbox submitter waited
+  uint64_t submitted;        /**< tasks accepted */
+  uint64_t completed;        /**< tasks that ran and returned (failed included) */
+  uint64_t failed;           /**< of those, returned non-zero */
+  uint64_t cancelled;        /**< handed to on_cancel by TKO_CANCEL */
+  uint64_t queued;           /**< accepted, not yet started */
+  uint64_t running;          /**< started, not yet returned */
+  unsigned basic_workers;    /**< basic worker threads alive */
+  unsigned elastic_workers;  /**< elastic worker threads alive */
+  unsigned elastic_peak;     /**< most elastic workers alive at once */
+  uint64_t elastic_spawned;  /**< elastic workers started, ever */
+  uint64_t elastic_retired;  /**< elastic workers retired after idling, ever */
+  unsigned blocking;         /**< workers inside tko_blocking_begin/end now */
+  uint64_t caller_runs;      /**< tasks run on submitting threads (CALLER_RUNS) */
+  uint64_t lock_contended;   /**< times a worker or full-inbox submitter waited
                                 for the queue lock (a contention gauge) */
-  unsigned async_inflight;   /* async tasks started, not yet completed */
-  uint64_t queue_bytes;      /* memory the queue's item slabs hold: it grows
+  unsigned async_inflight;   /**< async tasks started, not yet completed */
+  uint64_t queue_bytes;      /**< memory the queue's item slabs hold: it grows
                                 to the largest backlog seen and is kept (past
                                 512 KiB, with the default allocator, it is a
                                 huge-page mapping of its own, not malloc'd) */
 } tko_stats;
 
-/* Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */
+/** Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */
 TKO_API tko_options tko_basic_options(unsigned workers);
-/* Options for `workers` basic threads (0 is allowed: elastic-only) plus up to
+/** Options for `workers` basic threads (0 is allowed: elastic-only) plus up to
  * `max_elastic` elastic ones that retire after `elastic_idle_ms` idle. */
 TKO_API tko_options tko_elastic_options(unsigned workers, unsigned max_elastic,
                                         unsigned elastic_idle_ms);
 
-/* Starts the basic workers. -EINVAL: NULL, no workers at all, a value over
+/** Starts the basic workers. -EINVAL: NULL, no workers at all, a value over
  * its TKO_MAX_*, or bad placement (cpus, stack_size); -ENOTSUP: cpus where
  * affinity is not supported; -ENOMEM; -EAGAIN: a thread could not be
  * started (a stack_size the system cannot give included). */
 TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
 
-/* Queues fn(arg). Higher weight runs first over the whole int range; equal
+/** Queues fn(arg). Higher weight runs first over the whole int range; equal
  * weights run in submit order. Safe from any thread, tasks and hooks
  * included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
  * -ENOMEM: the queue could not grow.
@@ -234,7 +249,7 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * already taken. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
-/* Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits
+/** Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits
  * for room; tko_submit_timed waits at most timeout_ms (-1 = no limit) and
  * then fails with -ETIMEDOUT. With TKO_FULL_REJECT a full queue gives
  * -EAGAIN. With TKO_FULL_CALLER_RUNS the task runs at once on the submitting
@@ -247,7 +262,7 @@ TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 TKO_API int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight,
                              long timeout_ms);
 
-/* Blocking hint, called from inside a task: the calling worker is about to
+/** Blocking hint, called from inside a task: the calling worker is about to
  * block (I/O, a lock, a sleep). If work is queued and no worker is idle, the
  * pool starts an elastic worker at once (within max_elastic) instead of
  * waiting for more backlog; it retires as usual when idle. Calls nest;
@@ -257,38 +272,43 @@ TKO_API int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weig
  * refused. -EPERM when not called from a pool's worker thread (or, for end,
  * without a matching begin); -ECHILD in a child forked from a worker. */
 TKO_API int tko_blocking_begin(void);
+/** Ends the blocking region begun by tko_blocking_begin (see there). */
 TKO_API int tko_blocking_end(void);
 
-/* One task for tko_submit_batch. */
+/** One task for tko_submit_batch. */
 typedef struct tko_task {
-  tko_task_fn fn;
-  void *arg;
-  int weight;
+  tko_task_fn fn; /**< the task's function */
+  void *arg;      /**< its argument */
+  int weight;     /**< its weight */
 } tko_task;
 
-/* Queues n tasks at once: one reservation and one wake-up for the batch.
+/** Queues n tasks at once: one reservation and one wake-up for the batch.
  * All or nothing: on error none is queued. Ids are consecutive, in array
  * order. -EINVAL: NULL pool or tasks, a NULL fn, or n == 0; -ESHUTDOWN;
  * -ENOMEM; -EAGAIN: a bounded queue has no room for all n (reject policy). */
 TKO_API int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n);
 
-/* Task groups: wait for a set of tasks, or for one. A group is caller-owned
+/** Task groups: wait for a set of tasks, or for one. A group is caller-owned
  * storage (stack or heap); tko_group_init it, submit members into it, wait,
  * then tko_group_destroy it once nothing is pending. The members pending at
  * once must all be in one pool (an empty group may be reused with another).
  * A group of one is the handle for a single task. */
 typedef struct tko_group {
-  TKO_ALIGNAS(16) unsigned char opaque[160]; /* private */
+  TKO_ALIGNAS(16) unsigned char opaque[160]; /**< private */
 } tko_group;
 
+/** Makes a group ready for members. -ENOMEM when its mutex or condition
+ * variable cannot be made. No other call on the group may race with it. */
 TKO_API int tko_group_init(tko_group *group);
-/* -EBUSY (and nothing freed) while members are still pending. */
+/** Frees a group's mutex and condition variable: -EBUSY (and nothing freed)
+ * while members are still pending. No other call on the group may race with
+ * it. */
 TKO_API int tko_group_destroy(tko_group *group);
-/* tko_submit, counted in group. -EINVAL also when group already has members
+/** tko_submit, counted in group. -EINVAL also when group already has members
  * in another pool. */
 TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg,
                              int weight);
-/* Blocks until every member has finished or been cancelled, or until
+/** Blocks until every member has finished or been cancelled, or until
  * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT.
  * Called from a task of the group's pool, the waiting worker runs queued
  * tasks itself while it waits, so waiting on a group from inside the pool
@@ -299,21 +319,23 @@ TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, v
  * returns -EDEADLK at once if members are pending (waiting without helping
  * could wait for a task queued behind this one; another level could
  * overflow the stack). -ECHILD in a forked child while members are pending
- * (they belong to the parent's pool). */
+ * (they belong to the parent's pool). Any number of threads may wait on one
+ * group at once; each returns when the group is done or its own timeout
+ * passes. */
 TKO_API int tko_group_wait(tko_group *group, long timeout_ms);
-/* Members submitted and not yet finished or cancelled. */
+/** Members submitted and not yet finished or cancelled. */
 TKO_API uint64_t tko_group_pending(tko_group *group);
-/* The first non-zero status a member returned (-ECANCELED for a cancelled
+/** The first non-zero status a member returned (-ECANCELED for a cancelled
  * member), or 0 if all succeeded so far. Final once tko_group_wait is 0. */
 TKO_API int tko_group_status(tko_group *group);
-/* Cancels the members still queued (not those a worker has started or
+/** Cancels the members still queued (not those a worker has started or
  * taken): each goes to the pool's on_cancel hook and counts as finished for
  * the group with status -ECANCELED. Returns how many were cancelled (>= 0)
  * or a negative errno (-ECHILD in a forked child while members are pending:
  * the queue is the parent's). */
 TKO_API long tko_group_cancel(tko_group *group);
 
-/* Delayed and periodic tasks. A timer is caller-owned storage that must
+/** Delayed and periodic tasks. A timer is caller-owned storage that must
  * stay valid while armed (until it fires, for a one-shot timer, or until
  * tko_timer_cancel returns). One deadline heap and one timer thread per pool
  * (started on first use) serve every timer; nothing is allocated per timer
@@ -342,20 +364,21 @@ TKO_API long tko_group_cancel(tko_group *group);
  * once, or every millisecond); -EBUSY: the timer is armed;
  * -ESHUTDOWN; -ENOMEM; -EAGAIN: the timer thread could not start. */
 typedef struct tko_timer {
-  TKO_ALIGNAS(16) unsigned char opaque[64]; /* private */
+  TKO_ALIGNAS(16) unsigned char opaque[64]; /**< private */
 } tko_timer;
 
-/* Makes a timer ready to arm (zero-filling it does the same). */
+/** Makes a timer ready to arm (zero-filling it does the same). */
 TKO_API void tko_timer_init(tko_timer *timer);
+/** Submits fn(arg) with weight once delay_ms (>= 0) has passed; errors above. */
 TKO_API int tko_submit_after(tko_pool *pool, tko_timer *timer, long delay_ms, tko_task_fn fn,
                              void *arg, int weight);
-/* Submits fn every period_ms (> 0), first after one period, until
+/** Submits fn every period_ms (> 0), first after one period, until
  * cancelled. Deadlines advance by whole periods from the first (no drift);
  * if the timer thread falls behind, missed deadlines are skipped, not
  * submitted in a burst. */
 TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, tko_task_fn fn,
                              void *arg, int weight);
-/* Disarms a timer: 0 if it was armed (a one-shot task will not be
+/** Disarms a timer: 0 if it was armed (a one-shot task will not be
  * submitted; a periodic one stops), -ENOENT if it was not armed (already
  * fired, cancelled, or never armed). Safe from any thread, tasks included,
  * and after the pool is destroyed (shutdown disarms every timer). A
@@ -364,7 +387,7 @@ TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, t
  * caller's again). */
 TKO_API int tko_timer_cancel(tko_timer *timer);
 
-/* Async (completion-based) tasks. fn starts some work and returns 0; the
+/** Async (completion-based) tasks. fn starts some work and returns 0; the
  * task stays running until tko_async_complete(op, status) is called, from
  * any thread, exactly once. If fn returns non-zero, the task completes at
  * once with that status and fn must not complete op itself. In-flight async
@@ -376,26 +399,29 @@ TKO_API int tko_timer_cancel(tko_timer *timer);
  * timers keep firing meanwhile (see the timers), so a timer's task that
  * completes an async task still runs. Anything else that would complete one
  * is the host's: another thread, or its on_cancel for a cancelled task. */
-typedef struct tko_async tko_async; /* an in-flight task, owned by the pool */
+typedef struct tko_async tko_async; /**< an in-flight task, owned by the pool */
+/** An async task's start: returns 0 and completes op later, or non-zero to
+ * complete at once with that status. */
 typedef int (*tko_async_fn)(tko_async *op, void *arg);
 
+/** Queues an async task; errors as tko_submit. */
 TKO_API int tko_submit_async(tko_pool *pool, tko_async_fn fn, void *arg, int weight);
-/* An async member of a group. */
+/** An async member of a group. */
 TKO_API int tko_group_submit_async(tko_pool *pool, tko_group *group, tko_async_fn fn, void *arg,
                                    int weight);
-/* Completes op with status (0 = success). -EINVAL: NULL; -EALREADY: op is
+/** Completes op with status (0 = success). -EINVAL: NULL; -EALREADY: op is
  * not in flight (completed twice - op may then already belong to another
  * task, so that is a caller bug the pool catches only at best). */
 TKO_API int tko_async_complete(tko_async *op, int status);
-/* The arg the async task was submitted with. */
+/** The arg the async task was submitted with. */
 TKO_API void *tko_async_arg(const tko_async *op);
 
-/* Blocks, without polling, until nothing is queued or running, or until
+/** Blocks, without polling, until nothing is queued or running, or until
  * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
  * -EDEADLK when called from one of this pool's tasks. */
 TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
 
-/* Stops the pool. Its lifecycle: RUNNING, then (at the first shutdown call)
+/** Stops the pool. Its lifecycle: RUNNING, then (at the first shutdown call)
  * CLOSING while attached objects resolve their work (the keyed lanes drain
  * or cancel), then DRAINING or CANCELLING: submits fail with -ESHUTDOWN,
  * submitters blocked on a full queue are woken with -ESHUTDOWN, TKO_DRAIN
@@ -410,7 +436,7 @@ TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
  * hooks; -EINVAL for NULL, a bad mode, or a destroyed pool. */
 TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
 
-/* tko_pool_shutdown with a deadline: waits at most timeout_ms (-1 = no
+/** tko_pool_shutdown with a deadline: waits at most timeout_ms (-1 = no
  * limit, 0 = do not wait) and returns -ETIMEDOUT while something still runs
  * (tasks, blocked submitters, attached objects draining). The shutdown
  * stays under way - the pool never reopens - and a later call (either
@@ -424,14 +450,17 @@ TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
  * for no limit. */
 TKO_API int tko_pool_shutdown_timed(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms);
 
-/* Pauses the pool: no queued task starts until tko_pool_resume (tasks
+/** Pauses the pool: no queued task starts until tko_pool_resume (tasks
  * already running finish; a worker that had taken a few tasks just before
  * the pause may still start those). Submits are still accepted. wait_idle
  * counts queued tasks, so on a paused pool with work queued it returns only
  * by timeout or after a resume. Shutdown resumes a paused pool first: DRAIN
  * runs what is queued, CANCEL cancels it. Both calls are idempotent and may
- * be made from tasks. -EINVAL for NULL. */
+ * be made from any thread, tasks included, racing with each other and with
+ * submits: the pool ends paused or not as the last call to take effect
+ * says. -EINVAL for NULL. */
 TKO_API int tko_pool_pause(tko_pool *pool);
+/** Resumes a paused pool (see tko_pool_pause). */
 TKO_API int tko_pool_resume(tko_pool *pool);
 
 /* fork(): a child process gets a copy of the pool without its threads. In
@@ -440,7 +469,7 @@ TKO_API int tko_pool_resume(tko_pool *pool);
  * thread may have been mid-update at the fork, so its memory cannot be
  * freed safely). Create new pools in the child instead. */
 
-/* Shuts down with TKO_DRAIN if not yet shut down (or completes a shutdown
+/** Shuts down with TKO_DRAIN if not yet shut down (or completes a shutdown
  * under way, in its mode, without limit), then frees the pool. Returns 0;
  * -EDEADLK (freeing nothing) when called from one of this pool's own
  * threads, tasks or hooks; -EBUSY when objects attached to the pool (a
@@ -452,18 +481,22 @@ TKO_API int tko_pool_resume(tko_pool *pool);
  * best-effort catch of a host bug, not a licence. -EINVAL for NULL. */
 TKO_API int tko_pool_destroy(tko_pool *pool);
 
-/* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
+/** Fills *out with a snapshot. Does nothing when either pointer is NULL.
+ * Safe from any thread, tasks and hooks included, while the pool runs: each
+ * counter is read once, so a snapshot taken while tasks run is not one
+ * instant (the invariant in tko_stats holds when the pool is quiet). */
 TKO_API void tko_pool_stats(tko_pool *pool, tko_stats *out);
 
-/* A static, one-line description of a negative errno value (or 0). */
+/** A static, one-line description of a negative errno value (or 0). */
 TKO_API const char *tko_strerror(int err);
-/* The symbolic name of a negative errno value the API returns, for logs:
+/** The symbolic name of a negative errno value the API returns, for logs:
  * "EINVAL" for -EINVAL, "OK" for 0, "UNKNOWN" for any other value (positive
  * values included). A static string. */
 TKO_API const char *tko_err_name(int err);
 
-/* The library's version at run time, e.g. "0.1.0", and as TKO_VERSION_NUMBER. */
+/** The library's version at run time, e.g. "0.1.0", and as TKO_VERSION_NUMBER. */
 TKO_API const char *tko_version_string(void);
+/** The library's version at run time as TKO_VERSION_NUMBER would give it. */
 TKO_API unsigned tko_version_number(void);
 
 #ifdef __cplusplus
@@ -479,7 +512,7 @@ TKO_API unsigned tko_version_number(void);
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* Keyed serial lanes on the pool's own default lane table (created on first
+/** Keyed serial lanes on the pool's own default lane table (created on first
  * use with tko_lane_default_options): tasks with the same key run one at a
  * time in submit order, different keys in parallel; see taskorch/lanes.h
  * for the table and its collision rule. Shutdown refuses keyed submits

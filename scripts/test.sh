@@ -28,6 +28,8 @@ echo "== embedding: a host project with add_subdirectory, no Criterion (scripts/
 scripts/ci_embed.sh
 echo "== ABI: against the last release's (scripts/ci_abi.sh)"
 scripts/ci_abi.sh
+echo "== reference documentation: Doxygen, no undocumented public symbol (scripts/ci_docs.sh)"
+scripts/ci_docs.sh
 echo "== fuzzing (libFuzzer, ASan+UBSan; ${FUZZ_SECONDS:-30} s per harness)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh
 echo "== all test flavours and the fuzzers passed"

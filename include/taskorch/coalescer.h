@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* taskorch coalescer: a dirty set plus one periodic sweeper.
+/** @file
+ * taskorch coalescer: a dirty set plus one periodic sweeper.
  *
  * Hosts that must persist "the latest state of key K" (a stream's metadata
  * sidecar, a stream head) mark K with its latest value on every change;
@@ -42,7 +43,11 @@
  * caught while its memory is still mapped: calls on it return -EINVAL
  * (debug builds assert). In a child forked after create, every call returns
  * -ECHILD, except destroy, which returns 0 and leaves the copy alone (the
- * timer thread stayed in the parent). */
+ * timer thread stayed in the parent).
+ *
+ * Thread safety: every function is safe from any thread, pool tasks
+ * included, except where its comment says otherwise (flush, close and
+ * destroy from flush_fn; destroy racing with other calls). */
 #ifndef TASKORCH_COALESCER_H
 #define TASKORCH_COALESCER_H
 
@@ -52,17 +57,17 @@
 extern "C" {
 #endif
 
-#define TKO_MAX_COALESCE_INTERVAL_MS 3600000u /* one hour */
+#define TKO_MAX_COALESCE_INTERVAL_MS 3600000u /**< one hour */
 
-typedef struct tko_coalescer tko_coalescer; /* opaque */
+typedef struct tko_coalescer tko_coalescer; /**< opaque */
 
-/* One dirty key and its latest value. */
+/** One dirty key and its latest value. */
 typedef struct tko_coalesce_entry {
-  uint64_t key;
-  uint64_t value;
+  uint64_t key;   /**< the key */
+  uint64_t value; /**< its latest value */
 } tko_coalesce_entry;
 
-/* Flushes one sweep: `count` (>= 1) distinct keys, in first-marked order.
+/** Flushes one sweep: `count` (>= 1) distinct keys, in first-marked order.
  * Runs on a pool worker (a timer tick), on the thread that called
  * tko_coalescer_flush / close / destroy, or on the timer thread when the
  * pool refused the sweep. No lock is held: it may call tko_coalescer_mark
@@ -70,26 +75,26 @@ typedef struct tko_coalesce_entry {
  * (-EDEADLK). The array is valid only during the call. */
 typedef void (*tko_coalesce_flush_fn)(void *user, const tko_coalesce_entry *entries, size_t count);
 
-/* Options (NULL = defaults; zero fields mean the defaults beside them). */
+/** Options (NULL = defaults; zero fields mean the defaults beside them). */
 typedef struct tko_coalesce_options {
-  size_t initial_keys;            /* dirty keys held before the table grows; 0 = 64 */
-  int weight;                     /* weight of the sweep task; default 0 */
-  const tko_allocator *allocator; /* NULL = malloc/realloc/free */
+  size_t initial_keys;            /**< dirty keys held before the table grows; 0 = 64 */
+  int weight;                     /**< weight of the sweep task; default 0 */
+  const tko_allocator *allocator; /**< NULL = malloc/realloc/free */
 } tko_coalesce_options;
 
-/* A snapshot of the counters. */
+/** A snapshot of the counters. */
 typedef struct tko_coalesce_stats {
-  uint64_t marks;         /* marks accepted */
-  uint64_t rejected;      /* marks refused with -ESHUTDOWN */
-  uint64_t sweeps;        /* sweeps that flushed at least one key */
-  uint64_t flushed;       /* entries passed to flush_fn, all sweeps together */
-  uint64_t max_sweep;     /* most entries in one sweep */
-  uint64_t skipped_ticks; /* ticks that found a sweep still queued or running */
-  uint64_t inline_sweeps; /* sweeps the timer thread ran because the pool refused */
-  uint64_t dirty;         /* keys marked and not yet taken by a sweep */
+  uint64_t marks;         /**< marks accepted */
+  uint64_t rejected;      /**< marks refused with -ESHUTDOWN */
+  uint64_t sweeps;        /**< sweeps that flushed at least one key */
+  uint64_t flushed;       /**< entries passed to flush_fn, all sweeps together */
+  uint64_t max_sweep;     /**< most entries in one sweep */
+  uint64_t skipped_ticks; /**< ticks that found a sweep still queued or running */
+  uint64_t inline_sweeps; /**< sweeps the timer thread ran because the pool refused */
+  uint64_t dirty;         /**< keys marked and not yet taken by a sweep */
 } tko_coalesce_stats;
 
-/* Creates a coalescer sweeping every `interval_ms` on `pool` (0 = never on
+/** Creates a coalescer sweeping every `interval_ms` on `pool` (0 = never on
  * its own: only tko_coalescer_flush and the final flush), and starts its
  * timer thread (none when interval_ms is 0). -EINVAL: NULL out, pool or
  * flush, or interval over TKO_MAX_COALESCE_INTERVAL_MS; -ENOMEM; -EAGAIN:
@@ -99,18 +104,18 @@ TKO_API int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned i
                                  tko_coalesce_flush_fn flush, void *user,
                                  const tko_coalesce_options *opts);
 
-/* Marks `key` dirty with `value` (replacing the value of an earlier mark not
+/** Marks `key` dirty with `value` (replacing the value of an earlier mark not
  * yet flushed). O(1); allocates only when the dirty table must grow.
  * -EINVAL: NULL; -ESHUTDOWN: closed; -ENOMEM: the table could not grow (the
  * mark is not recorded). */
 TKO_API int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value);
 
-/* Flushes now, on the calling thread: waits for a sweep in progress to end,
+/** Flushes now, on the calling thread: waits for a sweep in progress to end,
  * then sweeps. Returns once every mark that happened before the call has
  * been passed to flush_fn. -EINVAL: NULL; -EDEADLK: called from flush_fn. */
 TKO_API int tko_coalescer_flush(tko_coalescer *c);
 
-/* Closes: later marks fail with -ESHUTDOWN; stops and joins the timer
+/** Closes: later marks fail with -ESHUTDOWN; stops and joins the timer
  * thread; runs the final flush on the calling thread. Marks racing with it
  * are flushed or rejected. Idempotent. Works from any thread, a task of the
  * coalescer's pool included (even when that pool's bounded queue is full:
@@ -118,7 +123,7 @@ TKO_API int tko_coalescer_flush(tko_coalescer *c);
  * coalescer; -EDEADLK: called from flush_fn. */
 TKO_API int tko_coalescer_close(tko_coalescer *c);
 
-/* Closes (final flush), waits for a sweep task still queued in the pool to
+/** Closes (final flush), waits for a sweep task still queued in the pool to
  * run (or to be found dropped), then frees. On a paused pool with a sweep
  * task queued that wait lasts until the pool is resumed or shut down (by
  * another thread). No other call may race with it.
@@ -126,11 +131,11 @@ TKO_API int tko_coalescer_close(tko_coalescer *c);
  * a task of the coalescer's pool. */
 TKO_API int tko_coalescer_destroy(tko_coalescer *c);
 
-/* For the pool's on_cancel hook: returns 1 if `task` is a sweep task of any
+/** For the pool's on_cancel hook: returns 1 if `task` is a sweep task of any
  * coalescer (then ignore it: its keys stay dirty), 0 otherwise. */
 TKO_API int tko_coalescer_pool_cancelled(const tko_task_info *task);
 
-/* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
+/** Fills *out with a snapshot. Does nothing when either pointer is NULL. */
 TKO_API void tko_coalescer_stats(tko_coalescer *c, tko_coalesce_stats *out);
 
 #ifdef __cplusplus

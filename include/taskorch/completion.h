@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* taskorch completion queue: results handed back to the host's event loop.
+/** @file
+ * taskorch completion queue: results handed back to the host's event loop.
  *
  * libuv runs a work request's after_work_cb on the loop thread; GLib
  * sources, libdispatch and Java futures hand completions back the same way.
@@ -49,39 +50,39 @@
 extern "C" {
 #endif
 
-#define TKO_MAX_CQ_CAPACITY ((size_t)1 << 24) /* ring slots limit */
+#define TKO_MAX_CQ_CAPACITY ((size_t)1 << 24) /**< ring slots limit */
 
-typedef struct tko_cq tko_cq; /* opaque */
+typedef struct tko_cq tko_cq; /**< opaque */
 
-/* One completion, by value. The library never looks inside user. */
+/** One completion, by value. The library never looks inside user. */
 typedef struct tko_completion {
-  uint64_t id;  /* the poster's: a request number, a task id, ... */
-  int status;   /* the poster's: 0 = success, by convention */
-  void *user;   /* the poster's: the request's state, a result, ... */
+  uint64_t id;  /**< the poster's: a request number, a task id, ... */
+  int status;   /**< the poster's: 0 = success, by convention */
+  void *user;   /**< the poster's: the request's state, a result, ... */
 } tko_completion;
 
-/* Receives one completion during tko_cq_drain, on the draining thread. It
+/** Receives one completion during tko_cq_drain, on the draining thread. It
  * may post to this queue (those completions wait for a later drain, not
  * this one), not destroy it. */
 typedef void (*tko_cq_fn)(void *user, const tko_completion *c);
 
-/* Creates a queue of `capacity` slots (0 = 1024), rounded up to a power of
+/** Creates a queue of `capacity` slots (0 = 1024), rounded up to a power of
  * two, allocated now with `allocator` (NULL = malloc/free), plus its
  * descriptor (close-on-exec, non-blocking).
  * -EINVAL: NULL out, capacity over TKO_MAX_CQ_CAPACITY, or a partial
  * allocator; -ENOMEM; -EMFILE / -ENFILE: no descriptor left. */
 TKO_API int tko_cq_create(tko_cq **out, size_t capacity, const tko_allocator *allocator);
 
-/* The descriptor to watch for readability (see above): >= 0, valid until
+/** The descriptor to watch for readability (see above): >= 0, valid until
  * tko_cq_destroy; -EINVAL for NULL. */
 TKO_API int tko_cq_fd(const tko_cq *cq);
 
-/* Queues one completion and, if the loop has caught up, makes the
+/** Queues one completion and, if the loop has caught up, makes the
  * descriptor readable. Never blocks, never allocates. Safe from any thread.
  * -EINVAL: NULL cq; -EAGAIN: the ring is full (nothing queued). */
 TKO_API int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user);
 
-/* Clears the descriptor, then calls fn for each queued completion, oldest
+/** Clears the descriptor, then calls fn for each queued completion, oldest
  * first, up to `max` of them (0 = the ring's capacity, so a callback that
  * posts again cannot keep one drain going forever). If it stopped at max,
  * the descriptor is made readable again so the loop comes back for the
@@ -89,11 +90,11 @@ TKO_API int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user);
  * fn. Safe from any thread (see above). */
 TKO_API long tko_cq_drain(tko_cq *cq, tko_cq_fn fn, void *user, size_t max);
 
-/* tko_cq_drain's twin that copies up to max (>= 1) completions into out
+/** tko_cq_drain's twin that copies up to max (>= 1) completions into out
  * instead of calling a function. -EINVAL: NULL cq or out, or max == 0. */
 TKO_API long tko_cq_take(tko_cq *cq, tko_completion *out, size_t max);
 
-/* Closes the descriptor and frees the queue. Call it once every poster is
+/** Closes the descriptor and frees the queue. Call it once every poster is
  * done (for tasks of a pool: after tko_pool_shutdown returned). -EBUSY,
  * freeing nothing, while completions are still queued: drain them first,
  * since their user pointers may own memory. -EINVAL for NULL. */

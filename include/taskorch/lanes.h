@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* taskorch keyed serial lanes: tasks that share a key run one at a time, in
+/** @file
+ * taskorch keyed serial lanes: tasks that share a key run one at a time, in
  * submit order; tasks with different keys run in parallel on the pool.
  *
  * A lane table is its own object bound to a pool. Each key hashes to one of
@@ -72,74 +73,74 @@
 extern "C" {
 #endif
 
-#define TKO_MAX_LANES (1u << 20)  /* lane table size limit */
-#define TKO_MAX_LANE_DRAIN 65536u /* max_drain limit */
+#define TKO_MAX_LANES (1u << 20)  /**< lane table size limit */
+#define TKO_MAX_LANE_DRAIN 65536u /**< max_drain limit */
 
-typedef struct tko_lanes tko_lanes; /* opaque */
+typedef struct tko_lanes tko_lanes; /**< opaque */
 
-/* One queued lane task, as the batch and cancel callbacks see it. */
+/** One queued lane task, as the batch and cancel callbacks see it. */
 typedef struct tko_lane_task {
-  uint64_t key;
-  tko_task_fn fn; /* NULL allowed only with a batch callback */
-  void *arg;
-  int weight;
+  uint64_t key;   /**< the task's key */
+  tko_task_fn fn; /**< NULL allowed only with a batch callback */
+  void *arg;      /**< its argument */
+  int weight;     /**< its weight */
 } tko_lane_task;
 
-/* One visit's worth of tasks of one lane, oldest first. The array lives in
+/** One visit's worth of tasks of one lane, oldest first. The array lives in
  * the lane and is valid only during the callback. */
 typedef struct tko_lane_batch {
-  unsigned lane; /* lane index (tko_lanes_index) */
-  size_t count;  /* 1 .. max_drain */
-  const tko_lane_task *tasks;
+  unsigned lane; /**< lane index (tko_lanes_index) */
+  size_t count;  /**< 1 .. max_drain */
+  const tko_lane_task *tasks; /**< the tasks, oldest first */
 } tko_lane_batch;
 
-/* Applies a whole drained batch at once (one lock, one flush). Called on a
+/** Applies a whole drained batch at once (one lock, one flush). Called on a
  * pool worker (or a submitting thread, see bounded pools) with the lane
  * held: no other batch or task of this lane runs meanwhile. The library does not call the tasks' fn in batch mode; the
  * callback owns their effects (it may call fn itself). */
 typedef void (*tko_lane_batch_fn)(void *user, const tko_lane_batch *batch);
-/* A queued lane task that will never run: free its arg here. */
+/** A queued lane task that will never run: free its arg here. */
 typedef void (*tko_lane_cancel_fn)(void *user, const tko_lane_task *task);
 
-/* Lane table options. Fill with tko_lane_default_options, then adjust.
+/** Lane table options. Fill with tko_lane_default_options, then adjust.
  * Zero-filled fields mean the defaults noted beside them. */
 typedef struct tko_lane_options {
-  unsigned lanes;                 /* table size, rounded up to a power of two; 0 = 256;
+  unsigned lanes;                 /**< table size, rounded up to a power of two; 0 = 256;
                                      over TKO_MAX_LANES is -EINVAL */
-  unsigned max_drain;             /* tasks a runner takes per visit; 0 = 32; over
+  unsigned max_drain;             /**< tasks a runner takes per visit; 0 = 32; over
                                      TKO_MAX_LANE_DRAIN is -EINVAL */
-  size_t lane_capacity;           /* ring slots a lane allocates at first use; 0 = 16 */
-  size_t max_queued;              /* queued tasks per lane before submit fails with
+  size_t lane_capacity;           /**< ring slots a lane allocates at first use; 0 = 16 */
+  size_t max_queued;              /**< queued tasks per lane before submit fails with
                                      -EAGAIN; 0 = no limit (the ring grows) */
-  void *user;                     /* passed to batch and on_cancel */
-  tko_lane_batch_fn batch;        /* NULL: the runner calls each task's fn */
-  tko_lane_cancel_fn on_cancel;   /* NULL: cancelled tasks are just dropped */
-  const tko_allocator *allocator; /* NULL = malloc/realloc/free */
+  void *user;                     /**< passed to batch and on_cancel */
+  tko_lane_batch_fn batch;        /**< NULL: the runner calls each task's fn */
+  tko_lane_cancel_fn on_cancel;   /**< NULL: cancelled tasks are just dropped */
+  const tko_allocator *allocator; /**< NULL = malloc/realloc/free */
 } tko_lane_options;
 
-/* Lane table statistics: a snapshot, each lane read under its lock.
+/** Lane table statistics: a snapshot, each lane read under its lock.
  * When quiet: submitted = completed + cancelled + queued. */
 typedef struct tko_lane_stats {
-  uint64_t submitted;  /* lane tasks accepted */
-  uint64_t completed;  /* run by a runner (or passed to batch) */
-  uint64_t failed;     /* of those, fn returned non-zero (not in batch mode) */
-  uint64_t cancelled;  /* handed to on_cancel (or dropped without one) */
-  uint64_t queued;     /* accepted, not yet taken by a runner */
-  uint64_t visits;     /* runner visits that took at least one task */
-  uint64_t max_batch;  /* most tasks taken in one visit */
-  unsigned lanes_used; /* lanes whose ring has been allocated */
+  uint64_t submitted;  /**< lane tasks accepted */
+  uint64_t completed;  /**< run by a runner (or passed to batch) */
+  uint64_t failed;     /**< of those, fn returned non-zero (not in batch mode) */
+  uint64_t cancelled;  /**< handed to on_cancel (or dropped without one) */
+  uint64_t queued;     /**< accepted, not yet taken by a runner */
+  uint64_t visits;     /**< runner visits that took at least one task */
+  uint64_t max_batch;  /**< most tasks taken in one visit */
+  unsigned lanes_used; /**< lanes whose ring has been allocated */
 } tko_lane_stats;
 
-/* The defaults: 256 lanes, max_drain 32, rings of 16, no limit, no callbacks. */
+/** The defaults: 256 lanes, max_drain 32, rings of 16, no limit, no callbacks. */
 TKO_API tko_lane_options tko_lane_default_options(void);
 
-/* Creates a lane table on `pool` (opts NULL = defaults). Allocates the table
+/** Creates a lane table on `pool` (opts NULL = defaults). Allocates the table
  * (about 200 bytes a lane); rings come at each lane's first use.
  * -EINVAL: NULL out or pool, or an option over its limit; -ENOMEM;
  * -ESHUTDOWN: the pool's shutdown has begun. */
 TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts);
 
-/* Queues fn(arg) on the lane of `key`; see the guarantees above. The lane's
+/** Queues fn(arg) on the lane of `key`; see the guarantees above. The lane's
  * runner, if it must be started, is submitted to the pool with `weight`.
  * -EINVAL: NULL lanes, or NULL fn without a batch callback; -ESHUTDOWN: the
  * lanes are closed or cancelled, or the pool refused the runner (shut down);
@@ -147,10 +148,10 @@ TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_opt
  * or the pool's queue could not. On error the task is not queued. */
 TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, void *arg, int weight);
 
-/* The lane index of `key`: keys with equal indexes share a lane. */
+/** The lane index of `key`: keys with equal indexes share a lane. */
 TKO_API unsigned tko_lanes_index(const tko_lanes *lanes, uint64_t key);
 
-/* Blocks, without polling, until no lane task is queued or running, or
+/** Blocks, without polling, until no lane task is queued or running, or
  * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
  * -EDEADLK when called from a task of the lanes' pool, a lane task, a batch
  * callback or these lanes' on_cancel (which may be running on any thread:
@@ -160,23 +161,23 @@ TKO_API unsigned tko_lanes_index(const tko_lanes *lanes, uint64_t key);
  * tko_lanes_cancel or tko_lanes_destroy disposes of them. */
 TKO_API int tko_lanes_wait_idle(tko_lanes *lanes, long timeout_ms);
 
-/* Closes the table: later submits fail with -ESHUTDOWN; queued tasks still
+/** Closes the table: later submits fail with -ESHUTDOWN; queued tasks still
  * run. Submits racing with close either are accepted (and run) or fail.
  * Idempotent. -EINVAL for NULL. */
 TKO_API int tko_lanes_close(tko_lanes *lanes);
 
-/* Closes the table and hands every queued (not yet taken) lane task to
+/** Closes the table and hands every queued (not yet taken) lane task to
  * on_cancel, on the calling thread, oldest first per lane. Tasks a runner has
  * already taken still run. Idempotent. -EINVAL for NULL. */
 TKO_API int tko_lanes_cancel(tko_lanes *lanes);
 
-/* For the pool's on_cancel hook: returns 1 if `task` is a lane runner of any
+/** For the pool's on_cancel hook: returns 1 if `task` is a lane runner of any
  * lane table, after handing that lane's queued tasks to its table's
  * on_cancel (the hook must then ignore the task); 0 for any other task or
  * NULL. The lane table must still exist. */
 TKO_API int tko_lanes_pool_cancelled(const tko_task_info *task);
 
-/* Closes the table, waits until every accepted task has run or been
+/** Closes the table, waits until every accepted task has run or been
  * cancelled and every runner is back, then frees the table. While the pool
  * runs this drains the lanes. If the pool has dropped runners without
  * telling (a TKO_CANCEL shutdown whose on_cancel did not call
@@ -190,7 +191,7 @@ TKO_API int tko_lanes_pool_cancelled(const tko_task_info *task);
  * lanes' on_cancel. */
 TKO_API int tko_lanes_destroy(tko_lanes *lanes);
 
-/* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
+/** Fills *out with a snapshot. Does nothing when either pointer is NULL. */
 TKO_API void tko_lanes_stats(tko_lanes *lanes, tko_lane_stats *out);
 
 #ifdef __cplusplus
