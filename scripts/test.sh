@@ -22,6 +22,11 @@ for flavour in plain thread address; do
   UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1" \
     ctest --test-dir "$dir" --output-on-failure -j 1
 done
+echo "== sharing audit: the instrumented build checks itself (benchmarks/MODEL.md)"
+cmake -S . -B build-test-audit -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_SHARING_AUDIT=ON -DTKO_WERROR=ON \
+  -DTKO_BUILD_WORKBENCH=OFF >/dev/null
+cmake --build build-test-audit -j "$jobs" --target tko_audit_sharing >/dev/null
+ctest --test-dir build-test-audit --output-on-failure -L audit
 echo "== packaging: install to a temporary prefix, link the examples (scripts/ci_install.sh)"
 scripts/ci_install.sh
 echo "== embedding: a host project with add_subdirectory, no Criterion (scripts/ci_embed.sh)"

@@ -7,20 +7,42 @@
 
 #include <stdatomic.h>
 
-#define tko__load_relaxed(p) atomic_load_explicit((p), memory_order_relaxed)
-#define tko__load_acquire(p) atomic_load_explicit((p), memory_order_acquire)
-#define tko__load_seq(p) atomic_load_explicit((p), memory_order_seq_cst)
-#define tko__store_relaxed(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
-#define tko__store_release(p, v) atomic_store_explicit((p), (v), memory_order_release)
-#define tko__store_seq(p, v) atomic_store_explicit((p), (v), memory_order_seq_cst)
-#define tko__add_relaxed(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
-#define tko__add_seq(p, v) atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
-#define tko__sub_relaxed(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_relaxed)
-#define tko__sub_seq(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
-#define tko__exchange_seq(p, v) atomic_exchange_explicit((p), (v), memory_order_seq_cst)
+/* The sharing audit (audit.h, -DTKO_SHARING_AUDIT=ON) records each access
+ * against its cache line before making it; without the option a wrapper is
+ * the bare atomic, at no cost. p is evaluated twice in the audit build. */
+#ifdef TKO_SHARING_AUDIT
+#include "audit.h"
+#define TKO__AUDITED(kind, p, op) \
+  (tko__audit_note((const volatile void *)(p), TKO__AUDIT_##kind), (op))
+#define TKO__AUDITED_CAS(p, op) tko__audit_cas((const volatile void *)(p), (op))
+#else
+#define TKO__AUDITED(kind, p, op) (op)
+#define TKO__AUDITED_CAS(p, op) (op)
+#endif
+
+#define tko__load_relaxed(p) TKO__AUDITED(LOAD, p, atomic_load_explicit((p), memory_order_relaxed))
+#define tko__load_acquire(p) TKO__AUDITED(LOAD, p, atomic_load_explicit((p), memory_order_acquire))
+#define tko__load_seq(p) TKO__AUDITED(LOAD, p, atomic_load_explicit((p), memory_order_seq_cst))
+#define tko__store_relaxed(p, v) \
+  TKO__AUDITED(STORE, p, atomic_store_explicit((p), (v), memory_order_relaxed))
+#define tko__store_release(p, v) \
+  TKO__AUDITED(STORE, p, atomic_store_explicit((p), (v), memory_order_release))
+#define tko__store_seq(p, v) \
+  TKO__AUDITED(STORE, p, atomic_store_explicit((p), (v), memory_order_seq_cst))
+#define tko__add_relaxed(p, v) \
+  TKO__AUDITED(RMW, p, atomic_fetch_add_explicit((p), (v), memory_order_relaxed))
+#define tko__add_seq(p, v) TKO__AUDITED(RMW, p, atomic_fetch_add_explicit((p), (v), memory_order_seq_cst))
+#define tko__sub_relaxed(p, v) \
+  TKO__AUDITED(RMW, p, atomic_fetch_sub_explicit((p), (v), memory_order_relaxed))
+#define tko__sub_seq(p, v) TKO__AUDITED(RMW, p, atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst))
+#define tko__exchange_seq(p, v) \
+  TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_seq_cst))
+#define tko__xchg_acquire(p, v) \
+  TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_acquire))
 #define tko__cas_seq(p, expected, desired) \
-  atomic_compare_exchange_weak_explicit((p), (expected), (desired), \
-                                        memory_order_seq_cst, memory_order_relaxed)
+  TKO__AUDITED_CAS(p, atomic_compare_exchange_weak_explicit((p), (expected), (desired), \
+                                                            memory_order_seq_cst, \
+                                                            memory_order_relaxed))
 
 /* Asks for a cache line in exclusive state ahead of a read-modify-write:
  * reading a line another core wrote and then writing it costs two

@@ -50,13 +50,13 @@ static inline void tko__lock_slow(tko__lock *l) {
     /* Relaxed: only a hint to retry the acquiring exchange below. */
     while (tko__load_relaxed(&l->held)) tko__wait_step(spins++, 32);
     /* Acquire: pairs with the release in tko__unlock. */
-    if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) return;
+    if (!tko__xchg_acquire(&l->held, 1)) return;
   }
 }
 
 static inline void tko__lock_acquire(tko__lock *l) {
   /* Acquire: pairs with the release in tko__unlock. */
-  if (atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) tko__lock_slow(l);
+  if (tko__xchg_acquire(&l->held, 1)) tko__lock_slow(l);
 }
 
 static inline void tko__unlock(tko__lock *l) {
