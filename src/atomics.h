@@ -15,9 +15,11 @@
 #define TKO__AUDITED(kind, p, op) \
   (tko__audit_note((const volatile void *)(p), TKO__AUDIT_##kind), (op))
 #define TKO__AUDITED_CAS(p, op) tko__audit_cas((const volatile void *)(p), (op))
+#define TKO__AUDIT_LOCKED(p, delta) tko__audit_locked((const volatile void *)(p), (delta))
 #else
 #define TKO__AUDITED(kind, p, op) (op)
 #define TKO__AUDITED_CAS(p, op) (op)
+#define TKO__AUDIT_LOCKED(p, delta) ((void)0)
 #endif
 
 #define tko__load_relaxed(p) TKO__AUDITED(LOAD, p, atomic_load_explicit((p), memory_order_relaxed))

@@ -32,6 +32,8 @@ typedef struct entry {
   atomic_uint_fast64_t writers, readers;
   atomic_uint_fast64_t loads, stores, rmws, cas_failed, handoffs, foreign_loads;
   atomic_int last_writer; /* audit thread id + 1; 0: none since the reset */
+  atomic_uint_fast64_t locked; /* accesses under a queue lock */
+  atomic_size_t under;          /* that lock's word's entry index + 1 */
   atomic_uint_fast32_t writes_by[THREADS_MAX]; /* per audit thread id */
 } entry;
 
@@ -40,6 +42,9 @@ static atomic_uint_fast64_t overflow; /* accesses not recorded: the table was fu
 static atomic_int next_tid;
 static const char *_Atomic roles[THREADS_MAX];
 static _Thread_local int self_id = -1;
+static _Thread_local int locked;            /* queue locks the thread holds */
+static _Thread_local size_t held = SIZE_MAX; /* the outermost one's entry index */
+
 
 static struct {
   const char *name;
@@ -91,6 +96,10 @@ void tko__audit_note(const volatile void *p, enum tko__audit_kind kind) {
     bump(&overflow);
     return;
   }
+  if (locked) {
+    bump(&e->locked);
+    atomic_store_explicit(&e->under, held + 1, memory_order_relaxed);
+  }
   if (kind == TKO__AUDIT_LOAD) {
     bump(&e->loads);
     set_bit(&e->readers, (uint64_t)1 << me);
@@ -103,6 +112,22 @@ void tko__audit_note(const volatile void *p, enum tko__audit_kind kind) {
   set_bit(&e->writers, (uint64_t)1 << me);
   int prev = atomic_exchange_explicit(&e->last_writer, me + 1, memory_order_relaxed);
   if (prev && prev != me + 1) bump(&e->handoffs);
+}
+
+void tko__audit_locked(const volatile void *p, int delta) {
+  if (delta < 0) {
+    if (locked > 0) locked--;
+    return;
+  }
+  /* The acquiring exchange was recorded just before: count it too. */
+  if (locked++ == 0) {
+    entry *e = find((uintptr_t)p >> LINE_SHIFT);
+    held = e ? (size_t)(e - table) : SIZE_MAX;
+    if (e) {
+      bump(&e->locked);
+      atomic_store_explicit(&e->under, held + 1, memory_order_relaxed);
+    }
+  }
 }
 
 bool tko__audit_cas(const volatile void *p, bool succeeded) {
@@ -146,6 +171,8 @@ void tko__audit_reset(void) {
     for (size_t j = 0; j < sizeof c / sizeof *c; j++)
       atomic_store_explicit(c[j], 0, memory_order_relaxed);
     atomic_store_explicit(&e->last_writer, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->locked, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->under, 0, memory_order_relaxed);
   }
   atomic_store_explicit(&overflow, 0, memory_order_relaxed);
 }
@@ -169,7 +196,8 @@ static void read_entry(entry *e, uint64_t tasks, tko__audit_line *l) {
     .addr = (atomic_load_explicit(&e->key, memory_order_relaxed) - 1) << LINE_SHIFT,
     .writers = get(&e->writers), .readers = get(&e->readers), .loads = get(&e->loads),
     .stores = get(&e->stores), .rmws = get(&e->rmws), .cas_failed = get(&e->cas_failed),
-    .handoffs = get(&e->handoffs), .foreign_loads = get(&e->foreign_loads)};
+    .handoffs = get(&e->handoffs), .foreign_loads = get(&e->foreign_loads),
+    .locked = get(&e->locked), .under = atomic_load_explicit(&e->under, memory_order_relaxed)};
   uint64_t writes = l->stores + l->rmws, top = 0;
   for (size_t t = 0; t < THREADS_MAX; t++) {
     uint64_t w = atomic_load_explicit(&e->writes_by[t], memory_order_relaxed);
@@ -196,8 +224,14 @@ static void each_line(uint64_t tasks, void (*fn)(const tko__audit_line *, void *
   }
 }
 
+typedef struct sums {
+  tko__audit_summary *s;
+  double *by_lock; /* serialised fetches per task, by the lock's entry index */
+} sums;
+
 static void sum_line(const tko__audit_line *l, void *ctx) {
-  tko__audit_summary *s = ctx;
+  sums *u = ctx;
+  tko__audit_summary *s = u->s;
   s->lines++;
   if (!shared(l)) return;
   s->lines_shared++;
@@ -206,11 +240,27 @@ static void sum_line(const tko__audit_line *l, void *ctx) {
   s->shared_stores_per_task += (double)l->stores / t;
   s->handoffs_per_task += (double)l->handoffs / t;
   if (l->demand > s->worst.demand) s->worst = *l;
+  /* A lock's holder fetches a line at most once per write of it by anyone
+   * (its own included: a bound, reached when the writes interleave finely,
+   * as they do on many cores). Sections of one lock run one at a time, so
+   * these add up per lock. */
+  uint64_t writes = l->stores + l->rmws;
+  if (l->under && l->under <= TABLE_SIZE)
+    u->by_lock[l->under - 1] += (double)(l->locked < writes ? l->locked : writes) / t;
 }
 
 void tko__audit_summarize(uint64_t tasks, tko__audit_summary *out) {
   *out = (tko__audit_summary){.tasks = tasks};
-  each_line(tasks, sum_line, out);
+  sums u = {.s = out, .by_lock = calloc(TABLE_SIZE, sizeof(double))};
+  if (!u.by_lock) return;
+  each_line(tasks, sum_line, &u);
+  for (size_t i = 0; i < TABLE_SIZE; i++) {
+    if (u.by_lock[i] <= out->serialised_per_task) continue;
+    out->serialised_per_task = u.by_lock[i];
+    out->worst_lock = (atomic_load_explicit(&table[i].key, memory_order_relaxed) - 1)
+                      << LINE_SHIFT;
+  }
+  free(u.by_lock);
   int n = atomic_load_explicit(&next_tid, memory_order_relaxed);
   out->threads = (uint64_t)(n < THREADS_MAX ? n : THREADS_MAX);
   out->overflow = get(&overflow);
@@ -291,28 +341,31 @@ void tko__audit_report(FILE *f, uint64_t tasks, unsigned top) {
                           (unsigned long long)s.overflow);
   fprintf(f, "\n  contended RMWs per task      %8.4f  (RMWs on lines two or more threads write)\n"
              "  shared-line stores per task  %8.4f  (stores to lines another thread reads)\n"
-             "  worst line's demand per task %8.4f  (%s: transfers it needs per task, at most)\n"
+             "  worst line's demand per task %8.4f  (%s: transfers it needs per task, at most)\n",
+          s.contended_rmws_per_task, s.shared_stores_per_task, s.worst.demand, name);
+  line_name(s.worst_lock, name, sizeof name);
+  fprintf(f, "  serialised fetches per task  %8.4f  (lines the holder of the lock at %s may "
+             "fetch: its sections run one at a time)\n"
              "  observed hand-offs per task  %8.4f  (writes after another thread's write; "
              "depends on timing)\n",
-          s.contended_rmws_per_task, s.shared_stores_per_task, s.worst.demand, name,
-          s.handoffs_per_task);
+          s.serialised_per_task, s.worst_lock ? name : "-", s.handoffs_per_task);
   collect c = {.lines = calloc(s.lines_shared ? s.lines_shared : 1, sizeof *c.lines),
                .cap = s.lines_shared};
   if (!c.lines) return;
   each_line(tasks, collect_shared, &c);
   qsort(c.lines, c.n, sizeof *c.lines, by_demand);
   fprintf(f, "\n| line | demand/task | RMW/task | CAS failed/task | store/task | load/task |"
-             " hand-offs/task | writers | other readers |\n"
-             "|:--|--:|--:|--:|--:|--:|--:|:--|:--|\n");
+             " under lock/task | hand-offs/task | writers | other readers |\n"
+             "|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|\n");
   for (size_t i = 0; i < c.n && i < top; i++) {
     const tko__audit_line *l = &c.lines[i];
     char w[160], r[160];
     line_name(l->addr, name, sizeof name);
     roles_of(l->writers, w, sizeof w);
     roles_of(l->readers & ~l->writers, r, sizeof r);
-    fprintf(f, "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %s | %s |\n", name, l->demand,
-            (double)l->rmws / t, (double)l->cas_failed / t, (double)l->stores / t,
-            (double)l->loads / t, (double)l->handoffs / t, w, r);
+    fprintf(f, "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %s | %s |\n", name,
+            l->demand, (double)l->rmws / t, (double)l->cas_failed / t, (double)l->stores / t,
+            (double)l->loads / t, (double)l->locked / t, (double)l->handoffs / t, w, r);
   }
   if (c.n > top) fprintf(f, "(%zu more shared lines)\n", c.n - top);
   free(c.lines);

@@ -33,6 +33,14 @@ void tko__audit_note(const volatile void *p, enum tko__audit_kind kind);
  * exclusively) and returns its result. */
 bool tko__audit_cas(const volatile void *p, bool succeeded);
 
+/* The calling thread took (+1) or is about to release (-1) the queue lock
+ * whose word is at p. Accesses made while holding it are counted per line:
+ * critical sections run one at a time, so the lines their holders fetch
+ * add up to one serial cost across every thread, however many lines they
+ * spread over (the inbox slots a drain reads). Plain accesses under the
+ * lock (the queue itself) are not seen. */
+void tko__audit_locked(const volatile void *p, int delta);
+
 /* Names the calling thread's role ("producer", "worker"): the report
  * counts a line's writers by role. The string must outlive the audit. */
 void tko__audit_name_thread(const char *role);
@@ -54,6 +62,8 @@ typedef struct tko__audit_line {
   uint64_t loads, stores, rmws, cas_failed;
   uint64_t handoffs; /* writes whose previous writer was another thread: timing-dependent */
   uint64_t foreign_loads; /* loads by a thread other than the line's last writer */
+  uint64_t locked;     /* accesses under a queue lock (its acquisition included) */
+  size_t under;        /* internal: which lock (the last one held at an access) */
   double demand;     /* see audit.c: transfers this line needs per task, at most */
 } tko__audit_line;
 
@@ -62,6 +72,8 @@ typedef struct tko__audit_summary {
   double contended_rmws_per_task;  /* RMWs on lines two or more threads write */
   double shared_stores_per_task;   /* stores to lines another thread reads */
   double handoffs_per_task;        /* observed: depends on the interleaving */
+  double serialised_per_task;      /* bound on line fetches in one lock's sections, */
+  uintptr_t worst_lock;            /* for the lock whose sections fetch most (0: none) */
   tko__audit_line worst;           /* the shared line with the highest demand */
 } tko__audit_summary;
 

@@ -57,9 +57,11 @@ static inline void tko__lock_slow(tko__lock *l) {
 static inline void tko__lock_acquire(tko__lock *l) {
   /* Acquire: pairs with the release in tko__unlock. */
   if (tko__xchg_acquire(&l->held, 1)) tko__lock_slow(l);
+  TKO__AUDIT_LOCKED(&l->held, 1); /* the sharing audit: a serialised section begins */
 }
 
 static inline void tko__unlock(tko__lock *l) {
+  TKO__AUDIT_LOCKED(&l->held, -1);
   tko__store_release(&l->held, 0); /* pairs with the acquires above */
 }
 
