@@ -84,7 +84,7 @@ static void *produce(void *arg) {
 
 /* Names the pool's memory and its hot fields in the report. Follows the
  * engine's layout: a redesign updates it with its own structures. */
-#define LABEL_FIELD(pool, f) tko__audit_label(&(pool)->f, sizeof (pool)->f, #f)
+#define LABEL_FIELD(pool, f) tko__audit_label(&(pool)->f, sizeof(pool)->f, #f)
 static void label_pool(tko_pool *pool) {
   LABEL_FIELD(pool, inbox.tail);
   LABEL_FIELD(pool, inbox.head_seen);
@@ -115,18 +115,25 @@ static unsigned long number(const char *flag, const char *s, unsigned long lo, u
 }
 
 static config parse(int argc, char **argv) {
-  config c = {.producers = 8, .workers = 8, .weights = 4, .batch = 1, .top = 12,
-              .tasks = 200000};
+  config c = {.producers = 8, .workers = 8, .weights = 4, .batch = 1, .top = 12, .tasks = 200000};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--enforce")) c.enforce = true;
-    else if (!strcmp(a, "--self-check")) c.self_check = true;
-    else if (!strcmp(a, "--producers")) c.producers = (unsigned)number(a, v, 1, 32), i++;
-    else if (!strcmp(a, "--workers")) c.workers = (unsigned)number(a, v, 1, 30), i++;
-    else if (!strcmp(a, "--weights")) c.weights = (unsigned)number(a, v, 1, 1000), i++;
-    else if (!strcmp(a, "--batch")) c.batch = (unsigned)number(a, v, 1, 64), i++;
-    else if (!strcmp(a, "--top")) c.top = (unsigned)number(a, v, 1, 1000), i++;
-    else if (!strcmp(a, "--tasks")) c.tasks = number(a, v, 1, 100000000), i++;
+    if (!strcmp(a, "--enforce"))
+      c.enforce = true;
+    else if (!strcmp(a, "--self-check"))
+      c.self_check = true;
+    else if (!strcmp(a, "--producers"))
+      c.producers = (unsigned)number(a, v, 1, 32), i++;
+    else if (!strcmp(a, "--workers"))
+      c.workers = (unsigned)number(a, v, 1, 30), i++;
+    else if (!strcmp(a, "--weights"))
+      c.weights = (unsigned)number(a, v, 1, 1000), i++;
+    else if (!strcmp(a, "--batch"))
+      c.batch = (unsigned)number(a, v, 1, 64), i++;
+    else if (!strcmp(a, "--top"))
+      c.top = (unsigned)number(a, v, 1, 1000), i++;
+    else if (!strcmp(a, "--tasks"))
+      c.tasks = number(a, v, 1, 100000000), i++;
     else {
       fprintf(stderr, "usage: audit_sharing [--producers N] [--workers N] [--tasks N] "
                       "[--weights N] [--batch N] [--top N] [--enforce] [--self-check]\n");

@@ -24,6 +24,8 @@
 #include "taskorch.h"
 
 static uint64_t work_iters;
+enum { WEIGHTS_MAX = 64 };
+static long weights; /* --weights: task i gets weight i % weights */
 
 static int empty_task(void *arg) {
   (void)arg;
@@ -77,14 +79,14 @@ static void *producer_main(void *arg) {
   if (!batch) {
     for (long i = 0; i < p->tasks && !p->rc; i++)
       p->rc = tko_submit(p->pool, p->fn, p->recs ? (void *)&p->recs[i] : (void *)(uintptr_t)i,
-                         (int)(i & 3));
+                         (int)(i % weights));
   } else {
     for (long i = 0; i < p->tasks && !p->rc;) {
       long n = p->tasks - i < p->batch ? p->tasks - i : p->batch;
       for (long j = 0; j < n; j++)
         batch[j] = (tko_task){p->fn,
                               p->recs ? (void *)&p->recs[i + j] : (void *)(uintptr_t)(i + j),
-                              (int)((i + j) & 3)};
+                              (int)((i + j) % weights)};
       p->rc = tko_submit_batch(p->pool, batch, (size_t)n);
       i += n;
     }
@@ -180,14 +182,14 @@ static void verify(bench *b, const bench_list *prods, const bench_list *batches,
       record *r = recs;
       for (long pr = 0; pr < nprod; pr++) {
         long n = tasks / nprod + (pr < tasks % nprod);
-        uint64_t last[4] = {0};
-        bool seen[4] = {false};
+        uint64_t last[WEIGHTS_MAX] = {0};
+        bool seen[WEIGHTS_MAX] = {false};
         for (long i = 0; i < n; i++) {
           if (r[i].runs != 1) {
             not_once++;
             continue;
           }
-          int w = (int)(i & 3);
+          int w = (int)(i % weights);
           if (seen[w] && r[i].seq < last[w]) out_of_order++;
           last[w] = r[i].seq;
           seen[w] = true;
@@ -216,10 +218,13 @@ int main(int argc, char **argv) {
       {"work-ns", BENCH_OPT_DOUBLE, &work_ns, "1000", NULL, 1, 1e9, "arithmetic task length in ns"},
       {"batch", BENCH_OPT_LIST, &batches, "1,64", NULL, 1, 1000000,
        "tasks per submit call (1 = tko_submit, more = tko_submit_batch)"},
+      {"weights", BENCH_OPT_LONG, &weights, "4", NULL, 1, WEIGHTS_MAX,
+       "distinct weights, interleaved (task i gets i % weights)"},
   };
   bench *b = the_bench = bench_init(argc, argv, "bench_concurrent",
-                        "Several producer threads enqueuing into one pool at once (weights 0-3): "
-                        "ns/task end to end, the producers' cost per submit, and contention.",
+                        "Several producer threads enqueuing into one pool at once (interleaved "
+                        "weights): ns/task end to end, the producers' cost per submit, and "
+                        "contention.",
                         opts, sizeof opts / sizeof opts[0]);
   work_iters = bench_work_iters(work_ns);
   bench_config(b, "arithmetic task", "%llu iterations of bench_work at %.3f ns each",

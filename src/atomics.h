@@ -33,10 +33,12 @@
   TKO__AUDITED(STORE, p, atomic_store_explicit((p), (v), memory_order_seq_cst))
 #define tko__add_relaxed(p, v) \
   TKO__AUDITED(RMW, p, atomic_fetch_add_explicit((p), (v), memory_order_relaxed))
-#define tko__add_seq(p, v) TKO__AUDITED(RMW, p, atomic_fetch_add_explicit((p), (v), memory_order_seq_cst))
+#define tko__add_seq(p, v) \
+  TKO__AUDITED(RMW, p, atomic_fetch_add_explicit((p), (v), memory_order_seq_cst))
 #define tko__sub_relaxed(p, v) \
   TKO__AUDITED(RMW, p, atomic_fetch_sub_explicit((p), (v), memory_order_relaxed))
-#define tko__sub_seq(p, v) TKO__AUDITED(RMW, p, atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst))
+#define tko__sub_seq(p, v) \
+  TKO__AUDITED(RMW, p, atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst))
 #define tko__exchange_seq(p, v) \
   TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_seq_cst))
 #define tko__xchg_acquire(p, v) \

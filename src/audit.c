@@ -31,9 +31,9 @@ typedef struct entry {
   atomic_uintptr_t key; /* line number + 1; 0: empty. Set once, never cleared. */
   atomic_uint_fast64_t writers, readers;
   atomic_uint_fast64_t loads, stores, rmws, cas_failed, handoffs, foreign_loads;
-  atomic_int last_writer; /* audit thread id + 1; 0: none since the reset */
-  atomic_uint_fast64_t locked; /* accesses under a queue lock */
-  atomic_size_t under;          /* that lock's word's entry index + 1 */
+  atomic_int last_writer;                      /* audit thread id + 1; 0: none since the reset */
+  atomic_uint_fast64_t locked;                 /* accesses under a queue lock */
+  atomic_size_t under;                         /* that lock's word's entry index + 1 */
   atomic_uint_fast32_t writes_by[THREADS_MAX]; /* per audit thread id */
 } entry;
 
@@ -42,9 +42,8 @@ static atomic_uint_fast64_t overflow; /* accesses not recorded: the table was fu
 static atomic_int next_tid;
 static const char *_Atomic roles[THREADS_MAX];
 static _Thread_local int self_id = -1;
-static _Thread_local int locked;            /* queue locks the thread holds */
+static _Thread_local int locked;             /* queue locks the thread holds */
 static _Thread_local size_t held = SIZE_MAX; /* the outermost one's entry index */
-
 
 static struct {
   const char *name;
@@ -166,8 +165,8 @@ void tko__audit_reset(void) {
     if (!atomic_load_explicit(&e->key, memory_order_relaxed)) continue;
     for (size_t t = 0; t < THREADS_MAX; t++)
       atomic_store_explicit(&e->writes_by[t], 0, memory_order_relaxed);
-    atomic_uint_fast64_t *c[] = {&e->writers, &e->readers, &e->loads, &e->stores, &e->rmws,
-                                 &e->cas_failed, &e->handoffs, &e->foreign_loads};
+    atomic_uint_fast64_t *c[] = {&e->writers, &e->readers,    &e->loads,    &e->stores,
+                                 &e->rmws,    &e->cas_failed, &e->handoffs, &e->foreign_loads};
     for (size_t j = 0; j < sizeof c / sizeof *c; j++)
       atomic_store_explicit(c[j], 0, memory_order_relaxed);
     atomic_store_explicit(&e->last_writer, 0, memory_order_relaxed);
@@ -192,12 +191,18 @@ static bool many_writers(const tko__audit_line *l) {
 }
 
 static void read_entry(entry *e, uint64_t tasks, tko__audit_line *l) {
-  *l = (tko__audit_line){
-    .addr = (atomic_load_explicit(&e->key, memory_order_relaxed) - 1) << LINE_SHIFT,
-    .writers = get(&e->writers), .readers = get(&e->readers), .loads = get(&e->loads),
-    .stores = get(&e->stores), .rmws = get(&e->rmws), .cas_failed = get(&e->cas_failed),
-    .handoffs = get(&e->handoffs), .foreign_loads = get(&e->foreign_loads),
-    .locked = get(&e->locked), .under = atomic_load_explicit(&e->under, memory_order_relaxed)};
+  *l = (tko__audit_line){.addr = (atomic_load_explicit(&e->key, memory_order_relaxed) - 1)
+                                 << LINE_SHIFT,
+                         .writers = get(&e->writers),
+                         .readers = get(&e->readers),
+                         .loads = get(&e->loads),
+                         .stores = get(&e->stores),
+                         .rmws = get(&e->rmws),
+                         .cas_failed = get(&e->cas_failed),
+                         .handoffs = get(&e->handoffs),
+                         .foreign_loads = get(&e->foreign_loads),
+                         .locked = get(&e->locked),
+                         .under = atomic_load_explicit(&e->under, memory_order_relaxed)};
   uint64_t writes = l->stores + l->rmws, top = 0;
   for (size_t t = 0; t < THREADS_MAX; t++) {
     uint64_t w = atomic_load_explicit(&e->writes_by[t], memory_order_relaxed);
@@ -210,8 +215,10 @@ static void read_entry(entry *e, uint64_t tasks, tko__audit_line *l) {
 
 void tko__audit_line_at(const void *p, uint64_t tasks, tko__audit_line *out) {
   entry *e = find((uintptr_t)p >> LINE_SHIFT);
-  if (e) read_entry(e, tasks, out);
-  else *out = (tko__audit_line){.addr = (uintptr_t)p & ~(uintptr_t)((1 << LINE_SHIFT) - 1)};
+  if (e)
+    read_entry(e, tasks, out);
+  else
+    *out = (tko__audit_line){.addr = (uintptr_t)p & ~(uintptr_t)((1 << LINE_SHIFT) - 1)};
 }
 
 /* Visits every line touched since the reset. */
@@ -257,8 +264,7 @@ void tko__audit_summarize(uint64_t tasks, tko__audit_summary *out) {
   for (size_t i = 0; i < TABLE_SIZE; i++) {
     if (u.by_lock[i] <= out->serialised_per_task) continue;
     out->serialised_per_task = u.by_lock[i];
-    out->worst_lock = (atomic_load_explicit(&table[i].key, memory_order_relaxed) - 1)
-                      << LINE_SHIFT;
+    out->worst_lock = (atomic_load_explicit(&table[i].key, memory_order_relaxed) - 1) << LINE_SHIFT;
   }
   free(u.by_lock);
   int n = atomic_load_explicit(&next_tid, memory_order_relaxed);
@@ -301,7 +307,8 @@ static void roles_of(uint64_t map, char *buf, size_t len) {
     const char *r = atomic_load_explicit(&roles[id], memory_order_relaxed);
     if (!r) r = "thread";
     unsigned j = 0;
-    while (j < k && strcmp(names[j], r)) j++;
+    while (j < k && strcmp(names[j], r))
+      j++;
     if (j == k) names[k] = r, counts[k++] = 0;
     counts[j]++;
   }
@@ -335,19 +342,21 @@ void tko__audit_report(FILE *f, uint64_t tasks, unsigned top) {
   char name[160];
   line_name(s.worst.addr, name, sizeof name);
   fprintf(f, "sharing audit: %llu tasks, %llu threads, %llu lines touched, %llu shared",
-          (unsigned long long)tasks, (unsigned long long)s.threads,
-          (unsigned long long)s.lines, (unsigned long long)s.lines_shared);
-  if (s.overflow) fprintf(f, ", %llu accesses not recorded (table full)",
-                          (unsigned long long)s.overflow);
-  fprintf(f, "\n  contended RMWs per task      %8.4f  (RMWs on lines two or more threads write)\n"
-             "  shared-line stores per task  %8.4f  (stores to lines another thread reads)\n"
-             "  worst line's demand per task %8.4f  (%s: transfers it needs per task, at most)\n",
+          (unsigned long long)tasks, (unsigned long long)s.threads, (unsigned long long)s.lines,
+          (unsigned long long)s.lines_shared);
+  if (s.overflow)
+    fprintf(f, ", %llu accesses not recorded (table full)", (unsigned long long)s.overflow);
+  fprintf(f,
+          "\n  contended RMWs per task      %8.4f  (RMWs on lines two or more threads write)\n"
+          "  shared-line stores per task  %8.4f  (stores to lines another thread reads)\n"
+          "  worst line's demand per task %8.4f  (%s: transfers it needs per task, at most)\n",
           s.contended_rmws_per_task, s.shared_stores_per_task, s.worst.demand, name);
   line_name(s.worst_lock, name, sizeof name);
-  fprintf(f, "  serialised fetches per task  %8.4f  (lines the holder of the lock at %s may "
-             "fetch: its sections run one at a time)\n"
-             "  observed hand-offs per task  %8.4f  (writes after another thread's write; "
-             "depends on timing)\n",
+  fprintf(f,
+          "  serialised fetches per task  %8.4f  (lines the holder of the lock at %s may "
+          "fetch: its sections run one at a time)\n"
+          "  observed hand-offs per task  %8.4f  (writes after another thread's write; "
+          "depends on timing)\n",
           s.serialised_per_task, s.worst_lock ? name : "-", s.handoffs_per_task);
   collect c = {.lines = calloc(s.lines_shared ? s.lines_shared : 1, sizeof *c.lines),
                .cap = s.lines_shared};

@@ -57,24 +57,24 @@ void tko__audit_reset(void);
 
 /* One line's figures, and the run's, per task. */
 typedef struct tko__audit_line {
-  uintptr_t addr;           /* the line's first byte */
+  uintptr_t addr;            /* the line's first byte */
   uint64_t writers, readers; /* bitmaps of audit thread ids (id 63: 63 and up) */
   uint64_t loads, stores, rmws, cas_failed;
-  uint64_t handoffs; /* writes whose previous writer was another thread: timing-dependent */
+  uint64_t handoffs;      /* writes whose previous writer was another thread: timing-dependent */
   uint64_t foreign_loads; /* loads by a thread other than the line's last writer */
-  uint64_t locked;     /* accesses under a queue lock (its acquisition included) */
-  size_t under;        /* internal: which lock (the last one held at an access) */
-  double demand;     /* see audit.c: transfers this line needs per task, at most */
+  uint64_t locked;        /* accesses under a queue lock (its acquisition included) */
+  size_t under;           /* internal: which lock (the last one held at an access) */
+  double demand;          /* see audit.c: transfers this line needs per task, at most */
 } tko__audit_line;
 
 typedef struct tko__audit_summary {
   uint64_t tasks, threads, lines, lines_shared, overflow;
-  double contended_rmws_per_task;  /* RMWs on lines two or more threads write */
-  double shared_stores_per_task;   /* stores to lines another thread reads */
-  double handoffs_per_task;        /* observed: depends on the interleaving */
-  double serialised_per_task;      /* bound on line fetches in one lock's sections, */
-  uintptr_t worst_lock;            /* for the lock whose sections fetch most (0: none) */
-  tko__audit_line worst;           /* the shared line with the highest demand */
+  double contended_rmws_per_task; /* RMWs on lines two or more threads write */
+  double shared_stores_per_task;  /* stores to lines another thread reads */
+  double handoffs_per_task;       /* observed: depends on the interleaving */
+  double serialised_per_task;     /* bound on line fetches in one lock's sections, */
+  uintptr_t worst_lock;           /* for the lock whose sections fetch most (0: none) */
+  tko__audit_line worst;          /* the shared line with the highest demand */
 } tko__audit_summary;
 
 /* Sums what has been recorded since the last reset, for `tasks` tasks. */

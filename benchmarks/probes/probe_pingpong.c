@@ -51,7 +51,8 @@ static void *pingpong(void *arg) {
   pthread_barrier_wait(&go);
   for (uint64_t n = r->parity, end = 2 * (uint64_t)r->rounds; n < end; n += 2) {
     /* Acquire/release: the hand-off a submitter and a worker make. */
-    while (atomic_load_explicit(&line, memory_order_acquire) != n) relax();
+    while (atomic_load_explicit(&line, memory_order_acquire) != n)
+      relax();
     atomic_store_explicit(&line, n + 1, memory_order_release);
   }
   return NULL;
@@ -78,7 +79,8 @@ static double run(void *(*fn)(void *), runner *rs, int n) {
     if (pthread_create(&rs[i].thread, NULL, fn, &rs[i])) return -1.0;
   uint64_t t0 = probe_now_ns();
   pthread_barrier_wait(&go);
-  for (int i = 0; i < n; i++) pthread_join(rs[i].thread, NULL);
+  for (int i = 0; i < n; i++)
+    pthread_join(rs[i].thread, NULL);
   uint64_t ns = probe_now_ns() - t0;
   pthread_barrier_destroy(&go);
   return (double)ns;
@@ -104,7 +106,8 @@ int main(int argc, char **argv) {
     if (n < 1 || n > 1024) return 2;
     static runner rs[1024];
     for (long i = 0; i < runs; i++) {
-      for (int t = 0; t < n; t++) rs[t] = (runner){.cpu = t, .rounds = rounds};
+      for (int t = 0; t < n; t++)
+        rs[t] = (runner){.cpu = t, .rounds = rounds};
       double ns = run(cas, rs, n);
       if (ns < 0) return 1;
       double ops = (double)rounds * n;
