@@ -17,7 +17,17 @@
  * others read, the read term (which does depend on timing) bounds it; a
  * private line's demand is 0. The worst line's demand times the line
  * transfer time is a lower bound on the time per task of the whole pool
- * (benchmarks/MODEL.md). */
+ * (benchmarks/MODEL.md).
+ *
+ * A lock's critical sections run one at a time, so the lines its holders
+ * fetch add up to one serial cost however many lines they spread over:
+ * per lock, the sum over shared lines of min(accesses under it, writes)
+ * bounds those fetches (a holder fetches a line at most once per write).
+ *
+ * Orderings: every counter and bitmap is relaxed, since they are read only
+ * after the audited threads have stopped (the driver joins its producers
+ * and waits for the pool to go idle, which orders their accesses before
+ * the report's reads). */
 #include "audit.h"
 
 #include <stdatomic.h>
@@ -65,6 +75,8 @@ static entry *find(uintptr_t line) {
   size_t h = (size_t)((line * 0x9E3779B97F4A7C15u) >> (64 - TABLE_BITS));
   for (size_t i = 0; i < PROBES; i++) {
     entry *e = &table[(h + i) & (TABLE_SIZE - 1)];
+    /* Acquire: pairs with the claiming CAS below (a key, once seen, names
+     * the entry for good; the counters need no ordering). */
     uintptr_t k = atomic_load_explicit(&e->key, memory_order_acquire);
     if (k == 0) {
       /* Claim the empty slot; a racing claimer for the same line wins
@@ -211,14 +223,6 @@ static void read_entry(entry *e, uint64_t tasks, tko__audit_line *l) {
   uint64_t bound = 2 * (writes - (top < writes ? top : writes)) + l->foreign_loads;
   uint64_t moves = shared(l) ? (writes < bound ? writes : bound) : 0;
   l->demand = tasks ? (double)moves / (double)tasks : 0;
-}
-
-void tko__audit_line_at(const void *p, uint64_t tasks, tko__audit_line *out) {
-  entry *e = find((uintptr_t)p >> LINE_SHIFT);
-  if (e)
-    read_entry(e, tasks, out);
-  else
-    *out = (tko__audit_line){.addr = (uintptr_t)p & ~(uintptr_t)((1 << LINE_SHIFT) - 1)};
 }
 
 /* Visits every line touched since the reset. */

@@ -79,8 +79,6 @@ typedef struct tko__audit_summary {
 
 /* Sums what has been recorded since the last reset, for `tasks` tasks. */
 void tko__audit_summarize(uint64_t tasks, tko__audit_summary *out);
-/* The figures of the line holding p (zeros if it was never touched). */
-void tko__audit_line_at(const void *p, uint64_t tasks, tko__audit_line *out);
 /* Prints the summary and the `top` shared lines with the highest demand. */
 void tko__audit_report(FILE *f, uint64_t tasks, unsigned top);
 
