@@ -41,7 +41,7 @@
   TKO__AUDITED(RMW, p, atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst))
 #define tko__exchange_seq(p, v) \
   TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_seq_cst))
-#define tko__xchg_acquire(p, v) \
+#define tko__exchange_acquire(p, v) \
   TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_acquire))
 #define tko__cas_seq(p, expected, desired) \
   TKO__AUDITED_CAS(p, atomic_compare_exchange_weak_explicit((p), (expected), (desired), \

@@ -50,13 +50,13 @@ static inline void tko__lock_slow(tko__lock *l) {
     /* Relaxed: only a hint to retry the acquiring exchange below. */
     while (tko__load_relaxed(&l->held)) tko__wait_step(spins++, 32);
     /* Acquire: pairs with the release in tko__unlock. */
-    if (!tko__xchg_acquire(&l->held, 1)) return;
+    if (!tko__exchange_acquire(&l->held, 1)) return;
   }
 }
 
 static inline void tko__lock_acquire(tko__lock *l) {
   /* Acquire: pairs with the release in tko__unlock. */
-  if (tko__xchg_acquire(&l->held, 1)) tko__lock_slow(l);
+  if (tko__exchange_acquire(&l->held, 1)) tko__lock_slow(l);
   TKO__AUDIT_LOCKED(&l->held, 1); /* the sharing audit: a serialised section begins */
 }
 
