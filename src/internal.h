@@ -282,9 +282,10 @@ int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms)
 void tko__keyed_free(tko_pool *pool);
 
 /* timer.c: stops the timer thread, then disarms every timer (each to
- * on_cancel, once its firing in flight, if any, has ended). Shutdown calls
- * it last, after in-flight async tasks completed: until then timers fire,
- * and on a closed pool their tasks run on the timer thread. */
+ * on_cancel). Shutdown calls it last - the queue empty, the workers gone,
+ * in-flight async tasks completed - so no timer's firing is still out:
+ * until then timers fire, and on a closed pool their tasks run on the timer
+ * thread. */
 void tko__timers_close(tko_pool *pool);
 /* A periodic timer's firing (ctx tag TKO__CTX_TIMER) ran or was cancelled. */
 void tko__timer_firing_done(const tko__item *item, bool cancelled);

@@ -21,8 +21,8 @@
  *   on_cancel (a one-shot timer has no next period: its task is cancelled
  *   once and the timer disarmed);
  * - a firing cancelled by shutdown hands the argument to on_cancel and ends
- *   the timer with it; a timer closed while its firing is out is handed to
- *   on_cancel when that firing has run, not before.
+ *   the timer with it; otherwise shutdown hands each armed timer over when
+ *   it closes the timers, last, once no firing can be out any more (below).
  * The record, not the caller's timer, is what a firing points to: a
  * cancelled timer's storage may be reused while its last firing still runs.
  *
@@ -31,6 +31,7 @@
  * completed): until then timers keep firing, and a task that comes due on a
  * closed pool runs on the timer thread, since it may be what completes an
  * async task that shutdown waits for. */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -49,7 +50,6 @@ typedef struct tko__firing {
   struct tko__firing *next_free;
   tko_pool *pool;
   bool outstanding; /* a firing is submitted and has not yet run or been cancelled */
-  bool closed;      /* shutdown closed the timer while a firing was out */
 } tko__firing;
 
 typedef struct tko__timer {
@@ -153,16 +153,11 @@ void tko__timer_firing_done(const tko__item *item, bool cancelled) {
   tko_pool *pool = rec->pool;
   pthread_mutex_lock(&pool->timer_mu);
   rec->outstanding = false;
-  /* Closed while this firing was out: the timer's own on_cancel comes now,
-   * after its last run - unless that run was cancelled, which was it. */
-  bool hand = rec->closed && !cancelled;
-  rec->closed = false;
   /* Cancelled (by shutdown): the argument has just reached on_cancel, so
    * the timer ends with it; nothing of it may run any more. */
   if (!rec->timer) release_record(pool, rec); /* disarmed meanwhile */
   else if (cancelled) disarm(pool, rec->timer, TIMER_CANCELLED); /* releases rec */
   pthread_mutex_unlock(&pool->timer_mu);
-  if (hand) hand_to_cancel(pool, item->fn, item->arg, item->weight);
 }
 
 /* Runs a due task on this thread (the timer thread, or the caller when the
@@ -324,9 +319,10 @@ void tko__timers_close(tko_pool *pool) {
   bool started = pool->timer_started;
   pool->timer_started = false;
   pthread_mutex_unlock(&pool->timer_mu);
-  /* First the thread, with the firing it may be in the middle of: after
-   * the join no firing is being submitted, so each armed timer below either
-   * has no firing out or has one queued or running. */
+  /* First the thread, with the firing it may be in the middle of. Shutdown
+   * calls this last - the queue is empty and the workers are gone - so after
+   * the join no firing is out, and each on_cancel below comes after its
+   * timer's last run. */
   if (started) pthread_join(pool->timer_thread, NULL);
   pthread_mutex_lock(&pool->timer_mu);
   while (pool->timers_len > 0) {
@@ -334,12 +330,10 @@ void tko__timers_close(tko_pool *pool) {
     tko_task_fn fn = t->fn;
     void *arg = t->arg;
     int weight = t->weight;
-    /* A firing still out hands the argument over when it ends. */
-    bool hand = !(t->rec && t->rec->outstanding);
-    if (!hand) t->rec->closed = true;
+    assert(!(t->rec && t->rec->outstanding) && "tko__timers_close: called before the drain");
     disarm(pool, t, TIMER_CANCELLED);
     pthread_mutex_unlock(&pool->timer_mu);
-    if (hand) hand_to_cancel(pool, fn, arg, weight);
+    hand_to_cancel(pool, fn, arg, weight);
     pthread_mutex_lock(&pool->timer_mu);
   }
   pthread_mutex_unlock(&pool->timer_mu);
