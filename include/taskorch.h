@@ -201,8 +201,15 @@ typedef struct tko_options {
                                 size it for the deepest task. */
 } tko_options;
 
-/** Pool statistics: a snapshot, each counter read once. Invariant, when the
- * pool is quiet: submitted = completed + cancelled + queued + running. */
+/** Pool statistics: a snapshot, each counter read once, without a lock, so
+ * the figures may lag each other but never report the impossible: running
+ * is at most what was running at one instant during the call (never more
+ * than the threads running tasks - workers, caller-runs submitters -
+ * plus async tasks in flight and tasks nested in helping group waits),
+ * queued at most what was queued at one instant (and at most
+ * queue_capacity on a bounded pool), and completed + cancelled + queued +
+ * running never exceeds submitted. When the pool is quiet: submitted =
+ * completed + cancelled + queued + running, exactly. */
 typedef struct tko_stats {
   uint64_t submitted;        /**< tasks accepted */
   uint64_t completed;        /**< tasks that ran and returned (failed included) */

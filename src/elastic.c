@@ -93,8 +93,16 @@ void tko__elastic_spawn(tko_pool *pool) {
   tko__thread_enter(pool);
   pthread_t t;
   int rc = tko__thread_create_placed(&t, tko__worker_main, w, &pool->place);
-  if (rc) tko__thread_exit(pool);
-  if (rc) tko__idle_search_end(&pool->idle);
+  if (rc) {
+    tko__thread_exit(pool);
+    /* The worker that will not come was counted as searching, and a submit
+     * meanwhile may have skipped its wake-up on that account: stop counting
+     * it and, if it was the last searcher and work waits, wake a sleeper in
+     * its place (signal.c: "A spawn that fails"). Only a wake, never another
+     * spawn: creation may keep failing. */
+    if (tko__idle_search_end(&pool->idle) && tko__runnable_seq(pool))
+      tko__idle_wake_one(&pool->idle);
+  }
   pthread_mutex_lock(&pool->spawn_mu);
   if (rc == 0) {
     w->thread = t;

@@ -9,6 +9,7 @@
  * idle yet", never towards a false "idle". */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -255,29 +256,45 @@ int tko_pool_destroy(tko_pool *pool) {
   return 0;
 }
 
+/* Sums one counter over the caller slot and every worker slot. Acquire
+ * loads: each pairs with count_own's release (worker.c), so a caller that
+ * sees a task counted also sees what it wrote, and no later load of the
+ * snapshot is satisfied before these. */
+static uint64_t sum_slots(tko_pool *pool, size_t offset) {
+  uint64_t n = tko__load_acquire((atomic_uint_fast64_t *)((char *)&pool->caller + offset));
+  for (unsigned i = 0; i < pool->nslots; i++)
+    n += tko__load_acquire((atomic_uint_fast64_t *)((char *)&pool->slots[i] + offset));
+  return n;
+}
+
+/* A snapshot that never reports the impossible (issue 17, defect 4): every
+ * counter only grows, a task is counted submitted before started (or
+ * cancelled) and started before finished, so the counts are read in that
+ * order - submitted, then every slot's started, then every finished and
+ * cancelled, then submitted again for the report. running (started -
+ * finished) is then at most what was running at the instant the last
+ * started was read, and queued (the first submitted - started - cancelled)
+ * at most what was queued at the first read: each may lag, neither
+ * over-counts, and submitted is never below the others' sum. A bounded
+ * pool's queued is also clamped to queue_capacity (a task leaves the
+ * bound a moment before it counts as started). */
 void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   if (!pool || !out) return;
   memset(out, 0, sizeof *out);
   if (pool->magic != TKO__POOL_MAGIC) return; /* destroyed: see tko_pool_destroy */
-  uint64_t started = tko__load_relaxed(&pool->caller.started);
-  uint64_t finished = tko__load_acquire(&pool->caller.finished);
-  uint64_t failed = tko__load_relaxed(&pool->caller.failed);
-  for (unsigned i = 0; i < pool->nslots; i++) {
-    /* A snapshot; each counter is read once and may lag its owner. finished
-     * is acquired (pairs with count_own's release) so a caller that sees a
-     * task counted also sees what it wrote. */
-    tko__worker *w = &pool->slots[i];
-    finished += tko__load_acquire(&w->finished);
-    failed += tko__load_relaxed(&w->failed);
-    started += tko__load_relaxed(&w->started);
-  }
-  out->cancelled = tko__load_relaxed(&pool->cancelled);
+  uint64_t submitted = tko__submitted(pool); /* seq_cst loads */
+  uint64_t started = sum_slots(pool, offsetof(tko__worker, started));
+  uint64_t finished = sum_slots(pool, offsetof(tko__worker, finished));
+  uint64_t failed = sum_slots(pool, offsetof(tko__worker, failed));
+  out->cancelled = tko__load_seq(&pool->cancelled);
   out->submitted = tko__submitted(pool);
   out->completed = finished;
   out->failed = failed;
   out->running = started > finished ? started - finished : 0;
   uint64_t gone = started + out->cancelled;
-  out->queued = out->submitted > gone ? out->submitted - gone : 0;
+  out->queued = submitted > gone ? submitted - gone : 0;
+  size_t cap = pool->opts.queue_capacity;
+  if (cap && out->queued > cap) out->queued = cap;
   out->basic_workers = tko__load_relaxed(&pool->basic_alive);
   out->elastic_workers = tko__load_relaxed(&pool->elastic_count);
   out->elastic_peak = tko__load_relaxed(&pool->elastic_peak);

@@ -94,6 +94,7 @@ unsigned tko__fork_generation(void) {
 }
 
 _Atomic int tko__test_thread_create_errno;
+_Atomic(tko__test_hook_fn) tko__test_thread_create_hook;
 
 int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
   return tko__thread_create_placed(out, main_fn, arg, NULL);
@@ -103,7 +104,10 @@ static void place_apply(const tko__thread_place *p, pthread_attr_t *attr);
 
 int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *arg,
                               const tko__thread_place *p) {
-  if (atomic_load_explicit(&tko__test_thread_create_errno, memory_order_relaxed)) return -EAGAIN;
+  /* Test seams (prim.h); seq_cst loads, on a path that starts a thread. */
+  tko__test_hook_fn hook = atomic_load(&tko__test_thread_create_hook);
+  if (hook) hook();
+  if (atomic_load(&tko__test_thread_create_errno)) return -EAGAIN;
   pthread_attr_t attr;
   if (pthread_attr_init(&attr)) return -EAGAIN;
   /* Workers get the default policy and priority, not the creating thread's

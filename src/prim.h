@@ -44,6 +44,10 @@ unsigned tko__fork_generation(void);
 /* Test seam: when set, thread creation fails with this errno (tests of
  * thread-creation failure; never set by the library itself). */
 extern _Atomic int tko__test_thread_create_errno;
+/* Test seam: when set, every thread creation calls it first, on the
+ * creating thread (a test holds a spawner there; never set by the library). */
+typedef void (*tko__test_hook_fn)(void);
+extern _Atomic(tko__test_hook_fn) tko__test_thread_create_hook;
 
 /* Starts a library thread (pool workers, the timer thread, a coalescer's
  * thread): default scheduling policy (not the creator's) and asynchronous

@@ -24,6 +24,20 @@
  * cancels its sleep. The pattern is Dekker's; the pairs are documented where
  * they are used (worker.c: worker_sleep, pool.c: tko_submit).
  *
+ * A spawn that fails. When nobody is searching or asleep, a submit starts an
+ * elastic worker, which its spawner counts as searching before the thread
+ * exists (so that the submits of a burst start one worker, not one each).
+ * If the thread cannot be created, that searcher never looks: a submit
+ * that saw it (2') skipped its wake, and a worker that went to sleep
+ * meanwhile would sleep beside that task. So the spawner takes the count
+ * back with a seq_cst RMW (its (1)) and, if it was the last searcher,
+ * re-reads the inbox and backlog seq_cst (its (2)) and wakes a sleeper if
+ * work waits. The same Dekker argument holds: either the submit's
+ * reservation precedes the re-read, which sees it, or the submit's load of
+ * idle.state follows the RMW and sees no searcher, and wakes or spawns
+ * itself. A sleeper that prepared its sleep after the RMW re-checks for
+ * work itself. (elastic.c: tko__elastic_spawn.)
+ *
  * Wakes are never lost in the parker either: a waker claims a sleeper under
  * idle.mu (unlinking it and moving it from sleeping to searching in one RMW),
  * then leaves a permit in that sleeper's parker. A permit left before the

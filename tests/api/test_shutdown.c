@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "taskorch.h"
@@ -258,4 +259,70 @@ Test(shutdown, a_cancel_after_a_timed_out_drain_cancels_the_rest) {
   cr_assert_eq(s.submitted, 1 + N);
   cr_assert_eq(s.completed + s.cancelled, 1 + N);
   cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+/* An allocator that keeps what it is given back until the test ends, so a
+ * destroyed pool's memory stays mapped and unreused (as it would be, for a
+ * while, under a real allocator) and ASan sees no access to freed memory. */
+typedef struct keeper {
+  void *blocks[4096];
+  int n;
+  pthread_mutex_t mu; /* protects blocks and n */
+} keeper;
+
+static void *keep_alloc(void *ctx, size_t size) {
+  (void)ctx;
+  return malloc(size);
+}
+static void *keep_realloc(void *ctx, void *p, size_t size) {
+  (void)ctx;
+  return realloc(p, size);
+}
+static void keep_free(void *ctx, void *p) {
+  keeper *k = ctx;
+  if (!p) return;
+  pthread_mutex_lock(&k->mu);
+  if (k->n < 4096) k->blocks[k->n++] = p;
+  else free(p);
+  pthread_mutex_unlock(&k->mu);
+}
+
+static void keeper_release(keeper *k) {
+  for (int i = 0; i < k->n; i++) free(k->blocks[i]);
+  k->n = 0;
+}
+
+/* Issue 14, defect 20 (the pool's part): a second destroy and calls on a
+ * destroyed pool were silent uses of freed memory (the second destroy
+ * freed everything again). A handle carries a magic number that destroy
+ * clears: while the memory is not reused, each such call is -EINVAL. */
+Test(shutdown, calls_on_a_destroyed_pool_are_einval) {
+  static keeper k = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  tko_allocator al = {keep_alloc, keep_realloc, keep_free, &k};
+  tko_options o = tko_basic_options(1);
+  o.allocator = &al;
+  held h;
+  held_init(&h);
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  cr_assert_eq(tko_submit(pool, count_fn, &h, 0), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  int freed = k.n;
+  cr_assert_eq(tko_pool_destroy(pool), -EINVAL, "a second destroy was accepted");
+  cr_assert_eq(k.n, freed, "the second destroy freed memory again");
+  cr_assert_eq(tko_submit(pool, count_fn, &h, 0), -EINVAL);
+  tko_task t = {count_fn, &h, 0};
+  cr_assert_eq(tko_submit_batch(pool, &t, 1), -EINVAL);
+  cr_assert_eq(tko_submit_timed(pool, count_fn, &h, 0, 0), -EINVAL);
+  cr_assert_eq(tko_pool_wait_idle(pool, 0), -EINVAL);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), -EINVAL);
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_CANCEL, 0), -EINVAL);
+  cr_assert_eq(tko_pool_pause(pool), -EINVAL);
+  cr_assert_eq(tko_pool_resume(pool), -EINVAL);
+  tko_stats s;
+  memset(&s, 0xff, sizeof s);
+  tko_pool_stats(pool, &s);
+  cr_assert_eq(s.submitted, 0);
+  cr_assert_eq(tt_count_get(&h.runs), 1);
+  keeper_release(&k);
 }
