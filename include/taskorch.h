@@ -148,9 +148,11 @@ typedef struct tko_allocator {
  * submitter niced above the pool's creator) needs CAP_SYS_NICE; without it
  * that elastic worker keeps the submitter's value. */
 typedef struct tko_options {
-  unsigned workers;          /**< basic workers; tko_basic_options(0) = CPU count */
+  unsigned workers;          /* basic workers; tko_basic_options(0) = CPU count */
   unsigned max_elastic;      /**< extra workers spawned under backlog; default 0 */
-  unsigned elastic_idle_ms;  /**< an elastic worker idle this long retires; 0 = 1000 */
+  unsigned elastic_idle_ms;  /**< an elastic worker idle this long retires; 0 = 1000.
+                                Also the idle time after which the queue gives
+                                a burst's memory back (tko_pool_trim) */
   unsigned spin_yields;      /**< yields a worker makes looking for work before it
                                 sleeps; 0 = 8. (A worker whose take came back
                                 with fewer than 4 tasks, and fewer than
@@ -228,9 +230,10 @@ typedef struct tko_stats {
                                 for the queue lock (a contention gauge) */
   unsigned async_inflight;   /**< async tasks started, not yet completed */
   uint64_t queue_bytes;      /**< memory the queue's item slabs hold: it grows
-                                to the largest backlog seen and is kept (past
-                                512 KiB, with the default allocator, it is a
-                                huge-page mapping of its own, not malloc'd) */
+                                to the largest backlog (past 512 KiB, with the
+                                default allocator, a huge-page mapping of its
+                                own, not malloc'd) and shrinks back once the
+                                pool stays idle, or on tko_pool_trim */
 } tko_stats;
 
 /** Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */
@@ -488,10 +491,16 @@ TKO_API int tko_pool_resume(tko_pool *pool);
  * best-effort catch of a host bug, not a licence. -EINVAL for NULL. */
 TKO_API int tko_pool_destroy(tko_pool *pool);
 
-/** Fills *out with a snapshot. Does nothing when either pointer is NULL.
- * Safe from any thread, tasks and hooks included, while the pool runs: each
- * counter is read once, so a snapshot taken while tasks run is not one
- * instant (the invariant in tko_stats holds when the pool is quiet). */
+/* Gives memory back after a burst: while nothing is queued, the queue's
+ * item slab shrinks back to initial_capacity (a slab that grew past 512 KiB
+ * with the default allocator is unmapped). The pool also does this by
+ * itself, once it has stayed idle for elastic_idle_ms (default 1 s) after
+ * a burst: a worker that sleeps that long unwoken trims. With tasks queued
+ * nothing can be given back and the call does nothing. stats.queue_bytes
+ * shows the result. 0, -EINVAL, -ECHILD. */
+TKO_API int tko_pool_trim(tko_pool *pool);
+
+/* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
 TKO_API void tko_pool_stats(tko_pool *pool, tko_stats *out);
 
 /** A static, one-line description of a negative errno value (or 0). */

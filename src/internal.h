@@ -348,6 +348,12 @@ bool tko__attached(tko_pool *pool);
  * calling thread. */
 void tko__empty_queue(tko_pool *pool, bool run);
 
+/* pool.c: gives the queues' slabs back down to their initial size when
+ * nothing is queued (tko_pool_trim, and an idle worker's decay); whether
+ * there is anything to give back (a lock-free hint). */
+void tko__pool_trim(tko_pool *pool);
+bool tko__pool_trimmable(const tko_pool *pool);
+
 /* Whether any task waits, in the inbox or the queue. The seq_cst form is
  * step (2) of signal.c's essay; the relaxed form is a searching worker's
  * hint (take_batch decides under the lock). */

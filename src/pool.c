@@ -256,6 +256,38 @@ int tko_pool_destroy(tko_pool *pool) {
   return 0;
 }
 
+/* Swaps q's slab for one of its initial size if q is empty: the new slab
+ * is allocated and the old one freed outside the queue lock (unmapping a
+ * burst's slab can take a while). */
+static void trim_queue(tko_pool *pool, tko__queue *q) {
+  if (!tko__queue_oversized(q)) return;
+  const tko_allocator *a = pool->opts.allocator;
+  size_t bytes = tko__queue_initial_bytes(q);
+  void *slab = tko__mem_array_alloc(a, bytes);
+  if (!slab) return; /* no memory to shrink into: keep the big one */
+  tko__lock_acquire(&pool->lock);
+  tko__pool_drain_locked(pool);
+  tko__queue_swap_slab(q, &slab, &bytes); /* slab: the old one, or the unused new one */
+  tko__unlock(&pool->lock);
+  tko__mem_array_free(a, slab, bytes);
+}
+
+void tko__pool_trim(tko_pool *pool) {
+  trim_queue(pool, &pool->queue);
+  trim_queue(pool, &pool->async_queue);
+}
+
+bool tko__pool_trimmable(const tko_pool *pool) {
+  return tko__queue_oversized(&pool->queue) || tko__queue_oversized(&pool->async_queue);
+}
+
+int tko_pool_trim(tko_pool *pool) {
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  tko__pool_trim(pool);
+  return 0;
+}
+
 /* Sums one counter over the caller slot and every worker slot. Acquire
  * loads: each pairs with count_own's release (worker.c), so a caller that
  * sees a task counted also sees what it wrote, and no later load of the

@@ -11,7 +11,9 @@
  * default allocator, a huge-page mapping that grows without copying:
  * mem.h), and freed slots are reused FIFO (from the slab's start again
  * whenever the queue empties), so a steady stream of tasks allocates
- * nothing. A bucket that empties stays in the weight table (a burst of one
+ * nothing. After a burst the pool swaps an empty queue's slab for one of
+ * its initial size (tko__queue_swap_slab: tko_pool_trim, or an idle
+ * worker's decay in worker.c), so the burst's memory goes back. A bucket that empties stays in the weight table (a burst of one
  * weight usually comes back); empty buckets are purged when the table fills
  * to half, which bounds memory by the distinct weights queued at once and
  * keeps purging amortised O(1) without allocating.
@@ -34,6 +36,8 @@
 /* Free buckets are marked with heap_pos == FREE_MARK (never a real
  * position: the heap is far smaller than 2^32 - 2) and chained through head. */
 #define FREE_MARK (TKO__NIL - 1)
+
+static void forget_free_slots(tko__queue *q);
 
 static bool bucket_in_table(const tko__bucket *b) { return b->heap_pos != FREE_MARK; }
 
@@ -181,7 +185,7 @@ int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc) 
   q->alloc = alloc;
   if (capacity < 16) capacity = 16;
   if (capacity >= TKO__NIL / 2) return -EINVAL;
-  q->items_cap = (uint32_t)capacity;
+  q->items_cap = q->initial_cap = (uint32_t)capacity;
   q->free_head = q->free_tail = TKO__NIL;
   q->free_bucket = TKO__NIL;
   q->last_bucket = TKO__NIL;
@@ -206,6 +210,28 @@ void tko__queue_fini(tko__queue *q) {
   tko__mem_free(q->alloc, q->heap);
   tko__mem_free(q->alloc, q->table);
   memset(q, 0, sizeof *q);
+}
+
+size_t tko__queue_initial_bytes(const tko__queue *q) {
+  return (size_t)q->initial_cap * sizeof *q->items;
+}
+
+bool tko__queue_oversized(const tko__queue *q) {
+  /* Relaxed: a hint; the swap decides under the caller's lock. */
+  return atomic_load_explicit(&q->slab_bytes, memory_order_relaxed) > tko__queue_initial_bytes(q);
+}
+
+bool tko__queue_swap_slab(tko__queue *q, void **fresh, size_t *bytes) {
+  if (q->len || q->items_cap <= q->initial_cap) return false;
+  void *old = q->items;
+  *bytes = (size_t)q->items_cap * sizeof *q->items;
+  q->items = *fresh;
+  q->items_cap = q->initial_cap;
+  forget_free_slots(q); /* already so when it emptied; said again here */
+  /* Relaxed: a statistic (see grow_items). */
+  atomic_store_explicit(&q->slab_bytes, tko__queue_initial_bytes(q), memory_order_relaxed);
+  *fresh = old;
+  return true;
 }
 
 int tko__queue_reserve(tko__queue *q, size_t n) {

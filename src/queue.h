@@ -59,6 +59,7 @@ typedef struct tko__queue {
   uint32_t last_bucket;   /* the bucket the last push used: the common case */
 
   atomic_size_t slab_bytes; /* items_cap * item size, for lock-free stats */
+  uint32_t initial_cap;     /* items_cap at init: what a trim goes back to */
   uint64_t aging_ns;      /* 0 = off; else one weight unit per aging_ns waited */
   const tko_allocator *alloc;
 } tko__queue;
@@ -76,6 +77,15 @@ int tko__queue_push(tko__queue *q, const tko__item *item);
 size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max);
 /* True if a's highest-priority item goes before b's; both non-empty. */
 bool tko__queue_top_before(const tko__queue *a, const tko__queue *b);
+/* Trimming (giving a burst's memory back): whether the slab is larger than
+ * at init (a lock-free hint), and, while the queue is empty, a swap of the
+ * slab for *fresh, a new one of initial_cap items: true and *fresh, *bytes
+ * then hold the old slab and its size, for the caller to free outside its
+ * lock; false, with nothing changed, if the queue holds items or is no
+ * larger than at init. */
+bool tko__queue_oversized(const tko__queue *q);
+size_t tko__queue_initial_bytes(const tko__queue *q);
+bool tko__queue_swap_slab(tko__queue *q, void **fresh, size_t *bytes);
 /* Moves up to max items whose ctx equals ctx into out, wherever they are
  * queued (cancelling a group); returns how many. O(queued). */
 size_t tko__queue_remove_ctx(tko__queue *q, uintptr_t ctx, tko__item *out, size_t max);

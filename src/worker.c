@@ -272,7 +272,12 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
       tko__parker_park(&w->sleeper.parker, UINT64_MAX);
     return WOKEN;
   }
-  uint64_t timeout = w->kind == TKO_WORKER_ELASTIC
+  /* Decay: after a burst, a worker that then sleeps elastic_idle_ms
+   * without being woken (the pool stayed idle) gives the queue's slab back
+   * (jemalloc's decay, Go's scavenger; tko_pool_trim does it on demand).
+   * Only then does a basic worker sleep with a timeout. */
+  bool trim = tko__pool_trimmable(pool);
+  uint64_t timeout = w->kind == TKO_WORKER_ELASTIC || trim
                          ? (uint64_t)pool->opts.elastic_idle_ms * 1000000u
                          : UINT64_MAX;
   if (tko__parker_park(&w->sleeper.parker, timeout)) return WOKEN;
@@ -280,6 +285,8 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
     tko__parker_park(&w->sleeper.parker, UINT64_MAX); /* a waker claimed us */
     return WOKEN;
   }
+  if (trim) tko__pool_trim(pool); /* searching meanwhile: a submit counts on it */
+  if (w->kind != TKO_WORKER_ELASTIC) return WOKEN;
   return tko__elastic_try_retire(pool, w) ? RETIRE : WOKEN;
 }
 

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/* Memory goes back after a burst (issue 14, defect 18): the queue's slab,
+ * grown to hold a backlog, shrinks back to initial_capacity on
+ * tko_pool_trim once nothing is queued, and by itself once the pool has
+ * stayed idle for elastic_idle_ms. Measured with stats.queue_bytes and with
+ * an allocator that counts the bytes it has out, which the test waits on
+ * (no sleep): the decay test waits for the allocator to see the slab come
+ * back. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_feature.h"
+#include "tko_test_sync.h"
+
+enum { BURST = 100000, ITEM_GUESS = 32 /* bytes a queued task takes, at least */ };
+
+/* Counts the bytes handed out and not given back (a size header before each
+ * block); every change wakes waiters. */
+typedef struct bytes_alloc {
+  pthread_mutex_t mu; /* protects live */
+  pthread_cond_t cv;  /* broadcast when live changes */
+  long long live;
+  tko_allocator al;
+} bytes_alloc;
+
+typedef union header {
+  size_t size;
+  max_align_t align;
+} header;
+
+static void ba_add(bytes_alloc *b, long long d) {
+  pthread_mutex_lock(&b->mu);
+  b->live += d;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+}
+
+static void *ba_alloc(void *ctx, size_t size) {
+  header *h = malloc(sizeof *h + size);
+  if (!h) return NULL;
+  h->size = size;
+  ba_add(ctx, (long long)size);
+  return h + 1;
+}
+
+static void *ba_realloc(void *ctx, void *p, size_t size) {
+  if (!p) return ba_alloc(ctx, size);
+  header *old = (header *)p - 1;
+  size_t was = old->size;
+  header *h = realloc(old, sizeof *h + size);
+  if (!h) return NULL;
+  h->size = size;
+  ba_add(ctx, (long long)size - (long long)was);
+  return h + 1;
+}
+
+static void ba_free(void *ctx, void *p) {
+  if (!p) return;
+  header *h = (header *)p - 1;
+  ba_add(ctx, -(long long)h->size);
+  free(h);
+}
+
+static void ba_init(bytes_alloc *b) {
+  memset(b, 0, sizeof *b);
+  pthread_mutex_init(&b->mu, NULL);
+  pthread_cond_init(&b->cv, NULL);
+  b->al = (tko_allocator){ba_alloc, ba_realloc, ba_free, b};
+}
+
+static long long ba_live(bytes_alloc *b) {
+  pthread_mutex_lock(&b->mu);
+  long long v = b->live;
+  pthread_mutex_unlock(&b->mu);
+  return v;
+}
+
+/* Waits until the live bytes drop to at most limit; false after TT_LONG_MS. */
+static bool ba_wait_leq(bytes_alloc *b, long long limit) {
+  struct timespec dl;
+  tt_deadline(&dl, TT_LONG_MS);
+  bool ok = true;
+  pthread_mutex_lock(&b->mu);
+  while (b->live > limit && ok) ok = pthread_cond_timedwait(&b->cv, &b->mu, &dl) != ETIMEDOUT;
+  ok = b->live <= limit;
+  pthread_mutex_unlock(&b->mu);
+  return ok;
+}
+
+/* Queues a burst on a paused pool (so it really piles up), checks the slab
+ * grew, then lets it run. Returns the slab bytes at the peak. */
+static uint64_t burst(tko_pool *pool) {
+  uint64_t before = tf_stats(pool).queue_bytes;
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  for (int i = 0; i < BURST; i++) cr_assert_eq(tko_submit(pool, tt_nop_fn, NULL, 0), 0);
+  /* A trim with tasks queued gives nothing back. */
+  cr_assert_eq(tko_pool_trim(pool), 0);
+  uint64_t peak = tf_stats(pool).queue_bytes;
+  cr_assert_geq(peak, (uint64_t)BURST * ITEM_GUESS);
+  cr_assert_gt(peak, before);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  return peak;
+}
+
+static void trim_case(const tko_allocator *al) {
+  tko_options o = tko_basic_options(1);
+  o.allocator = al;
+  o.elastic_idle_ms = TKO_MAX_IDLE_MS; /* no decay during the test: the call does it */
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  uint64_t fresh = tf_stats(pool).queue_bytes;
+  for (int round = 0; round < 2; round++) {
+    uint64_t peak = burst(pool);
+    cr_assert_eq(tf_stats(pool).queue_bytes, peak, "nothing is given back before the call");
+    cr_assert_eq(tko_pool_trim(pool), 0);
+    cr_assert_eq(tf_stats(pool).queue_bytes, fresh);
+  }
+  /* And the pool still works at its initial size. */
+  cr_assert_eq(tko_submit(pool, tt_nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+Test(trim, the_call_gives_a_bursts_slab_back) {
+  trim_case(NULL); /* the default allocator: past 512 KiB a mapping of its own */
+  bytes_alloc b;
+  ba_init(&b);
+  trim_case(&b.al);
+  cr_assert_eq(ba_live(&b), 0);
+  cr_assert_eq(tko_pool_trim(NULL), -EINVAL);
+}
+
+Test(trim, the_slab_decays_once_the_pool_stays_idle) {
+  bytes_alloc b;
+  ba_init(&b);
+  tko_options o = tko_elastic_options(1, 1, 20);
+  o.allocator = &b.al;
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  long long fresh_live = ba_live(&b);
+  uint64_t fresh = tf_stats(pool).queue_bytes;
+  uint64_t peak = burst(pool);
+  cr_assert_gt(ba_live(&b), fresh_live + (long long)(peak - fresh) / 2);
+  /* No call: an idle worker gives the slab back after elastic_idle_ms. */
+  cr_assert(ba_wait_leq(&b, fresh_live), "the burst's memory stayed");
+  cr_assert_eq(tf_stats(pool).queue_bytes, fresh);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  cr_assert_eq(ba_live(&b), 0);
+}
