@@ -69,7 +69,18 @@ extern "C" {
 typedef struct tko_pool tko_pool; /**< opaque */
 
 /** A task: returns 0 on success; any other value is a failure status that is
- * counted in tko_stats.failed and passed to the on_failure hook. */
+ * counted in tko_stats.failed and passed to the on_failure hook.
+ * Leaving a task other than by returning: pthread_exit from a task on a
+ * worker is supported - the task counts as completed and failed (status
+ * -ECANCELED for its group; no after_run or on_failure hook), the tasks
+ * that worker had taken go back to the queue, its thread_stop hook runs,
+ * and a basic worker is replaced by a new thread (an elastic one retires),
+ * so waits, stats and shutdown stay right. Not supported (the pool's
+ * counts, and with them waits and shutdown, go wrong): pthread_exit from
+ * an async task's start function or from a task run on a submitter's
+ * thread (TKO_FULL_CALLER_RUNS), thread cancellation, and longjmp or
+ * siglongjmp out of any task or hook; a bounded wait (tko_pool_wait_idle,
+ * tko_pool_shutdown_timed) then returns -ETIMEDOUT instead of hanging. */
 typedef int (*tko_task_fn)(void *arg);
 
 /** How tko_pool_shutdown treats the tasks still queued. */
@@ -148,7 +159,7 @@ typedef struct tko_allocator {
  * submitter niced above the pool's creator) needs CAP_SYS_NICE; without it
  * that elastic worker keeps the submitter's value. */
 typedef struct tko_options {
-  unsigned workers;          /* basic workers; tko_basic_options(0) = CPU count */
+  unsigned workers;          /**< basic workers; tko_basic_options(0) = CPU count */
   unsigned max_elastic;      /**< extra workers spawned under backlog; default 0 */
   unsigned elastic_idle_ms;  /**< an elastic worker idle this long retires; 0 = 1000.
                                 Also the idle time after which the queue gives

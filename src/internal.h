@@ -54,6 +54,20 @@
 /* Inbox slots per pool (40 bytes each). */
 #define TKO__INBOX_CAPACITY 1024u
 
+/* A task a worker runs (worker.c: run_or_cancel), on the worker's stack. */
+typedef struct tko__task_frame {
+  const tko__item *item;
+  unsigned blocking_base; /* blocking_depth when the task started */
+  struct tko__task_frame *outer;
+} tko__task_frame;
+
+/* A batch a worker took (worker.c: run_batch), on the worker's stack. */
+typedef struct tko__batch_frame {
+  const tko__item *items;
+  size_t n, next; /* next: the first not yet started */
+  struct tko__batch_frame *outer;
+} tko__batch_frame;
+
 /* Elastic slot states. */
 enum { TKO__SLOT_EMPTY = 0, TKO__SLOT_RUNNING, TKO__SLOT_RETIRING };
 
@@ -74,12 +88,19 @@ typedef struct tko__worker {
   bool stopping;    /* elastic: retired, running its thread_stop hook; guarded
                        by spawn_mu (see claim_slot) */
   unsigned blocking_depth; /* nested tko_blocking_begin calls; owner only */
-  unsigned blocking_base;  /* blocking_depth when the running task started;
-                              owner only (worker.c: run_or_cancel) */
-  /* The batch run_batch is working through (owner only): a helping group
-   * wait takes from it first. */
-  const tko__item *local;
-  size_t local_n, local_next;
+  /* What this thread is doing, innermost first, in frames on its stack
+   * (owner only): the tasks it has started and not finished (more than
+   * one while a task helps in a group wait), and the batches it took and
+   * is working through (a helping wait takes from the innermost first).
+   * Kept so that a task that ends the thread (pthread_exit) leaves the
+   * pool's accounting right (worker.c: worker_exited). */
+  struct tko__task_frame *task;
+  struct tko__batch_frame *batch;
+  /* A basic worker's thread that a task ended, to be joined by the thread
+   * that replaces it: set by the ending thread before it creates the
+   * replacement, read by the replacement (pthread_create orders them). */
+  pthread_t predecessor;
+  bool has_predecessor;
   size_t batch_cap; /* most tasks the next take may hold; owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,

@@ -157,15 +157,16 @@ static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item)
    * start is its base (a task run while helping starts inside its waiter's
    * region), tko_blocking_end refuses to go below it, and a task that
    * returns inside its own region ends it here, so that the pool does not
-   * count a blocked worker forever. Owner-only fields: plain accesses. */
-  unsigned outer_base = w->blocking_base;
-  w->blocking_base = w->blocking_depth;
+   * count a blocked worker forever. The frame is owner-only and on this
+   * stack: plain stores, no shared line. */
+  tko__task_frame frame = {item, w->blocking_depth, w->task};
+  w->task = &frame;
   tko__run_item(pool, w, item);
-  if (w->blocking_depth != w->blocking_base) {
-    if (w->blocking_base == 0) tko__sub_relaxed(&pool->blocking, 1);
-    w->blocking_depth = w->blocking_base;
+  w->task = frame.outer;
+  if (w->blocking_depth != frame.blocking_base) {
+    if (frame.blocking_base == 0) tko__sub_relaxed(&pool->blocking, 1);
+    w->blocking_depth = frame.blocking_base;
   }
-  w->blocking_base = outer_base;
 }
 
 /* Publishes the finished count seq_cst: one half of wait_idle's Dekker
@@ -179,15 +180,10 @@ static void publish_finished(tko__worker *w) {
  * itself (tko__help_one): a member of the awaited group may be among them,
  * and nobody else can reach this worker's private batch. */
 static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n) {
-  const tko__item *outer = w->local;
-  size_t outer_n = w->local_n, outer_next = w->local_next;
-  w->local = batch;
-  w->local_n = n;
-  w->local_next = 0;
-  while (w->local_next < w->local_n) run_or_cancel(pool, w, &batch[w->local_next++]);
-  w->local = outer;
-  w->local_n = outer_n;
-  w->local_next = outer_next;
+  tko__batch_frame frame = {batch, n, 0, w->batch};
+  w->batch = &frame;
+  while (frame.next < frame.n) run_or_cancel(pool, w, &batch[frame.next++]);
+  w->batch = frame.outer;
   publish_finished(w);
 }
 
@@ -208,14 +204,16 @@ int tko_blocking_end(void) {
   tko__worker *w = tko__current_worker;
   if (!w) return -EPERM;
   if (tko__pool_forked(w->pool)) return -ECHILD;
-  if (w->blocking_depth <= w->blocking_base) return -EPERM; /* no begin of this task's */
+  unsigned base = w->task ? w->task->blocking_base : 0;
+  if (w->blocking_depth <= base) return -EPERM; /* no begin of this task's */
   if (--w->blocking_depth == 0) tko__sub_relaxed(&w->pool->blocking, 1);
   return 0;
 }
 
 bool tko__help_one(tko_pool *pool, tko__worker *w) {
-  if (w->local && w->local_next < w->local_n) { /* this worker's own batch first */
-    run_or_cancel(pool, w, &w->local[w->local_next++]);
+  tko__batch_frame *b = w->batch;
+  if (b && b->next < b->n) { /* this worker's own batch first */
+    run_or_cancel(pool, w, &b->items[b->next++]);
     publish_finished(w);
     return true;
   }
@@ -290,27 +288,97 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   return tko__elastic_try_retire(pool, w) ? RETIRE : WOKEN;
 }
 
-void *tko__worker_main(void *arg) {
+/* ---- a task that ends its thread ------------------------------------
+ *
+ * pthread_exit from a task unwinds the worker's stack through the cleanup
+ * handler worker_main pushes around its loop (glibc runs it during the
+ * forced unwind). The handler puts the pool right before the thread goes:
+ * the tasks the thread had started (the exiting one, and any that were
+ * waiting in a helping group wait below it) count as finished with status
+ * -ECANCELED, failed; the tasks it had taken and not started go back to
+ * the queue; its blocking hint ends; the stop hook runs. A basic worker is
+ * then replaced by a new thread on the same slot, which joins the old one
+ * (if none can start, the pool has one worker fewer and says so in
+ * stats.basic_workers); an elastic worker retires as if idle. Not
+ * supported: pthread_exit from an async task's start function (its op
+ * stays in flight) or from a caller-runs task; and leaving a task by
+ * longjmp/siglongjmp in any way (the pool's frames are skipped: its
+ * counts and locks are then wrong - taskorch.h). */
+
+static void finish_started(tko_pool *pool, tko__worker *w) {
+  for (tko__task_frame *f = w->task; f; f = f->outer) {
+    if (f->item->ctx & TKO__CTX_ASYNC) continue;
+    tko__count(pool, w, &w->failed);
+    if (f->item->ctx) ctx_done(f->item, -ECANCELED);
+    tko__count(pool, w, &w->finished);
+  }
+  w->task = NULL;
+  if (w->blocking_depth) tko__sub_relaxed(&pool->blocking, 1);
+  w->blocking_depth = 0;
+  publish_finished(w);
+}
+
+/* The tasks this thread took and had not started go back to the queue,
+ * where their ids keep their order; one the queue cannot take back (no
+ * memory) is cancelled. Their room in a bounded queue is still held. */
+static void requeue_taken(tko_pool *pool, tko__worker *w) {
+  for (tko__batch_frame *b = w->batch; b; b = b->outer) {
+    for (; b->next < b->n; b->next++) {
+      const tko__item *it = &b->items[b->next];
+      tko__lock_acquire(&pool->lock);
+      int rc = tko__queue_push(it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue, it);
+      tko__refresh_backlog(pool);
+      tko__unlock(&pool->lock);
+      if (rc) {
+        tko__release_room(pool, 1);
+        tko__cancel_item(pool, it);
+      }
+    }
+  }
+  w->batch = NULL;
+}
+
+static void replace_basic(tko_pool *pool, tko__worker *w) {
+  w->predecessor = pthread_self();
+  w->has_predecessor = true;
+  tko__idle_search_begin(&pool->idle); /* the new thread starts searching */
+  tko__thread_enter(pool);
+  pthread_t t;
+  if (tko__thread_create(&t, tko__worker_main, w) == 0) return; /* it records itself */
+  w->has_predecessor = false; /* shutdown joins this thread (w->thread) */
+  tko__thread_exit(pool);
+  tko__idle_search_end(&pool->idle);
+  tko__sub_seq(&pool->basic_alive, 1);
+}
+
+static void retire_elastic(tko_pool *pool, tko__worker *w) {
+  /* As tko__elastic_try_retire: the slot first (release: pairs with
+   * claim_slot's acquire), then the count; the next spawn into the slot,
+   * or shutdown, joins this thread. */
+  tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
+  tko__sub_seq(&pool->elastic_count, 1);
+  tko__add_relaxed(&pool->elastic_retired, 1);
+}
+
+static void worker_exited(void *arg) {
   tko__worker *w = arg;
   tko_pool *pool = w->pool;
   const tko_hooks *h = &pool->opts.hooks;
-  tko__current_pool = pool;
-  tko__current_worker = w;
-  char name[32];
-  snprintf(name, sizeof name, "%s-%c%u", pool->name,
-           w->kind == TKO_WORKER_BASIC ? 'b' : 'e', w->index);
-  tko__thread_set_name(name);
-  /* A new thread copies its creator's nice value whatever the attributes
-   * say, and an elastic worker's creator is whichever thread submitted:
-   * take the pool creator's value instead (best effort: going back up to a
-   * higher priority needs CAP_SYS_NICE). */
-  tko__thread_set_nice(pool->creator_nice);
-  if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
+  finish_started(pool, w);
+  requeue_taken(pool, w);
+  if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
+  if (w->kind == TKO_WORKER_BASIC) replace_basic(pool, w);
+  else retire_elastic(pool, w);
+  tko__notify_idle(pool);
+  if (tko__runnable_seq(pool)) tko__signal_work(pool);
+  tko__thread_exit(pool); /* this thread's own count: the last touch */
+}
 
-  bool searching, retired;
-restart:
-  searching = true; /* the spawner (or a resurrection) counted it searching */
-  retired = false;
+/* Takes and runs work until the pool closes (false) or, for an elastic
+ * worker, until it retires (true). */
+static bool work_loop(tko_pool *pool, tko__worker *w) {
+  bool searching = true; /* the spawner (or a resurrection) counted it searching */
+  bool retired = false;
   w->batch_cap = pool->opts.max_batch < TKO__BATCH_START ? pool->opts.max_batch : TKO__BATCH_START;
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {
@@ -366,6 +434,36 @@ restart:
     }
   }
   if (searching) tko__idle_search_end(&pool->idle);
+  return retired;
+}
+
+void *tko__worker_main(void *arg) {
+  tko__worker *w = arg;
+  tko_pool *pool = w->pool;
+  const tko_hooks *h = &pool->opts.hooks;
+  tko__current_pool = pool;
+  tko__current_worker = w;
+  if (w->has_predecessor) { /* replacing a thread a task ended */
+    pthread_join(w->predecessor, NULL);
+    w->has_predecessor = false;
+    w->thread = pthread_self(); /* before its thread_exit, which shutdown waits for */
+  }
+  char name[32];
+  snprintf(name, sizeof name, "%s-%c%u", pool->name,
+           w->kind == TKO_WORKER_BASIC ? 'b' : 'e', w->index);
+  tko__thread_set_name(name);
+  /* A new thread copies its creator's nice value whatever the attributes
+   * say, and an elastic worker's creator is whichever thread submitted:
+   * take the pool creator's value instead (best effort: going back up to a
+   * higher priority needs CAP_SYS_NICE). */
+  tko__thread_set_nice(pool->creator_nice);
+  if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
+  bool retired;
+restart:
+  /* A task that ends this thread (pthread_exit) unwinds through here. */
+  pthread_cleanup_push(worker_exited, w);
+  retired = work_loop(pool, w);
+  pthread_cleanup_pop(0);
   if (!retired) {
     if (w->kind == TKO_WORKER_BASIC) tko__sub_seq(&pool->basic_alive, 1);
     else tko__sub_seq(&pool->elastic_count, 1);

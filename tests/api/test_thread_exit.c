@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* A task that calls pthread_exit (issue 14, defect 17): it used to wedge
+ * the pool (stats.running stuck at 1, wait_idle never returning, the
+ * worker gone). Now the task counts as completed and failed, its group
+ * hears -ECANCELED, the tasks its worker had taken run on, a basic worker
+ * is replaced, and the pool keeps working and shuts down. Bounded waits
+ * turn a wedge into a failed assertion. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_feature.h"
+#include "tko_test_sync.h"
+
+typedef struct ctx {
+  tt_count runs, starts, stops;
+} ctx;
+
+static int exit_fn(void *arg) {
+  (void)arg;
+  pthread_exit(NULL);
+  return 0;
+}
+
+static int count_fn(void *arg) {
+  tt_count_add(&((ctx *)arg)->runs, 1);
+  return 0;
+}
+
+static void on_start(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index;
+  (void)kind;
+  tt_count_add(&((ctx *)user)->starts, 1);
+}
+
+static void on_stop(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index;
+  (void)kind;
+  tt_count_add(&((ctx *)user)->stops, 1);
+}
+
+static tko_pool *make_pool(ctx *c, unsigned basic, unsigned elastic) {
+  memset(c, 0, sizeof *c);
+  tt_count_init(&c->runs);
+  tt_count_init(&c->starts);
+  tt_count_init(&c->stops);
+  tko_options o = elastic ? tko_elastic_options(basic, elastic, 60000) : tko_basic_options(basic);
+  o.hooks.user = c;
+  o.hooks.thread_start = on_start;
+  o.hooks.thread_stop = on_stop;
+  tko_pool *p = NULL;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  return p;
+}
+
+/* One worker takes the exiting task and four more in one batch (queued
+ * while paused), so the four must go back to the queue and still run. */
+static void exit_case(unsigned basic, unsigned elastic) {
+  enum { AFTER = 4 };
+  ctx c;
+  tko_pool *pool = make_pool(&c, basic, elastic);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  tko_group g;
+  cr_assert_eq(tko_group_init(&g), 0);
+  cr_assert_eq(tko_group_submit(pool, &g, exit_fn, NULL, 10), 0);
+  for (int i = 0; i < AFTER; i++) cr_assert_eq(tko_submit(pool, count_fn, &c, 0), 0);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_group_wait(&g, TT_LONG_MS), 0, "the group never heard of its member");
+  cr_assert_eq(tko_group_status(&g), -ECANCELED);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0, "the pool wedged");
+  cr_assert_eq(tt_count_get(&c.runs), AFTER);
+  tko_stats s = tf_stats(pool);
+  cr_assert_eq(s.running, 0);
+  cr_assert_eq(s.completed, 1 + AFTER);
+  cr_assert_eq(s.failed, 1);
+  cr_assert_eq(s.basic_workers, basic);
+  /* And it works on. */
+  for (int i = 0; i < 20; i++) cr_assert_eq(tko_submit(pool, count_fn, &c, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(tt_count_get(&c.runs), AFTER + 20);
+  cr_assert_eq(tko_group_destroy(&g), 0);
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_DRAIN, TT_LONG_MS), 0);
+  cr_assert_eq(tt_count_get(&c.starts), tt_count_get(&c.stops), "thread hooks unpaired");
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+Test(thread_exit, a_basic_worker_is_replaced) { exit_case(1, 0); }
+
+Test(thread_exit, an_elastic_worker_retires) { exit_case(0, 2); }
+
+Test(thread_exit, many_exits_in_a_row) {
+  ctx c;
+  tko_pool *pool = make_pool(&c, 2, 0);
+  for (int i = 0; i < TT_SCALE(50, 10); i++) {
+    cr_assert_eq(tko_submit(pool, exit_fn, NULL, 0), 0);
+    cr_assert_eq(tko_submit(pool, count_fn, &c, 0), 0);
+  }
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(tt_count_get(&c.runs), TT_SCALE(50, 10));
+  cr_assert_eq(tf_stats(pool).basic_workers, 2);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
