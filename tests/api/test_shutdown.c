@@ -272,7 +272,7 @@ typedef struct keeper {
 
 static void *keep_alloc(void *ctx, size_t size) {
   (void)ctx;
-  return malloc(size);
+  return aligned_alloc(64, (size + 63) / 64 * 64); /* the pool's cache-line alignment */
 }
 static void *keep_realloc(void *ctx, void *p, size_t size) {
   (void)ctx;
