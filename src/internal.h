@@ -101,6 +101,7 @@ typedef struct tko__worker {
    * replacement, read by the replacement (pthread_create orders them). */
   pthread_t predecessor;
   bool has_predecessor;
+  bool exiting; /* a task is ending this thread (owner only) */
   size_t batch_cap; /* most tasks the next take may hold; owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,

@@ -140,6 +140,97 @@ static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
   return n;
 }
 
+static void publish_finished(tko__worker *w);
+
+/* ---- a task that ends its thread ------------------------------------
+ *
+ * pthread_exit from a task unwinds the worker's stack through the cleanup
+ * handler run_or_cancel pushes around each task (glibc runs it during the
+ * forced unwind; the innermost one acts, outer ones see `exiting`). The
+ * handler puts the pool right before the thread goes:
+ * the tasks the thread had started (the exiting one, and any that were
+ * waiting in a helping group wait below it) count as finished with status
+ * -ECANCELED, failed; the tasks it had taken and not started go back to
+ * the queue; its blocking hint ends; the stop hook runs. A basic worker is
+ * then replaced by a new thread on the same slot, which joins the old one
+ * (if none can start, the pool has one worker fewer and says so in
+ * stats.basic_workers); an elastic worker retires as if idle. Not
+ * supported: pthread_exit from an async task's start function (its op
+ * stays in flight) or from a caller-runs task; and leaving a task by
+ * longjmp/siglongjmp in any way (the pool's frames are skipped: its
+ * counts and locks are then wrong - taskorch.h). */
+
+static void finish_started(tko_pool *pool, tko__worker *w) {
+  for (tko__task_frame *f = w->task; f; f = f->outer) {
+    if (f->item->ctx & TKO__CTX_ASYNC) continue;
+    tko__count(pool, w, &w->failed);
+    if (f->item->ctx) ctx_done(f->item, -ECANCELED);
+    tko__count(pool, w, &w->finished);
+  }
+  w->task = NULL;
+  if (w->blocking_depth) tko__sub_relaxed(&pool->blocking, 1);
+  w->blocking_depth = 0;
+  publish_finished(w);
+}
+
+/* The tasks this thread took and had not started go back to the queue,
+ * where their ids keep their order; one the queue cannot take back (no
+ * memory) is cancelled. Their room in a bounded queue is still held. */
+static void requeue_taken(tko_pool *pool, tko__worker *w) {
+  for (tko__batch_frame *b = w->batch; b; b = b->outer) {
+    for (; b->next < b->n; b->next++) {
+      const tko__item *it = &b->items[b->next];
+      tko__lock_acquire(&pool->lock);
+      int rc = tko__queue_push(it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue, it);
+      tko__refresh_backlog(pool);
+      tko__unlock(&pool->lock);
+      if (rc) {
+        tko__release_room(pool, 1);
+        tko__cancel_item(pool, it);
+      }
+    }
+  }
+  w->batch = NULL;
+}
+
+static void replace_basic(tko_pool *pool, tko__worker *w) {
+  w->predecessor = pthread_self();
+  w->has_predecessor = true;
+  tko__idle_search_begin(&pool->idle); /* the new thread starts searching */
+  tko__thread_enter(pool);
+  pthread_t t;
+  if (tko__thread_create(&t, tko__worker_main, w) == 0) return; /* it records itself */
+  w->has_predecessor = false; /* shutdown joins this thread (w->thread) */
+  tko__thread_exit(pool);
+  tko__idle_search_end(&pool->idle);
+  tko__sub_seq(&pool->basic_alive, 1);
+}
+
+static void retire_elastic(tko_pool *pool, tko__worker *w) {
+  /* As tko__elastic_try_retire: the slot first (release: pairs with
+   * claim_slot's acquire), then the count; the next spawn into the slot,
+   * or shutdown, joins this thread. */
+  tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
+  tko__sub_seq(&pool->elastic_count, 1);
+  tko__add_relaxed(&pool->elastic_retired, 1);
+}
+
+static void task_exited(void *arg) {
+  tko__worker *w = arg;
+  if (w->exiting) return; /* an inner task's frame did it all */
+  w->exiting = true;
+  tko_pool *pool = w->pool;
+  const tko_hooks *h = &pool->opts.hooks;
+  finish_started(pool, w);
+  requeue_taken(pool, w);
+  if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
+  if (w->kind == TKO_WORKER_BASIC) replace_basic(pool, w);
+  else retire_elastic(pool, w);
+  tko__notify_idle(pool);
+  if (tko__runnable_seq(pool)) tko__signal_work(pool);
+  tko__thread_exit(pool); /* this thread's own count: the last touch */
+}
+
 /* Starts one task this worker took, or cancels it once TKO_CANCEL began. */
 static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
   /* A bounded queue counts a task until it starts (or is cancelled), not
@@ -161,7 +252,14 @@ static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item)
    * stack: plain stores, no shared line. */
   tko__task_frame frame = {item, w->blocking_depth, w->task};
   w->task = &frame;
+  /* A task that ends this thread (pthread_exit) unwinds through here:
+   * worker.c is built with -fexceptions, so this is a cleanup attribute
+   * (a few stores, no setjmp) and the handler runs in this frame, with
+   * every outer frame - batches taken, tasks waiting in a helping wait -
+   * still intact above it. */
+  pthread_cleanup_push(task_exited, w);
   tko__run_item(pool, w, item);
+  pthread_cleanup_pop(0);
   w->task = frame.outer;
   if (w->blocking_depth != frame.blocking_base) {
     if (frame.blocking_base == 0) tko__sub_relaxed(&pool->blocking, 1);
@@ -288,92 +386,6 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   return tko__elastic_try_retire(pool, w) ? RETIRE : WOKEN;
 }
 
-/* ---- a task that ends its thread ------------------------------------
- *
- * pthread_exit from a task unwinds the worker's stack through the cleanup
- * handler worker_main pushes around its loop (glibc runs it during the
- * forced unwind). The handler puts the pool right before the thread goes:
- * the tasks the thread had started (the exiting one, and any that were
- * waiting in a helping group wait below it) count as finished with status
- * -ECANCELED, failed; the tasks it had taken and not started go back to
- * the queue; its blocking hint ends; the stop hook runs. A basic worker is
- * then replaced by a new thread on the same slot, which joins the old one
- * (if none can start, the pool has one worker fewer and says so in
- * stats.basic_workers); an elastic worker retires as if idle. Not
- * supported: pthread_exit from an async task's start function (its op
- * stays in flight) or from a caller-runs task; and leaving a task by
- * longjmp/siglongjmp in any way (the pool's frames are skipped: its
- * counts and locks are then wrong - taskorch.h). */
-
-static void finish_started(tko_pool *pool, tko__worker *w) {
-  for (tko__task_frame *f = w->task; f; f = f->outer) {
-    if (f->item->ctx & TKO__CTX_ASYNC) continue;
-    tko__count(pool, w, &w->failed);
-    if (f->item->ctx) ctx_done(f->item, -ECANCELED);
-    tko__count(pool, w, &w->finished);
-  }
-  w->task = NULL;
-  if (w->blocking_depth) tko__sub_relaxed(&pool->blocking, 1);
-  w->blocking_depth = 0;
-  publish_finished(w);
-}
-
-/* The tasks this thread took and had not started go back to the queue,
- * where their ids keep their order; one the queue cannot take back (no
- * memory) is cancelled. Their room in a bounded queue is still held. */
-static void requeue_taken(tko_pool *pool, tko__worker *w) {
-  for (tko__batch_frame *b = w->batch; b; b = b->outer) {
-    for (; b->next < b->n; b->next++) {
-      const tko__item *it = &b->items[b->next];
-      tko__lock_acquire(&pool->lock);
-      int rc = tko__queue_push(it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue, it);
-      tko__refresh_backlog(pool);
-      tko__unlock(&pool->lock);
-      if (rc) {
-        tko__release_room(pool, 1);
-        tko__cancel_item(pool, it);
-      }
-    }
-  }
-  w->batch = NULL;
-}
-
-static void replace_basic(tko_pool *pool, tko__worker *w) {
-  w->predecessor = pthread_self();
-  w->has_predecessor = true;
-  tko__idle_search_begin(&pool->idle); /* the new thread starts searching */
-  tko__thread_enter(pool);
-  pthread_t t;
-  if (tko__thread_create(&t, tko__worker_main, w) == 0) return; /* it records itself */
-  w->has_predecessor = false; /* shutdown joins this thread (w->thread) */
-  tko__thread_exit(pool);
-  tko__idle_search_end(&pool->idle);
-  tko__sub_seq(&pool->basic_alive, 1);
-}
-
-static void retire_elastic(tko_pool *pool, tko__worker *w) {
-  /* As tko__elastic_try_retire: the slot first (release: pairs with
-   * claim_slot's acquire), then the count; the next spawn into the slot,
-   * or shutdown, joins this thread. */
-  tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
-  tko__sub_seq(&pool->elastic_count, 1);
-  tko__add_relaxed(&pool->elastic_retired, 1);
-}
-
-static void worker_exited(void *arg) {
-  tko__worker *w = arg;
-  tko_pool *pool = w->pool;
-  const tko_hooks *h = &pool->opts.hooks;
-  finish_started(pool, w);
-  requeue_taken(pool, w);
-  if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
-  if (w->kind == TKO_WORKER_BASIC) replace_basic(pool, w);
-  else retire_elastic(pool, w);
-  tko__notify_idle(pool);
-  if (tko__runnable_seq(pool)) tko__signal_work(pool);
-  tko__thread_exit(pool); /* this thread's own count: the last touch */
-}
-
 /* Takes and runs work until the pool closes (false) or, for an elastic
  * worker, until it retires (true). */
 static bool work_loop(tko_pool *pool, tko__worker *w) {
@@ -448,6 +460,7 @@ void *tko__worker_main(void *arg) {
     w->has_predecessor = false;
     w->thread = pthread_self(); /* before its thread_exit, which shutdown waits for */
   }
+  w->exiting = false; /* a previous thread of this slot is joined: ours now */
   char name[32];
   snprintf(name, sizeof name, "%s-%c%u", pool->name,
            w->kind == TKO_WORKER_BASIC ? 'b' : 'e', w->index);
@@ -460,10 +473,7 @@ void *tko__worker_main(void *arg) {
   if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
   bool retired;
 restart:
-  /* A task that ends this thread (pthread_exit) unwinds through here. */
-  pthread_cleanup_push(worker_exited, w);
   retired = work_loop(pool, w);
-  pthread_cleanup_pop(0);
   if (!retired) {
     if (w->kind == TKO_WORKER_BASIC) tko__sub_seq(&pool->basic_alive, 1);
     else tko__sub_seq(&pool->elastic_count, 1);
