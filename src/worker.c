@@ -199,7 +199,7 @@ static void replace_basic(tko_pool *pool, tko__worker *w) {
   tko__idle_search_begin(&pool->idle); /* the new thread starts searching */
   tko__thread_enter(pool);
   pthread_t t;
-  if (tko__thread_create(&t, tko__worker_main, w) == 0) return; /* it records itself */
+  if (tko__thread_create_placed(&t, tko__worker_main, w, &pool->place) == 0) return; /* it records itself */
   w->has_predecessor = false; /* shutdown joins this thread (w->thread) */
   tko__thread_exit(pool);
   tko__idle_search_end(&pool->idle);
