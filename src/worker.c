@@ -164,7 +164,7 @@ static void finish_started(tko_pool *pool, tko__worker *w) {
   for (tko__task_frame *f = w->task; f; f = f->outer) {
     if (f->item->ctx & TKO__CTX_ASYNC) continue;
     tko__count(pool, w, &w->failed);
-    if (f->item->ctx) ctx_done(f->item, -ECANCELED);
+    if (f->item->ctx) ctx_done(f->item, -ECANCELED, false); /* it ran */
     tko__count(pool, w, &w->finished);
   }
   w->task = NULL;
