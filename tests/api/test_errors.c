@@ -348,8 +348,12 @@ Test(errors, submit_reports_enomem_when_the_queue_cannot_grow) {
 
 /* ---- tko_strerror and version -------------------------------------------- */
 
+/* Every code the library returns or reports (grep src/ for "-E"): a new
+ * code gets its message in src/error.c and its line here. */
 Test(errors, strerror_names_every_code_distinctly) {
-  const int codes[] = {0, -EINVAL, -ENOMEM, -EAGAIN, -ETIMEDOUT, -ESHUTDOWN, -EDEADLK};
+  const int codes[] = {0,          -EINVAL,    -ENOMEM, -EAGAIN,  -ETIMEDOUT, -ESHUTDOWN, -EDEADLK,
+                       -ECANCELED, -EBUSY,     -ENOENT, -EPERM,   -EALREADY,  -ECHILD,
+                       -EMFILE,    -ENFILE,    -ENOTSUP};
   const size_t n = sizeof codes / sizeof codes[0];
   const char *msg[sizeof codes / sizeof codes[0]];
   for (size_t i = 0; i < n; i++) {
