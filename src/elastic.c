@@ -26,6 +26,8 @@
 
 #include "internal.h"
 
+void (*_Atomic tko__test_retire_window)(tko_pool *pool);
+
 static void raise_peak(tko_pool *pool, unsigned n) {
   unsigned peak = tko__load_relaxed(&pool->elastic_peak);
   /* seq_cst CAS; the peak is a statistic and needs no other ordering. */
@@ -151,6 +153,9 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
     tko__idle_search_begin(&pool->idle);
     return false;
   }
+  /* Relaxed: a test seam (prim.h), NULL outside tests. */
+  void (*seam)(tko_pool *) = atomic_load_explicit(&tko__test_retire_window, memory_order_relaxed);
+  if (seam) seam(pool);
   /* Free the slot before the count: a spawner whose CAS reads the released
    * count then finds the slot free (release here, acquire in claim_slot). */
   tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);

@@ -71,6 +71,12 @@ int tko__place_init(tko__thread_place *p, const unsigned *cpus, size_t ncpus, si
 int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *arg,
                               const tko__thread_place *p);
 
+/* Test seam: when set, a retiring elastic worker calls it once it has
+ * decided to retire and before it releases its count - the window that
+ * its re-check of the queue closes (elastic.c). NULL outside tests. */
+struct tko_pool;
+extern void (*_Atomic tko__test_retire_window)(struct tko_pool *pool);
+
 /* The calling thread's nice value (Linux: per thread; elsewhere 0), and a
  * best-effort set of it: raising priority back needs CAP_SYS_NICE, so a
  * failure is ignored. */

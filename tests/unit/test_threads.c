@@ -377,3 +377,69 @@ Test(threads, timer_thread_failure_is_eagain_and_leaves_the_timer_unarmed) {
   cr_assert_eq(atomic_load(&plain.runs), 1);
   cr_assert_eq(atomic_load(&f.live), 0);
 }
+
+/* ---- the blocking hint starts the worker a failed spawn could not --------- */
+
+typedef struct hint {
+  tt_count started; /* the blocking task is running */
+  tt_gate queued;   /* opened once the other task is queued */
+  tt_count other;  /* the other task ran */
+  atomic_int rc;   /* 1: the other task ran while this one blocked */
+} hint;
+
+static int hint_blocking_fn(void *arg) {
+  hint *h = arg;
+  tt_count_add(&h->started, 1);
+  tt_gate_wait(&h->queued);
+  tko_blocking_begin();
+  /* Blocks until the other task has run: it can run only on a worker the
+   * hint started. A bounded wait: without the hint, nobody runs it. */
+  struct timespec dl;
+  tt_deadline(&dl, 10000);
+  bool ran = true;
+  pthread_mutex_lock(&h->other.mu);
+  while (h->other.v < 1 && ran)
+    ran = pthread_cond_timedwait(&h->other.cv, &h->other.mu, &dl) != ETIMEDOUT;
+  ran = h->other.v >= 1;
+  pthread_mutex_unlock(&h->other.mu);
+  tko_blocking_end();
+  atomic_store(&h->rc, ran ? 1 : 0);
+  return 0;
+}
+
+static int hint_other_fn(void *arg) {
+  tt_count_add(&((hint *)arg)->other, 1);
+  return 0;
+}
+
+/* Kills blocking-begin-no-spawn (scripts/mutants.list). Why a seam: from
+ * the public API alone, work that is queued while every worker is busy has
+ * always had a spawn tried for it (at submit, or by the last searcher's
+ * ramp-up), so the hint's own spawn shows only when that try failed - here,
+ * a thread creation that failed and then recovered. One basic worker runs
+ * a task that is about to block; the other task is submitted while threads
+ * cannot start, so its spawn fails and it stays queued; then the blocking
+ * task enters its blocking region, and the pool must start an elastic
+ * worker for the queued task at once. */
+Test(threads, blocking_hint_starts_a_worker_for_queued_work) {
+  hint h;
+  memset(&h, 0, sizeof h);
+  h.queued = (tt_gate)TT_GATE_INIT;
+  tt_count_init(&h.started);
+  tt_count_init(&h.other);
+  tko_options o = tko_elastic_options(1, 1, 1000);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_submit(p, hint_blocking_fn, &h, 0), 0);
+  cr_assert(tt_count_wait_geq(&h.started, 1)); /* the basic worker is busy */
+  seam_set(EAGAIN);
+  cr_assert_eq(tko_submit(p, hint_other_fn, &h, 0), 0);
+  seam_set(0);
+  tko_stats s;
+  tko_pool_stats(p, &s);
+  cr_assert_eq(s.elastic_spawned, 0, "the submit's spawn must have failed");
+  tt_gate_open(&h.queued);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&h.rc), 1, "the queued task waited for the blocked one");
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
