@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds and runs the whole test suite three times: plain, under
-# ThreadSanitizer, and under AddressSanitizer+UBSan. Installs its own
-# packages first (scripts/deps.sh). Any failure stops it with a non-zero exit.
+# ThreadSanitizer, and under AddressSanitizer+UBSan; then the mutants
+# (scripts/mutants.sh; TKO_SKIP_MUTANTS=1 skips them for a quick local run)
+# and the fuzzers. Installs its own packages first (scripts/deps.sh). Any
+# failure stops it with a non-zero exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -35,6 +37,12 @@ echo "== ABI: against the last release's (scripts/ci_abi.sh)"
 scripts/ci_abi.sh
 echo "== reference documentation: Doxygen, no undocumented public symbol (scripts/ci_docs.sh)"
 scripts/ci_docs.sh
+if [ "${TKO_SKIP_MUTANTS:-0}" = 1 ]; then
+  echo "== mutation testing skipped (TKO_SKIP_MUTANTS=1)"
+else
+  echo "== mutation testing (scripts/mutants.list; every mutant must be killed)"
+  scripts/mutants.sh
+fi
 echo "== fuzzing (libFuzzer, ASan+UBSan; ${FUZZ_SECONDS:-30} s per harness)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh
 echo "== all test flavours and the fuzzers passed"
