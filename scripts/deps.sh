@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config clang libclang-rt-14-dev
           libcriterion-dev libjemalloc-dev libxml2-utils
           libglib2.0-dev libuv1-dev cthreadpool-dev
-          abigail-tools doxygen groff-base python3)
+          abigail-tools doxygen groff-base python3 gcovr)
 if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq

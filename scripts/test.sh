@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds and runs the whole test suite three times: plain, under
-# ThreadSanitizer, and under AddressSanitizer+UBSan; then the mutants
-# (scripts/mutants.sh; TKO_SKIP_MUTANTS=1 skips them for a quick local run)
-# and the fuzzers. Installs its own packages first (scripts/deps.sh). Any
-# failure stops it with a non-zero exit.
+# ThreadSanitizer, and under AddressSanitizer+UBSan; then the audit, install,
+# embedding, ABI and documentation checks (scripts/ci_*.sh), the coverage
+# gate (scripts/coverage.sh), the mutants (scripts/mutants.sh;
+# TKO_SKIP_MUTANTS=1 skips them for a quick local run) and the fuzzers.
+# Installs its own packages first (scripts/deps.sh). Any failure stops it
+# with a non-zero exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -37,6 +39,8 @@ echo "== ABI: against the last release's (scripts/ci_abi.sh)"
 scripts/ci_abi.sh
 echo "== reference documentation: Doxygen, no undocumented public symbol (scripts/ci_docs.sh)"
 scripts/ci_docs.sh
+echo "== coverage of src/ by the plain suites (gcovr; gate in scripts/coverage.sh)"
+scripts/coverage.sh
 if [ "${TKO_SKIP_MUTANTS:-0}" = 1 ]; then
   echo "== mutation testing skipped (TKO_SKIP_MUTANTS=1)"
 else

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Coverage gate: builds with -DTKO_COVERAGE=ON (gcc --coverage, -O0) in
+# build-coverage, runs the plain test suites, and reports line and branch
+# coverage of src/ with gcovr: a summary here, the full report in
+# build-coverage/coverage/ (index.html, summary.txt). Fails when either
+# figure is below its threshold.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The gate. Set a point or so below what main measures (docs/TESTING.md has
+# the figures and their date), so that a change that adds code without tests
+# fails it, and a change that adds tests raises the thresholds here.
+LINE_MIN=${TKO_COVERAGE_LINE_MIN:-97.0}
+BRANCH_MIN=${TKO_COVERAGE_BRANCH_MIN:-88.0}
+
+dir=build-coverage
+jobs=$(nproc)
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_COVERAGE=ON \
+  -DTKO_BUILD_BENCHMARKS=OFF -DTKO_BUILD_WORKBENCH=OFF >/dev/null
+cmake --build "$dir" -j "$jobs" >/dev/null
+find "$dir" -name '*.gcda' -delete # counts from this run only
+ctest --test-dir "$dir" --output-on-failure -j 1
+mkdir -p "$dir/coverage"
+gcovr --root . --object-directory "$dir" --filter 'src/' \
+  --txt "$dir/coverage/summary.txt" --html-details "$dir/coverage/index.html" \
+  --print-summary --fail-under-line "$LINE_MIN" --fail-under-branch "$BRANCH_MIN" || {
+  echo "coverage: below the gate (lines >= $LINE_MIN%, branches >= $BRANCH_MIN%);" \
+       "uncovered lines are in $dir/coverage/summary.txt" >&2
+  exit 1
+}
+echo "coverage: gate passed (lines >= $LINE_MIN%, branches >= $BRANCH_MIN%);" \
+     "report in $dir/coverage/index.html"
