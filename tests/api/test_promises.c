@@ -325,3 +325,41 @@ Test(promises, equal_weight_plain_and_async_tasks_run_in_submit_order) {
   for (int i = 0; i < 4; i++) cr_assert_eq(log.who[i], i + 1, "position %d", i);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
+
+/* ---- group cancel takes only its members ---------------------------------- */
+
+/* tko_group_cancel unlinks the group's members from the middle of a weight's
+ * FIFO list, between other tasks of that weight: those stay queued, in
+ * their order, and run; the members go to on_cancel. */
+static void count_cancel(void *user, const tko_task_info *t) {
+  (void)t;
+  atomic_fetch_add((atomic_int *)user, 1);
+}
+
+Test(promises, group_cancel_takes_its_members_from_between_other_tasks) {
+  atomic_int cancels = 0;
+  tko_options o = tko_basic_options(1);
+  o.hooks.user = &cancels;
+  o.hooks.on_cancel = count_cancel;
+  tko_pool *p = make(&o);
+  tt_pin pin = TT_PIN_INIT;
+  order_log log = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+  logged t[4] = {{&log, 1}, {&log, 2}, {&log, 3}, {&log, 4}};
+  tko_group g;
+  cr_assert_eq(tko_group_init(&g), 0);
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 1), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit(p, log_fn, &t[0], 0), 0);
+  cr_assert_eq(tko_group_submit(p, &g, log_fn, &t[1], 0), 0);
+  cr_assert_eq(tko_submit(p, log_fn, &t[2], 0), 0);
+  cr_assert_eq(tko_group_submit(p, &g, log_fn, &t[3], 0), 0);
+  cr_assert_eq(tko_group_cancel(&g), 2);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&cancels), 2);
+  cr_assert_eq(log.n, 2);
+  cr_assert_eq(log.who[0], 1);
+  cr_assert_eq(log.who[1], 3);
+  cr_assert_eq(tko_group_destroy(&g), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
