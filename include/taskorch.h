@@ -502,7 +502,7 @@ TKO_API int tko_pool_resume(tko_pool *pool);
  * best-effort catch of a host bug, not a licence. -EINVAL for NULL. */
 TKO_API int tko_pool_destroy(tko_pool *pool);
 
-/* Gives memory back after a burst: while nothing is queued, the queue's
+/** Gives memory back after a burst: while nothing is queued, the queue's
  * item slab shrinks back to initial_capacity (a slab that grew past 512 KiB
  * with the default allocator is unmapped). The pool also does this by
  * itself, once it has stayed idle for elastic_idle_ms (default 1 s) after
@@ -511,7 +511,7 @@ TKO_API int tko_pool_destroy(tko_pool *pool);
  * shows the result. 0, -EINVAL, -ECHILD. */
 TKO_API int tko_pool_trim(tko_pool *pool);
 
-/* Fills *out with a snapshot. Does nothing when either pointer is NULL. */
+/** Fills *out with a snapshot. Does nothing when either pointer is NULL. */
 TKO_API void tko_pool_stats(tko_pool *pool, tko_stats *out);
 
 /** A static, one-line description of a negative errno value (or 0). */
