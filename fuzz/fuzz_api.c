@@ -782,7 +782,9 @@ static void op_misc(input *in) {
   uint8_t what = u8(in);
   switch (what % 6) {
     case 0: {
-      const char *m = tko_strerror(-(int)u32(in));
+      /* Any int, INT_MIN included: negate as unsigned (negating INT_MIN as
+       * an int is undefined, which UBSan reported here). */
+      const char *m = tko_strerror((int)(0u - u32(in)));
       CHECK(m && strlen(m) < 200);
       CHECK(tko_strerror(0) != NULL);
       break;

@@ -74,8 +74,11 @@ for t in "${targets[@]}"; do
   # catches hangs (every wait in the harness is a few ms at most); the rss
   # limit, runaway memory. With FUZZ_JOBS > 1 libFuzzer runs that many
   # processes, each logging to fuzz-<n>.log in build-fuzz/.
-  par=()
-  [ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
+  # A fixed seed (FUZZ_SEED, default 1) so that CI replays the same
+  # mutations: a gate that fails at random is no gate. FUZZ_SEED=0 lets
+  # libFuzzer pick one for exploring by hand.
+  par=(-seed="${FUZZ_SEED:-1}")
+  [ "$jobs" -gt 1 ] && par+=(-jobs="$jobs" -workers="$jobs")
   if ! (cd "$out" &&
         ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:${ASAN_OPTIONS:-}" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}" \
