@@ -404,8 +404,9 @@ TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, t
  * fired, cancelled, or never armed). Safe from any thread, tasks included,
  * and after the pool is destroyed (shutdown disarms every timer). A
  * periodic timer may still run the one firing that was queued or running
- * when the cancel came; its argument does not go to on_cancel (it is the
- * caller's again). */
+ * when the cancel came: that firing is an ordinary task, which runs, or
+ * goes to on_cancel if a TKO_CANCEL shutdown drops it; the timer itself
+ * never goes to on_cancel after a successful cancel. */
 TKO_API int tko_timer_cancel(tko_timer *timer);
 
 /** Async (completion-based) tasks. fn starts some work and returns 0; the
@@ -416,6 +417,9 @@ TKO_API int tko_timer_cancel(tko_timer *timer);
  * on_failure hooks (run_ns spans start to completion); max_async_inflight
  * bounds how many are in flight, the rest waiting queued by weight (an
  * async task run by TKO_FULL_CALLER_RUNS starts at once, past the limit).
+ * An async task the pool cannot start for want of memory (the record it
+ * keeps while in flight) goes to on_cancel instead, counted in
+ * stats.cancelled (its group sees -ECANCELED).
  * Shutdown, in either mode, waits for in-flight async tasks to complete;
  * timers keep firing meanwhile (see the timers), so a timer's task that
  * completes an async task still runs. Anything else that would complete one

@@ -143,17 +143,17 @@ int tko_async_complete(tko_async *op, int status) {
 
 int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
   const tko_hooks *h = &pool->opts.hooks;
-  tko__count(pool, w, &w->started);
   struct tko_async *op = take_record(pool);
   if (!op) {
-    /* No memory for a record: the task fails to start, visibly. */
-    if (item->ctx & ~TKO__CTX_TAGS)
-      tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), -ENOMEM);
+    /* No memory for a record: the task cannot start, so it goes to
+     * on_cancel (the host frees its argument there) rather than vanish;
+     * it never counted as started. tests/unit/test_lifecycle_stress.c
+     * found the task that reached neither fn nor on_cancel. */
     tko__async_release_slot(pool);
-    tko__count(pool, w, &w->failed);
-    tko__count(pool, w, &w->finished);
+    tko__cancel_item(pool, item);
     return -ENOMEM;
   }
+  tko__count(pool, w, &w->started);
   *op = (struct tko_async){.pool = pool, .fn = AS_ASYNC(item->fn), .arg = item->arg,
                            .ctx = item->ctx, .id = item->id, .enq_ns = item->enq_ns,
                            .weight = item->weight, .worker = w->index, .kind = w->kind};

@@ -303,11 +303,15 @@ static uint64_t sum_slots(tko_pool *pool, size_t offset) {
  * counter only grows, a task is counted submitted before started (or
  * cancelled) and started before finished, so the counts are read in that
  * order - submitted, then every slot's started, then every finished and
- * cancelled, then submitted again for the report. running (started -
- * finished) is then at most what was running at the instant the last
- * started was read, and queued (the first submitted - started - cancelled)
- * at most what was queued at the first read: each may lag, neither
- * over-counts, and submitted is never below the others' sum. A bounded
+ * cancelled, then submitted again for the report. completed is the
+ * finished count cut to the started count read before it (a task that
+ * started and finished between the two reads is still queued in this
+ * snapshot, not also completed: tests/api/test_stats.c's sum check).
+ * running (started - completed) is then at most what was running at the
+ * instant the last started was read, and queued (the first submitted -
+ * started - cancelled) at most what was queued at the first read: each may
+ * lag, neither over-counts, and submitted is never below the others' sum
+ * (started + cancelled <= the second submitted read). A bounded
  * pool's queued is also clamped to queue_capacity (a task leaves the
  * bound a moment before it counts as started). */
 void tko_pool_stats(tko_pool *pool, tko_stats *out) {
@@ -320,9 +324,9 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   uint64_t failed = sum_slots(pool, offsetof(tko__worker, failed));
   out->cancelled = tko__load_seq(&pool->cancelled);
   out->submitted = tko__submitted(pool);
-  out->completed = finished;
-  out->failed = failed;
-  out->running = started > finished ? started - finished : 0;
+  out->completed = finished < started ? finished : started;
+  out->failed = failed < out->completed ? failed : out->completed;
+  out->running = started - out->completed;
   uint64_t gone = started + out->cancelled;
   out->queued = submitted > gone ? submitted - gone : 0;
   size_t cap = pool->opts.queue_capacity;
