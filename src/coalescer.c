@@ -107,15 +107,6 @@ static int check(const tko_coalescer *c) {
   return 0;
 }
 
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 static void set_free(const tko_allocator *a, dirty_set *s) {
   tko__mem_free(a, s->entries);
   tko__mem_free(a, s->slot_of);
@@ -125,7 +116,7 @@ static void set_free(const tko_allocator *a, dirty_set *s) {
 
 /* Finds key's slot: the one holding it, or the empty slot ending its probe. */
 static size_t set_probe(const dirty_set *s, uint64_t key) {
-  size_t h = (size_t)mix64(key) & s->mask;
+  size_t h = (size_t)tko__mix64(key) & s->mask;
   for (;;) {
     uint32_t e = s->index[h];
     if (!e || s->entries[e - 1].key == key) return h;

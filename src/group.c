@@ -137,15 +137,8 @@ int tko_group_status(tko_group *group) {
   return st;
 }
 
-/* Waits on cv until deadline; false once it has passed. Caller holds mu. */
-static bool wait_until(tko__group *g, long timeout_ms, const struct timespec *deadline) {
-  if (timeout_ms == 0) return false;
-  if (timeout_ms < 0) {
-    pthread_cond_wait(&g->cv, &g->mu);
-    return true;
-  }
-  return pthread_cond_timedwait(&g->cv, &g->mu, deadline) != ETIMEDOUT;
-}
+/* Caller holds g->mu. */
+static bool group_done(void *g) { return ((tko__group *)g)->pending == 0; }
 
 /* Waits on pool->help_cv until new work or a finished member, or the
  * deadline; false once the deadline has passed. Caller holds help_mu. */
@@ -205,7 +198,7 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
   tko__group *g = get(group);
   if (!g || timeout_ms < -1) return -EINVAL;
   struct timespec deadline;
-  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
+  if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__worker *self = tko__current_worker;
   pthread_mutex_lock(&g->mu);
   /* g->pool is only meaningful (and its pool only alive) while members
@@ -224,14 +217,8 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
     help_depth--;
     return rc;
   }
-  int rc = 0;
   pthread_mutex_lock(&g->mu);
-  while (g->pending > 0) {
-    if (!wait_until(g, timeout_ms, &deadline) && g->pending > 0) {
-      rc = -ETIMEDOUT;
-      break;
-    }
-  }
+  int rc = tko__cond_wait_until(&g->cv, &g->mu, timeout_ms < 0 ? NULL : &deadline, group_done, g);
   pthread_mutex_unlock(&g->mu);
   return rc;
 }

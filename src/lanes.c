@@ -135,16 +135,6 @@ static lane *lane_at(tko_lanes *l, unsigned i) {
   return (lane *)(l->base + (size_t)i * LANE_STRIDE);
 }
 
-/* splitmix64's finalizer: sequential keys land on unrelated lanes. */
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 tko_lane_options tko_lane_default_options(void) {
   tko_lane_options o;
   memset(&o, 0, sizeof o);
@@ -247,7 +237,7 @@ int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *op
 }
 
 unsigned tko_lanes_index(const tko_lanes *l, uint64_t key) {
-  return check(l) == 0 ? (unsigned)(mix64(key) & l->mask) : 0;
+  return check(l) == 0 ? (unsigned)(tko__mix64(key) & l->mask) : 0;
 }
 
 /* pending -= n; the thread that brings it to zero wakes wait_idle. The
@@ -405,7 +395,7 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
   int bad = check(l);
   if (bad) return bad;
   if (!fn && !l->opts.batch) return -EINVAL;
-  lane *ln = lane_at(l, (unsigned)(mix64(key) & l->mask));
+  lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
   pthread_mutex_lock(&ln->mu);
   /* seq_cst: pairs with close's store, then its lock sweep over the lanes:
    * a submit that misses the flag holds a lane mutex that close then waits
@@ -539,27 +529,18 @@ static bool in_own_task(tko_lanes *l) {
   return current_lanes == l || tko_pool_wait_idle(l->pool, 0) == -EDEADLK;
 }
 
+static bool nothing_pending(void *l) { return tko__load_seq(&((tko_lanes *)l)->pending) == 0; }
+
 int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
   int bad = check(l);
   if (bad) return bad;
   if (timeout_ms < -1) return -EINVAL;
   if (in_own_task(l)) return -EDEADLK;
   struct timespec deadline;
-  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
-  int rc = 0;
+  if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   pthread_mutex_lock(&l->idle_mu);
-  while (tko__load_seq(&l->pending) != 0) {
-    if (timeout_ms == 0) {
-      rc = -ETIMEDOUT;
-      break;
-    }
-    if (timeout_ms < 0) {
-      pthread_cond_wait(&l->idle_cv, &l->idle_mu);
-    } else if (pthread_cond_timedwait(&l->idle_cv, &l->idle_mu, &deadline) == ETIMEDOUT) {
-      if (tko__load_seq(&l->pending) != 0) rc = -ETIMEDOUT;
-      break;
-    }
-  }
+  int rc = tko__cond_wait_until(&l->idle_cv, &l->idle_mu, timeout_ms < 0 ? NULL : &deadline,
+                                nothing_pending, l);
   pthread_mutex_unlock(&l->idle_mu);
   return rc;
 }

@@ -43,15 +43,8 @@ static void set_state(tko_pool *pool, int state) { tko__store_relaxed(&pool->sta
 
 /* Waits on gate_cv until done(pool) or the deadline (NULL = none); caller
  * holds gate_mu. */
-static int gate_wait(tko_pool *pool, bool (*done)(tko_pool *), const struct timespec *deadline) {
-  while (!done(pool)) {
-    if (!deadline) {
-      pthread_cond_wait(&pool->gate_cv, &pool->gate_mu);
-    } else if (pthread_cond_timedwait(&pool->gate_cv, &pool->gate_mu, deadline) == ETIMEDOUT) {
-      return done(pool) ? 0 : -ETIMEDOUT;
-    }
-  }
-  return 0;
+static int gate_wait(tko_pool *pool, bool (*done)(void *pool), const struct timespec *deadline) {
+  return tko__cond_wait_until(&pool->gate_cv, &pool->gate_mu, deadline, done, pool);
 }
 
 int tko__gate_enter(tko_pool *pool) {
@@ -97,7 +90,7 @@ int tko__attach(tko_pool *pool, tko__attachment *a) {
   return rc;
 }
 
-static bool not_resolving(tko_pool *pool) { return pool->resolving == NULL; }
+static bool not_resolving(void *pool) { return ((tko_pool *)pool)->resolving == NULL; }
 
 void tko__detach(tko_pool *pool, tko__attachment *a) {
   pthread_mutex_lock(&pool->gate_mu);
@@ -111,7 +104,7 @@ void tko__detach(tko_pool *pool, tko__attachment *a) {
   pthread_mutex_unlock(&pool->gate_mu);
 }
 
-static bool role_free(tko_pool *pool) { return !pool->shutter; }
+static bool role_free(void *pool) { return !((tko_pool *)pool)->shutter; }
 
 /* The shutter role: one thread at a time advances a shutdown; the others
  * wait for it within their own deadline. */
@@ -228,21 +221,20 @@ static void escalate(tko_pool *pool) {
   tko__idle_wake_all(&pool->idle);
 }
 
-static bool quiet(tko_pool *pool) { return pool->gate_count == 0 && pool->threads == 0; }
+static bool quiet(void *p) {
+  tko_pool *pool = p;
+  return pool->gate_count == 0 && pool->threads == 0;
+}
+
+static bool no_async_in_flight(void *pool) {
+  return tko__load_seq(&((tko_pool *)pool)->async_inflight) == 0;
+}
 
 /* Waits, within the deadline, for async tasks in flight to complete. */
 static int wait_async(tko_pool *pool, const struct timespec *deadline) {
-  int rc = 0;
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify (async.c) */
   pthread_mutex_lock(&pool->idle_mu);
-  while (tko__load_seq(&pool->async_inflight) > 0) {
-    if (!deadline) {
-      pthread_cond_wait(&pool->idle_cv, &pool->idle_mu);
-    } else if (pthread_cond_timedwait(&pool->idle_cv, &pool->idle_mu, deadline) == ETIMEDOUT) {
-      if (tko__load_seq(&pool->async_inflight) > 0) rc = -ETIMEDOUT;
-      break;
-    }
-  }
+  int rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, deadline, no_async_in_flight, pool);
   pthread_mutex_unlock(&pool->idle_mu);
   tko__sub_seq(&pool->idle_waiters, 1);
   if (rc == 0) tko__async_quiesce(pool); /* completers leaving: a few instructions */

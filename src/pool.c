@@ -188,7 +188,8 @@ static uint64_t sum_finished(tko_pool *pool) {
   return done;
 }
 
-static bool pool_is_idle(tko_pool *pool) {
+static bool pool_is_idle(void *p) {
+  tko_pool *pool = p;
   uint64_t done = sum_finished(pool) + tko__load_seq(&pool->cancelled);
   return done == tko__submitted(pool);
 }
@@ -199,21 +200,11 @@ int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
   if (timeout_ms < -1) return -EINVAL;
   if (tko__current_pool == pool || tko__in_shutdown(pool)) return -EDEADLK;
   struct timespec deadline;
-  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
+  if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: see sum_finished */
   pthread_mutex_lock(&pool->idle_mu);
-  while (!pool_is_idle(pool)) {
-    if (timeout_ms == 0) {
-      rc = -ETIMEDOUT;
-      break;
-    }
-    if (timeout_ms < 0) {
-      pthread_cond_wait(&pool->idle_cv, &pool->idle_mu);
-    } else if (pthread_cond_timedwait(&pool->idle_cv, &pool->idle_mu, &deadline) == ETIMEDOUT) {
-      if (!pool_is_idle(pool)) rc = -ETIMEDOUT;
-      break;
-    }
-  }
+  rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, timeout_ms < 0 ? NULL : &deadline,
+                            pool_is_idle, pool);
   pthread_mutex_unlock(&pool->idle_mu);
   tko__sub_seq(&pool->idle_waiters, 1);
   return rc;

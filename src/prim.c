@@ -44,6 +44,15 @@ void tko__deadline_after(struct timespec *ts, long ms) {
   }
 }
 
+int tko__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *deadline,
+                         bool (*done)(void *ctx), void *ctx) {
+  while (!done(ctx)) {
+    if (!deadline) pthread_cond_wait(cv, mu);
+    else if (pthread_cond_timedwait(cv, mu, deadline) == ETIMEDOUT) return done(ctx) ? 0 : -ETIMEDOUT;
+  }
+  return 0;
+}
+
 #ifdef TKO_HAVE_FUTEX
 void tko__futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns) {
   struct timespec ts, *tsp = NULL;

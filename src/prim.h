@@ -24,6 +24,26 @@ struct timespec;
  * condition variables created with that clock. */
 void tko__deadline_after(struct timespec *ts, long ms);
 
+/* Waits on cv (caller holds mu) until done(ctx) holds or the deadline
+ * passes (NULL = no limit; a deadline already past just checks): 0 once
+ * done, -ETIMEDOUT if the deadline passed first. The one timed-wait loop:
+ * done is re-checked after every wake-up, spurious ones included, and
+ * once more after the timeout, so a condition that came true at the last
+ * moment is not reported as a timeout. */
+int tko__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *deadline,
+                         bool (*done)(void *ctx), void *ctx);
+
+/* splitmix64's finalizer: spreads sequential keys over unrelated values
+ * (lane and coalescer hash tables). */
+static inline uint64_t tko__mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
 #if defined(__linux__) && !defined(TKO_NO_FUTEX)
 #define TKO_HAVE_FUTEX 1
 /* Blocks while *word == expected, until woken, or until timeout_ns passes
