@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "heap.h"
 #include "mem.h"
 
 #define MIN_TABLE 16u
@@ -65,29 +66,10 @@ static void heap_place(tko__queue *q, uint32_t pos, uint32_t bucket) {
   q->buckets[bucket].heap_pos = pos;
 }
 
-static void heap_sift_up(tko__queue *q, uint32_t pos) {
-  uint32_t b = q->heap[pos];
-  while (pos > 0) {
-    uint32_t parent = (pos - 1) / 2;
-    if (!bucket_before(q, b, q->heap[parent])) break;
-    heap_place(q, pos, q->heap[parent]);
-    pos = parent;
-  }
-  heap_place(q, pos, b);
-}
-
-static void heap_sift_down(tko__queue *q, uint32_t pos) {
-  uint32_t b = q->heap[pos];
-  for (;;) {
-    uint32_t child = 2 * pos + 1;
-    if (child >= q->heap_len) break;
-    if (child + 1 < q->heap_len && bucket_before(q, q->heap[child + 1], q->heap[child])) child++;
-    if (!bucket_before(q, q->heap[child], b)) break;
-    heap_place(q, pos, q->heap[child]);
-    pos = child;
-  }
-  heap_place(q, pos, b);
-}
+/* The bucket heap (heap.h): best head first. */
+#define BUCKET_AT(q, pos) ((q)->heap[pos])
+#define HEAP_LEN(q) ((q)->heap_len)
+TKO__HEAP_DEFINE(heap, tko__queue, uint32_t, BUCKET_AT, heap_place, bucket_before, HEAP_LEN)
 
 static uint32_t hash_weight(int weight, uint32_t cap) {
   uint32_t h = (uint32_t)weight * 0x9E3779B1u;
@@ -345,11 +327,7 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
 static void heap_remove(tko__queue *q, uint32_t b) {
   uint32_t pos = q->buckets[b].heap_pos;
   q->buckets[b].heap_pos = TKO__NIL;
-  uint32_t last = q->heap[--q->heap_len];
-  if (pos == q->heap_len) return;
-  heap_place(q, pos, last);
-  heap_sift_down(q, pos);
-  heap_sift_up(q, q->buckets[last].heap_pos);
+  heap_remove_at(q, pos);
 }
 
 /* Unlinks matching items from one bucket; returns how many it moved. */

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "heap.h"
 #include "internal.h"
 #include "mem.h"
 
@@ -75,40 +76,16 @@ static void place(tko_pool *pool, uint32_t pos, tko__timer *t) {
   t->heap_pos = pos;
 }
 
-static void sift_up(tko_pool *pool, uint32_t pos) {
-  tko__timer *t = pool->timers[pos];
-  while (pos > 0) {
-    uint32_t parent = (pos - 1) / 2;
-    if (pool->timers[parent]->deadline_ns <= t->deadline_ns) break;
-    place(pool, pos, pool->timers[parent]);
-    pos = parent;
-  }
-  place(pool, pos, t);
+/* The deadline heap (heap.h): earliest first. */
+static bool due_before(const tko_pool *pool, const tko__timer *a, const tko__timer *b) {
+  (void)pool;
+  return a->deadline_ns < b->deadline_ns;
 }
+#define TIMER_AT(pool, pos) ((pool)->timers[pos])
+#define TIMERS_LEN(pool) ((pool)->timers_len)
+TKO__HEAP_DEFINE(timers, tko_pool, tko__timer *, TIMER_AT, place, due_before, TIMERS_LEN)
 
-static void sift_down(tko_pool *pool, uint32_t pos) {
-  tko__timer *t = pool->timers[pos];
-  for (;;) {
-    uint32_t c = 2 * pos + 1;
-    if (c >= pool->timers_len) break;
-    if (c + 1 < pool->timers_len &&
-        pool->timers[c + 1]->deadline_ns < pool->timers[c]->deadline_ns)
-      c++;
-    if (pool->timers[c]->deadline_ns >= t->deadline_ns) break;
-    place(pool, pos, pool->timers[c]);
-    pos = c;
-  }
-  place(pool, pos, t);
-}
-
-static void heap_remove(tko_pool *pool, tko__timer *t) {
-  uint32_t pos = t->heap_pos;
-  tko__timer *last = pool->timers[--pool->timers_len];
-  if (last == t) return;
-  place(pool, pos, last);
-  sift_down(pool, pos);
-  sift_up(pool, last->heap_pos);
-}
+static void heap_remove(tko_pool *pool, tko__timer *t) { timers_remove_at(pool, t->heap_pos); }
 
 /* A timer's task that never reached the queue ends in on_cancel: it was
  * accepted (the arm returned 0), so it counts as submitted and cancelled,
@@ -207,7 +184,7 @@ static void *timer_main(void *arg) {
       /* Whole periods from the first deadline; skip the ones already missed. */
       uint64_t late = now - t->deadline_ns;
       t->deadline_ns += (late / t->period_ns + 1) * t->period_ns;
-      sift_down(pool, 0);
+      timers_sift_down(pool, 0);
       if (t->rec->outstanding) continue; /* one firing at a time */
       t->rec->outstanding = true;
       item.ctx = (uintptr_t)t->rec | TKO__CTX_TIMER;
@@ -271,7 +248,7 @@ static int arm(tko_pool *pool, tko_timer *timer, long delay_ms, long period_ms, 
                       .period_ns = (uint64_t)period_ms * 1000000u, .state = TIMER_ARMED};
     if (rec) *rec = (tko__firing){.timer = t, .pool = pool};
     place(pool, pool->timers_len++, t);
-    sift_up(pool, t->heap_pos);
+    timers_sift_up(pool, t->heap_pos);
     if (t->heap_pos == 0) pthread_cond_signal(&pool->timer_cv);
   }
   pthread_mutex_unlock(&pool->timer_mu);

@@ -312,6 +312,36 @@ Test(timer, fire_in_deadline_order) {
   finish(&c, pool);
 }
 
+/* Cancelling a timer from the middle of the deadline heap: the last timer
+ * fills the hole and must move up past its new parent. Armed in this
+ * order, the heap holds 1 5 2 | 6 7 9 3 (units of 30 ms); cancelling 6
+ * moves 3 under 5. If 3 stayed there, 5 would reach the root before it
+ * once 1 and 2 had fired, and fire first. */
+Test(timer, cancel_from_the_middle_of_the_heap_keeps_deadline_order) {
+  tctx c;
+  tctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1);
+  enum { N = 7, UNIT_MS = 30 };
+  static const long units[N] = {1, 5, 2, 6, 7, 9, 3};
+  tjob js[N];
+  atomic_int next = 0;
+  int order[N - 1];
+  for (int i = 0; i < N; i++) {
+    tjob_init(&js[i], &c, (int)units[i]);
+    js[i].order_next = &next;
+    js[i].order = order;
+  }
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(tko_submit_after(pool, &js[i].timer, units[i] * UNIT_MS, tjob_fn, &js[i], 0), 0);
+  cr_assert_eq(tko_timer_cancel(&js[3].timer), 0); /* the 6 */
+  cr_assert(tt_count_wait_eq(&c.runs, N - 1));
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  static const int expected[N - 1] = {1, 2, 3, 5, 7, 9};
+  for (int i = 0; i < N - 1; i++)
+    cr_assert_eq(order[i], expected[i], "firing %d was %d, expected %d", i, order[i], expected[i]);
+  finish(&c, pool);
+}
+
 /* Two threads arm many timers and cancel every other one: the cancelled
  * ones that returned 0 never run, all the others run exactly once. */
 enum { MANY = TT_SCALE(2000, 300) };
