@@ -87,6 +87,8 @@ struct tko_coalescer {
   bool has_thread;
   pthread_t thread;
   tko_coalesce_stats st; /* all but dirty, which is active->n */
+  size_t initial_keys;   /* what the sets shrink back to */
+  unsigned idle_ms;      /* since the last tick that found a key dirty */
   /* Held on the pool from create to destroy (lifecycle.h): the pool's
    * destroy is -EBUSY meanwhile, so the timer thread, which may submit at
    * any tick, never touches a freed pool. */
@@ -262,6 +264,22 @@ static bool before(const struct timespec *a, const struct timespec *b) {
   return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
+/* Memory back after a burst (issue 14, defect 18; the queue does the same,
+ * see tko_pool_trim): once ticks have found nothing dirty for IDLE_SHRINK_MS
+ * (or one tick, if the interval is longer), both sets go back to
+ * initial_keys. Called by the timer thread with mu held; with nothing
+ * dirty and no sweep queued or running, nobody else touches the sets. A
+ * failed allocation keeps the larger set (set_resize is all or nothing).
+ * tests/api/test_coalescer.c: coalescer/tables_shrink_back_after_a_burst. */
+#define IDLE_SHRINK_MS 1000u
+
+static void shrink_when_idle(tko_coalescer *c) {
+  if (c->idle_ms < IDLE_SHRINK_MS) c->idle_ms += c->interval_ms;
+  if (c->idle_ms < IDLE_SHRINK_MS || c->queued || c->running) return;
+  for (int i = 0; i < 2; i++)
+    if (c->sets[i].cap > c->initial_keys) set_resize(c->alloc, &c->sets[i], c->initial_keys);
+}
+
 static void *timer_main(void *arg) {
   tko_coalescer *c = arg;
   tko__thread_set_name("tko-coalesce");
@@ -278,7 +296,11 @@ static void *timer_main(void *arg) {
       next = now;
       add_ms(&next, c->interval_ms);
     }
-    if (c->active->n == 0) continue;
+    if (c->active->n == 0) {
+      shrink_when_idle(c);
+      continue;
+    }
+    c->idle_ms = 0;
     if (c->queued && !c->running) check_dropped(c);
     if (c->queued || c->running) {
       c->st.skipped_ticks++;
@@ -340,6 +362,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
   c->user = user;
   c->weight = o.weight;
   c->alloc = a;
+  c->initial_keys = o.initial_keys;
   c->active = &c->sets[0];
   c->spare = &c->sets[1];
   int rc = set_resize(a, &c->sets[0], o.initial_keys);

@@ -8,7 +8,10 @@
  * since the previous sweep to the flush callback, once each, with its
  * latest value, in a single call. A mark is O(1): a hash-table update under
  * one mutex, with no allocation once the table has grown to the number of
- * keys dirty at once, and never a task or a timer per mark.
+ * keys dirty at once, and never a task or a timer per mark. After a burst
+ * the memory goes back: once the timer thread's ticks have found nothing
+ * dirty for a second (or one tick, for intervals over a second), the
+ * tables shrink to initial_keys (a coalescer with interval 0 keeps them).
  *
  * Guarantees:
  * - Every accepted mark (mark returned 0) is passed to flush_fn in some sweep

@@ -204,6 +204,79 @@ Test(coalescer, table_grows_and_keeps_every_key_once) {
   log_free(g);
 }
 
+/* An allocator that counts the bytes it has handed out and not taken back. */
+typedef struct byte_count {
+  atomic_long live;
+  tko_allocator al;
+} byte_count;
+
+static void *bc_alloc(void *ctx, size_t n) {
+  size_t *p = malloc(n + 16);
+  if (!p) return NULL;
+  *p = n;
+  atomic_fetch_add(&((byte_count *)ctx)->live, (long)n);
+  return (char *)p + 16;
+}
+
+static void bc_free(void *ctx, void *ptr) {
+  if (!ptr) return;
+  size_t *p = (size_t *)((char *)ptr - 16);
+  atomic_fetch_sub(&((byte_count *)ctx)->live, (long)*p);
+  free(p);
+}
+
+static void *bc_realloc(void *ctx, void *ptr, size_t n) {
+  void *q = bc_alloc(ctx, n);
+  if (q && ptr) {
+    size_t old = *(size_t *)((char *)ptr - 16);
+    memcpy(q, ptr, old < n ? old : n);
+    bc_free(ctx, ptr);
+  }
+  return q;
+}
+
+/* Waits, observing, until the count is at most limit; false after ~20 s. */
+static bool bc_wait_leq(byte_count *b, long limit) {
+  struct timespec now, end;
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  end.tv_sec += 20;
+  while (atomic_load(&b->live) > limit) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec > end.tv_sec || (now.tv_sec == end.tv_sec && now.tv_nsec > end.tv_nsec))
+      return false;
+    sched_yield();
+  }
+  return true;
+}
+
+/* Memory goes back after a burst (issue 14, defect 18): 20,000 keys grow
+ * the tables to hundreds of KiB; once the ticks have found nothing dirty for
+ * a second, both shrink back to initial_keys, exactly the bytes held at
+ * create, and the coalescer still works. */
+Test(coalescer, tables_shrink_back_after_a_burst) {
+  byte_count b = {.live = 0};
+  b.al = (tko_allocator){bc_alloc, bc_realloc, bc_free, &b};
+  tko_pool *p = make_pool(1);
+  flush_log *g = log_new();
+  tko_coalesce_options o = {.allocator = &b.al};
+  tko_coalescer *c;
+  cr_assert_eq(tko_coalescer_create(&c, p, 1, log_flush, g, &o), 0);
+  long at_create = atomic_load(&b.live);
+  enum { KEYS = 20000 };
+  for (uint64_t k = 0; k < KEYS; k++) cr_assert_eq(tko_coalescer_mark(c, k, k), 0);
+  long peak = atomic_load(&b.live);
+  cr_assert_gt(peak, at_create + KEYS * (long)sizeof(tko_coalesce_entry));
+  cr_assert_eq(tko_coalescer_flush(c), 0);
+  cr_assert(bc_wait_leq(&b, at_create), "%ld bytes still held (%ld at create, %ld at the peak)",
+            atomic_load(&b.live), at_create, peak);
+  cr_assert_eq(atomic_load(&b.live), at_create);
+  cr_assert_eq(tko_coalescer_mark(c, 7, 8), 0);
+  cr_assert_eq(tko_coalescer_destroy(c), 0);
+  cr_assert_eq(atomic_load(&b.live), 0);
+  tko_pool_destroy(p);
+  log_free(g);
+}
+
 Test(coalescer, reentrant_calls_from_flush_fn) {
   tko_pool *p = make_pool(1);
   flush_log *g = log_new();
