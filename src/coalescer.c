@@ -88,7 +88,7 @@ struct tko_coalescer {
   pthread_t thread;
   tko_coalesce_stats st; /* all but dirty, which is active->n */
   size_t initial_keys;   /* what the sets shrink back to */
-  unsigned idle_ms;      /* since the last tick that found a key dirty */
+  uint64_t idle_since_ns; /* first tick of a run that found nothing dirty; 0 = busy */
   /* Held on the pool from create to destroy (lifecycle.h): the pool's
    * destroy is -EBUSY meanwhile, so the timer thread, which may submit at
    * any tick, never touches a freed pool. */
@@ -266,7 +266,8 @@ static bool before(const struct timespec *a, const struct timespec *b) {
 
 /* Memory back after a burst (issue 14, defect 18; the queue does the same,
  * see tko_pool_trim): once ticks have found nothing dirty for IDLE_SHRINK_MS
- * (or one tick, if the interval is longer), both sets go back to
+ * of clock time (ticks come late on a loaded machine, so they are not
+ * counted), or for one tick if the interval is longer, both sets go back to
  * initial_keys. Called by the timer thread with mu held; with nothing
  * dirty and no sweep queued or running, nobody else touches the sets. A
  * failed allocation keeps the larger set (set_resize is all or nothing).
@@ -274,8 +275,14 @@ static bool before(const struct timespec *a, const struct timespec *b) {
 #define IDLE_SHRINK_MS 1000u
 
 static void shrink_when_idle(tko_coalescer *c) {
-  if (c->idle_ms < IDLE_SHRINK_MS) c->idle_ms += c->interval_ms;
-  if (c->idle_ms < IDLE_SHRINK_MS || c->queued || c->running) return;
+  uint64_t now = tko__now_ns();
+  if (!c->idle_since_ns) {
+    c->idle_since_ns = now;
+    if (c->interval_ms < IDLE_SHRINK_MS) return;
+  } else if (now - c->idle_since_ns < (uint64_t)IDLE_SHRINK_MS * 1000000u) {
+    return;
+  }
+  if (c->queued || c->running) return;
   for (int i = 0; i < 2; i++)
     if (c->sets[i].cap > c->initial_keys) set_resize(c->alloc, &c->sets[i], c->initial_keys);
 }
@@ -300,7 +307,7 @@ static void *timer_main(void *arg) {
       shrink_when_idle(c);
       continue;
     }
-    c->idle_ms = 0;
+    c->idle_since_ns = 0;
     if (c->queued && !c->running) check_dropped(c);
     if (c->queued || c->running) {
       c->st.skipped_ticks++;
