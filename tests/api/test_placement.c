@@ -153,9 +153,19 @@ Test(placement, bad_values_are_einval) {
   o.ncpus = 1;
   cpus[0] = TKO_MAX_CPUS; /* out of range */
   cr_assert_eq(tko_pool_create(&pool, &o), -EINVAL);
-  /* In range, but none this thread may use. */
+  /* Out of range beside a CPU this thread may use: still refused. */
   cpu_set_t s;
   cr_assert_eq(sched_getaffinity(0, sizeof s, &s), 0);
+  unsigned usable = 0;
+  while (usable + 1 < TKO_MAX_CPUS && !CPU_ISSET(usable, &s)) usable++;
+  unsigned two[2] = {usable, TKO_MAX_CPUS};
+  o.cpus = two;
+  o.ncpus = 2;
+  cr_assert_eq(tko_pool_create(&pool, &o), -EINVAL, "CPU %u (TKO_MAX_CPUS) was accepted",
+               TKO_MAX_CPUS);
+  o.cpus = cpus;
+  o.ncpus = 1;
+  /* In range, but none this thread may use. */
   unsigned outside = TKO_MAX_CPUS - 1;
   while (outside > 0 && CPU_ISSET(outside, &s)) outside--;
   cpus[0] = outside;
