@@ -346,6 +346,46 @@ Test(blocking, a_region_ends_with_its_task) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
 
+/* Runs while its waiter helps, inside the waiter's region: that region is
+ * not this task's to end. */
+static int end_the_waiters_region(void *arg) {
+  if (tko_blocking_end() != -EPERM) atomic_fetch_add(&((kctx *)arg)->bad, 1);
+  return 0;
+}
+
+/* Begins a region, then waits on a group whose member the single worker
+ * runs while helping, then ends its own region. */
+static int begin_and_help(void *arg) {
+  kctx *c = arg;
+  tko_group g;
+  if (tko_group_init(&g) != 0 || tko_blocking_begin() != 0) {
+    atomic_fetch_add(&c->bad, 1);
+    return 0;
+  }
+  if (tko_group_submit(c->pool, &g, end_the_waiters_region, c, 0) != 0 ||
+      tko_group_wait(&g, -1) != 0)
+    atomic_fetch_add(&c->bad, 1);
+  atomic_store(&c->nested_seen, tf_stats(c->pool).blocking);
+  if (tko_blocking_end() != 0) atomic_fetch_add(&c->bad, 1);
+  tko_group_destroy(&g);
+  return 0;
+}
+
+/* A task run inside a helping wait starts inside its waiter's region (its
+ * base is the waiter's depth): its tko_blocking_end without a begin of its
+ * own is -EPERM, and the waiter's region is still counted after it. */
+Test(blocking, a_task_run_while_helping_cannot_end_its_waiters_region) {
+  kctx c;
+  kctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1, 0, 0);
+  cr_assert_eq(tko_submit(pool, begin_and_help, &c, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0, "a helped task ended its waiter's region");
+  cr_assert_eq(atomic_load(&c.nested_seen), 1, "the waiter's region was not counted after it");
+  cr_assert_eq(tf_stats(pool).blocking, 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define TB_FORK_SKIP 1 /* fork with threads under a sanitizer: see test_process.c */
 #elif defined(__has_feature)
