@@ -16,9 +16,29 @@ BRANCH_MIN=${TKO_COVERAGE_BRANCH_MIN:-85.0}
 
 dir=build-coverage
 jobs=$(nproc)
+# A stale build directory must not reach gcovr: an object that is no longer
+# built (a source renamed or removed, a target restructured) keeps its .gcno,
+# and an old .gcno of a source that is still built makes gcovr 5 stop with an
+# AssertionError when it merges the two (a function on two lines). Such
+# objects come only from a change to the set of source files, to the build
+# files or to the compiler, so the build starts clean when their fingerprint
+# differs from the one it was made from; an edit inside a source just
+# rebuilds its object, .gcno included.
+fingerprint=$( {
+  find . \( -path './build*' -o -path './.git' \) -prune -o \
+    \( -name '*.[ch]' -o -name CMakeLists.txt -o -name '*.cmake' \) -print | LC_ALL=C sort
+  find . \( -path './build*' -o -path './.git' \) -prune -o \
+    \( -name CMakeLists.txt -o -name '*.cmake' \) -print0 | LC_ALL=C sort -z | xargs -0 cat
+  ${CC:-cc} --version
+} | sha256sum)
+if [ "$(cat "$dir/fingerprint" 2>/dev/null)" != "$fingerprint" ]; then
+  rm -rf "$dir"
+  mkdir -p "$dir"
+fi
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_COVERAGE=ON \
   -DTKO_BUILD_BENCHMARKS=OFF -DTKO_BUILD_WORKBENCH=OFF >/dev/null
 cmake --build "$dir" -j "$jobs" >/dev/null
+echo "$fingerprint" >"$dir/fingerprint" # after the build: a failed one starts clean again
 find "$dir" -name '*.gcda' -delete # counts from this run only
 ctest --test-dir "$dir" --output-on-failure -j 1
 mkdir -p "$dir/coverage"
