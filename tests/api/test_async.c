@@ -639,3 +639,52 @@ Test(async, many_tasks_two_completers) {
   finish(c, pool);
   free(as);
 }
+
+/* A timed shutdown gives up on an in-flight task at its deadline with
+ * -ETIMEDOUT, leaving the task in flight (its completion still counts, and
+ * a shutdown after it returns 0). The second call is made once both
+ * workers have stopped, so its time is spent waiting for the task. */
+Test(async, timed_shutdown_times_out_on_an_inflight_task) {
+  actx *c = actx_new(4);
+  tko_pool *pool = make_pool(c, 2, 0);
+  aop a = {c, 0, 0, false};
+  cr_assert_eq(tko_submit_async(pool, async_fn, &a, 0), 0);
+  cr_assert(wait_started(c, 1));
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_DRAIN, 0), -ETIMEDOUT);
+  cr_assert(tt_count_wait_eq(&worker_stops, 2));
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_DRAIN, 50), -ETIMEDOUT);
+  cr_assert_eq(tf_stats(pool).async_inflight, 1);
+  cr_assert_eq(tt_count_get(&c->after), 0, "the task was finished for it");
+  cr_assert_eq(complete_one(c, 0), 0);
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_DRAIN, TT_LONG_MS), 0);
+  tko_stats s = tf_stats(pool);
+  cr_assert_eq(s.completed, 1);
+  cr_assert_eq(s.async_inflight, 0);
+  cr_assert_eq(tt_count_get(&c->after), 1);
+  finish(c, pool);
+}
+
+/* Each hook is optional: with only before_run set (so the pool times its
+ * tasks), an async task that fails is counted failed and finished, and a
+ * pool without hooks runs it the same. */
+Test(async, hooks_are_optional_each) {
+  for (int with_before = 0; with_before < 2; with_before++) {
+    actx *c = actx_new(4);
+    tko_options o = tko_basic_options(1);
+    o.hooks.user = c;
+    if (with_before) o.hooks.before_run = before_run;
+    tko_pool *pool = NULL;
+    cr_assert_eq(tko_pool_create(&pool, &o), 0);
+    c->pool = pool;
+    aop a = {c, 0, 0, false};
+    cr_assert_eq(tko_submit_async(pool, async_fn, &a, 0), 0);
+    cr_assert(wait_started(c, 1));
+    cr_assert_eq(complete_one(c, 5), 0);
+    cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+    tko_stats s = tf_stats(pool);
+    cr_assert_eq(s.completed, 1);
+    cr_assert_eq(s.failed, 1);
+    cr_assert_eq(tt_count_get(&c->before), with_before);
+    finish(c, pool);
+  }
+}

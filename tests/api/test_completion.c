@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tko_test.h"
+#include "tko_test_fault.h"
 #include "tko_test_sync.h"
 
 /* Whether the queue's descriptor is readable now (no waiting). */
@@ -373,4 +374,35 @@ Test(completion, allocator_used_and_destroy_frees_all) {
   cr_assert_eq(tko_cq_destroy(cq), 0);
   cr_assert_eq(live_blocks, 0);
   cr_assert_eq(fcntl(fd, F_GETFD), -1); /* the descriptor is closed */
+}
+
+/* Create fails whole: with no memory for the queue or for its ring, and
+ * with no descriptor left (the documented -EMFILE), it returns the error,
+ * leaves out NULL and frees what it had taken; afterwards it works again. */
+Test(completion, create_fails_cleanly_without_memory_or_a_descriptor) {
+  tfa f;
+  tfa_init(&f);
+  for (long nth = 1; nth <= 2; nth++) { /* the queue, then its ring */
+    tfa_fail_nth(&f, nth);
+    tko_cq *cq = (tko_cq *)&f;
+    cr_assert_eq(tko_cq_create(&cq, 8, &f.al), -ENOMEM, "allocation %ld failed", nth);
+    cr_assert_null(cq);
+    cr_assert_eq(atomic_load(&f.live), 0, "allocation %ld failed: a block leaked", nth);
+  }
+  tfa_heal(&f);
+  tff_fds fds;
+  cr_assert(tff_fds_exhaust(&fds));
+  tko_cq *cq = (tko_cq *)&f;
+  int rc = tko_cq_create(&cq, 8, &f.al);
+  tff_fds_restore(&fds);
+  cr_assert_eq(rc, -EMFILE);
+  cr_assert_null(cq);
+  cr_assert_eq(atomic_load(&f.live), 0, "a block leaked");
+  cr_assert_eq(tko_cq_create(&cq, 8, &f.al), 0);
+  cr_assert_eq(tko_cq_post(cq, 1, 0, NULL), 0);
+  tko_completion c;
+  cr_assert_eq(tko_cq_take(cq, &c, 1), 1);
+  cr_assert_eq(c.id, 1u);
+  cr_assert_eq(tko_cq_destroy(cq), 0);
+  cr_assert_eq(atomic_load(&f.live), 0);
 }

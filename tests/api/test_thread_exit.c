@@ -103,3 +103,66 @@ Test(thread_exit, many_exits_in_a_row) {
   cr_assert_eq(tf_stats(pool).basic_workers, 2);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
+
+static int blocking_exit_fn(void *arg) {
+  (void)arg;
+  cr_assert_eq(tko_blocking_begin(), 0);
+  pthread_exit(NULL);
+  return 0;
+}
+
+/* A task that ends its thread inside tko_blocking_begin: the pool stops
+ * counting that worker as blocked (stats.blocking back to 0). */
+Test(thread_exit, an_exit_inside_the_blocking_hint_ends_the_hint) {
+  ctx c;
+  tko_pool *pool = make_pool(&c, 1, 0);
+  cr_assert_eq(tko_submit(pool, blocking_exit_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  tko_stats s = tf_stats(pool);
+  cr_assert_eq(s.blocking, 0, "the exited worker still counts as blocked");
+  cr_assert_eq(s.failed, 1);
+  cr_assert_eq(s.basic_workers, 1);
+  cr_assert_eq(tko_submit(pool, count_fn, &c, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(tt_count_get(&c.runs), 1);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+static tko_group inner_group;
+
+/* Waits for a member that ends the thread: the one worker runs that member
+ * itself, inside this wait (helping), so both tasks' frames are on the
+ * stack that pthread_exit unwinds. */
+static int helping_waiter_fn(void *arg) {
+  cr_assert_eq(tko_group_submit(arg, &inner_group, exit_fn, NULL, 0), 0);
+  tko_group_wait(&inner_group, TT_LONG_MS);
+  return 0; /* not reached */
+}
+
+/* Both the exiting task and the task whose group wait ran it count as
+ * finished and failed, each group hears -ECANCELED, and the worker is
+ * replaced. */
+Test(thread_exit, an_exit_inside_a_helping_wait_finishes_both_tasks) {
+  ctx c;
+  tko_pool *pool = make_pool(&c, 1, 0);
+  tko_group outer;
+  cr_assert_eq(tko_group_init(&outer), 0);
+  cr_assert_eq(tko_group_init(&inner_group), 0);
+  cr_assert_eq(tko_group_submit(pool, &outer, helping_waiter_fn, pool, 0), 0);
+  cr_assert_eq(tko_group_wait(&outer, TT_LONG_MS), 0, "the waiting task was not finished");
+  cr_assert_eq(tko_group_status(&outer), -ECANCELED);
+  cr_assert_eq(tko_group_wait(&inner_group, TT_LONG_MS), 0);
+  cr_assert_eq(tko_group_status(&inner_group), -ECANCELED);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  tko_stats s = tf_stats(pool);
+  cr_assert_eq(s.completed, 2);
+  cr_assert_eq(s.failed, 2);
+  cr_assert_eq(s.running, 0);
+  cr_assert_eq(s.basic_workers, 1);
+  cr_assert_eq(tko_submit(pool, count_fn, &c, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(tt_count_get(&c.runs), 1);
+  cr_assert_eq(tko_group_destroy(&outer), 0);
+  cr_assert_eq(tko_group_destroy(&inner_group), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}

@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "taskorch.h"
 
@@ -90,6 +92,32 @@ static inline void tfa_heal(tfa *f) {
   atomic_store(&f->fail_at, 0);
   atomic_store(&f->fail_from, 0);
   atomic_store(&f->fail_every, 0);
+}
+
+/* ---- no descriptor left ----------------------------------------------------- */
+
+/* Leaves the process no descriptor to open: lowers the soft RLIMIT_NOFILE to
+ * 64 and fills every free number below it (a new descriptor takes the lowest
+ * free number, so none is left under the limit). tff_fds_restore closes them
+ * and puts the limit back. Returns false if the limit could not be lowered. */
+typedef struct tff_fds {
+  struct rlimit saved;
+  int fd[64], n;
+} tff_fds;
+
+static inline bool tff_fds_exhaust(tff_fds *f) {
+  f->n = 0;
+  if (getrlimit(RLIMIT_NOFILE, &f->saved)) return false;
+  struct rlimit low = f->saved;
+  if (low.rlim_cur > 64) low.rlim_cur = 64;
+  if (setrlimit(RLIMIT_NOFILE, &low)) return false;
+  for (int fd; f->n < 64 && (fd = dup(2)) >= 0;) f->fd[f->n++] = fd;
+  return true;
+}
+
+static inline void tff_fds_restore(tff_fds *f) {
+  while (f->n) close(f->fd[--f->n]);
+  setrlimit(RLIMIT_NOFILE, &f->saved);
 }
 
 /* ---- exactly-once tokens ---------------------------------------------------- */

@@ -18,7 +18,9 @@
 
 #include "prim.h"
 #include "taskorch.h"
+#include "taskorch/coalescer.h"
 #include "tko_test.h"
+#include "tko_test_fault.h"
 #include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
@@ -82,5 +84,73 @@ Test(spawn_failure, a_failed_spawn_wakes_a_sleeper_in_its_place) {
   atomic_store(&tko__test_thread_create_errno, 0);
   /* Without a wake in the spawner's place, this task waited for good. */
   cr_assert(tt_count_wait_geq(&runs, 2), "the task submitted during the failed spawn never ran");
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+static int exit_fn(void *arg) {
+  (void)arg;
+  pthread_exit(NULL);
+  return 0;
+}
+
+/* A basic worker whose task ends its thread is replaced; if no thread can
+ * start, the pool has one worker fewer and says so in stats.basic_workers,
+ * and the other worker runs on (taskorch.h). */
+Test(spawn_failure, a_basic_worker_that_cannot_be_replaced_is_counted_gone) {
+  tt_count runs = TT_COUNT_INIT;
+  tko_options o = tko_basic_options(2);
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  atomic_store(&tko__test_thread_create_errno, EAGAIN);
+  cr_assert_eq(tko_submit(pool, exit_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  tko_stats s;
+  tko_pool_stats(pool, &s);
+  atomic_store(&tko__test_thread_create_errno, 0);
+  cr_assert_eq(s.basic_workers, 1);
+  cr_assert_eq(s.failed, 1);
+  for (int i = 0; i < 10; i++) cr_assert_eq(tko_submit(pool, count_fn, &runs, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(runs.v, 10);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+static void flush_count(void *user, const tko_coalesce_entry *e, size_t n) {
+  (void)e;
+  tt_count_add(user, (long)n);
+}
+
+/* A coalescer whose timer thread cannot start is not created (-EAGAIN) and
+ * leaves nothing behind: not attached to the pool (its shutdown would call
+ * the freed coalescer back), no memory held. */
+Test(spawn_failure, a_coalescer_whose_timer_thread_cannot_start_is_not_created) {
+  tt_count flushed = TT_COUNT_INIT;
+  tfa f;
+  tfa_init(&f);
+  tko_options o = tko_basic_options(1);
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  tko_coalesce_options co;
+  memset(&co, 0, sizeof co);
+  co.allocator = &f.al;
+  atomic_store(&tko__test_thread_create_errno, EAGAIN);
+  tko_coalescer *c = (tko_coalescer *)&f;
+  int rc = tko_coalescer_create(&c, pool, 10, flush_count, &flushed, &co);
+  atomic_store(&tko__test_thread_create_errno, 0);
+  cr_assert_eq(rc, -EAGAIN);
+  cr_assert_null(c);
+  cr_assert_eq(atomic_load(&f.live), 0, "a block leaked");
+  /* Without a timer thread (interval 0) the same seam does not matter. */
+  atomic_store(&tko__test_thread_create_errno, EAGAIN);
+  rc = tko_coalescer_create(&c, pool, 0, flush_count, &flushed, &co);
+  atomic_store(&tko__test_thread_create_errno, 0);
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tko_coalescer_mark(c, 1, 1), 0);
+  /* Shutdown calls back only the one attached, which is still usable. */
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(tko_coalescer_destroy(c), 0); /* its final flush */
+  cr_assert_eq(flushed.v, 1);
+  cr_assert_eq(atomic_load(&f.live), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
