@@ -762,3 +762,38 @@ Test(lanes, wait_and_destroy_from_a_lane_task_are_edeadlk) {
   tko_pool_destroy(p);
   pin_fini(&g);
 }
+
+typedef struct chain_ctx {
+  tko_lanes *l;
+  atomic_int ran, bad;
+} chain_ctx;
+
+static int chain_last(void *arg) {
+  atomic_fetch_add(&((chain_ctx *)arg)->ran, 1);
+  return 0;
+}
+
+/* Queues the next task behind itself in its own lane, while its runner
+ * holds the lane: the runner must find it after the batch. */
+static int chain_first(void *arg) {
+  chain_ctx *c = arg;
+  if (tko_lanes_submit(c->l, 7, chain_last, c, 0) != 0) atomic_fetch_add(&c->bad, 1);
+  atomic_fetch_add(&c->ran, 1);
+  return 0;
+}
+
+/* A lane whose batch leaves exactly one task queued behind it (submitted by
+ * the batch's own task, so it is there whatever the timing) keeps its
+ * runner: the task runs. A runner that gave the lane up with a task queued
+ * would strand it, and wait_idle would never return. */
+Test(lanes, a_task_queued_by_the_running_batch_runs) {
+  tko_pool *p = make_pool(1);
+  chain_ctx c = {0};
+  cr_assert_eq(tko_lanes_create(&c.l, p, NULL), 0);
+  cr_assert_eq(tko_lanes_submit(c.l, 7, chain_first, &c, 0), 0);
+  cr_assert_eq(tko_lanes_wait_idle(c.l, LT_LONG_MS), 0, "the task queued by the batch is stranded");
+  cr_assert_eq(atomic_load(&c.ran), 2);
+  cr_assert_eq(atomic_load(&c.bad), 0);
+  cr_assert_eq(tko_lanes_destroy(c.l), 0);
+  tko_pool_destroy(p);
+}
