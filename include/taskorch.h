@@ -480,7 +480,8 @@ TKO_API int tko_pool_shutdown_timed(tko_pool *pool, tko_shutdown_mode mode, long
  * the pause may still start those). Submits are still accepted. wait_idle
  * counts queued tasks, so on a paused pool with work queued it returns only
  * by timeout or after a resume. Shutdown resumes a paused pool first: DRAIN
- * runs what is queued, CANCEL cancels it. Both calls are idempotent and may
+ * runs what is queued, CANCEL cancels it; a pause that comes after shutdown
+ * began holds the drain until a resume. Both calls are idempotent and may
  * be made from any thread, tasks included, racing with each other and with
  * submits: the pool ends paused or not as the last call to take effect
  * says. -EINVAL for NULL. */

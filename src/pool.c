@@ -225,7 +225,13 @@ int tko_pool_resume(tko_pool *pool) {
    * paused after this store (worker_sleep). One wake is enough: each worker
    * that finds work wakes the next while work remains. */
   tko__store_seq(&pool->paused, false);
-  if (tko__has_work_seq(pool)) tko__signal_work(pool);
+  /* A pause after shutdown began (whose close woke every sleeper) lets
+   * workers sleep with tasks queued. One wake would drain those, but the
+   * other sleepers must also see "closing, nothing left" and exit, or
+   * shutdown waits for them forever: wake them all. seq_cst load, after
+   * the store above: pairs with close_pool's store of closing (lifecycle.c). */
+  if (tko__load_seq(&pool->closing)) tko__idle_wake_all(&pool->idle);
+  else if (tko__has_work_seq(pool)) tko__signal_work(pool);
   return 0;
 }
 

@@ -1,10 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Regressions found by fuzz/fuzz_api.c: each crash the fuzzer found,
- * reduced to a direct test. Both were bugs in the core, fixed in 8f0737a;
- * the comments say what went wrong. A new core bug found this way goes
- * behind a TKO_KNOWN_BUG_<name> guard until it is fixed (build with
- * -DTKO_KNOWN_BUG_<name> to see it fail), and the harness steers around it
- * when built with -DFUZZ_STEER_AROUND_FIXED_BUGS. */
+ * reduced to a direct test. Each was a bug in the core, since fixed; the
+ * comments say what went wrong and where the fix is. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -146,4 +143,56 @@ Test(fuzz_regressions, a_failed_group_submit_leaves_the_group_unbound) {
   cr_assert_eq(tko_group_wait(&g, TT_LONG_MS), 0);
   cr_assert_eq(tko_group_destroy(&g), 0);
   cr_assert_eq(tko_pool_destroy(b), 0);
+}
+
+/* ---- a pause after shutdown began ------------------------------------------------------------ */
+
+/* Regression (fuzz_api, two streams: "op 'shutdown' has run for over 15000 ms"): a pause that
+ * comes after shutdown began (its close unpaused the pool and woke every sleeper) lets workers go
+ * back to sleep with tasks still queued: not runnable (paused), not "closing and nothing left".
+ * tko_pool_resume then woke one sleeper, as it does for new work; that worker ran what was queued
+ * and left, but the others slept on with nothing left to do, nobody woke them again, and shutdown
+ * waited for their exit forever (stats quiet, one worker thread parked). Fix: a resume while the
+ * pool is closing wakes every sleeper, so each re-checks and exits once nothing is left. */
+static pid_t resume_tids[2];
+static tt_count resume_returned = TT_COUNT_INIT;
+
+static void resume_thread_start(void *user, unsigned index, tko_worker_kind kind) {
+  (void)user;
+  (void)kind;
+  if (index < 2) resume_tids[index] = tf_gettid();
+}
+
+static void resume_after_run(void *user, const tko_task_info *info) {
+  (void)user;
+  (void)info;
+  tt_count_add(&resume_returned, 1);
+}
+
+Test(fuzz_regressions, a_resume_after_a_pause_during_shutdown_lets_every_worker_exit) {
+  tko_options o = tko_basic_options(2);
+  o.hooks.thread_start = resume_thread_start;
+  o.hooks.after_run = resume_after_run;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  static tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 0), 0);
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 2), "both workers are pinned");
+  static tft_token queued;
+  cr_assert_eq(tko_submit(p, tft_run, &queued, 0), 0); /* no worker free: stays queued */
+  /* Shutdown begins (closed, draining) and times out on the pinned workers. */
+  cr_assert_eq(tko_pool_shutdown_timed(p, TKO_DRAIN, 0), -ETIMEDOUT);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  tt_gate_open(&pin.gate);
+  cr_assert(tt_count_wait_geq(&resume_returned, 2));
+  /* Both workers go to sleep: the queued task may not start while paused. */
+  cr_assert(tf_wait_thread_sleeping(resume_tids[0]));
+  cr_assert(tf_wait_thread_sleeping(resume_tids[1]));
+  cr_assert_eq(tko_pool_resume(p), 0);
+  /* A bound for a hang, not a timing: the queued task is all that is left. */
+  cr_assert_eq(tko_pool_shutdown_timed(p, TKO_DRAIN, TT_LONG_MS / 6), 0,
+               "a worker sleeps on in a drained, closing pool");
+  cr_assert_eq(atomic_load(&queued.runs), 1);
+  cr_assert_eq(tko_pool_destroy(p), 0);
 }
