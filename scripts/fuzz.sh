@@ -10,8 +10,13 @@
 #   scripts/fuzz.sh api             only fuzz_api (or: cli)
 #   FUZZ_BUILD_ONLY=1 scripts/fuzz.sh
 #   FUZZ_JOBS=2 scripts/fuzz.sh     parallel fuzzing processes per harness
-#   FUZZ_EXTRA_CFLAGS=-DFUZZ_KNOWN_BUGS scripts/fuzz.sh   also walk into the
-#                                   known core bugs (docs/RELIABILITY.md)
+#   FUZZ_SEED=7 scripts/fuzz.sh     another fixed seed (default 1; 0 = random)
+#
+# Replaying a fuzz_api input (see fuzz/fuzz_api.c): FUZZ_API_SEQUENTIAL=1 runs
+# its two op streams one after the other (a race or a plain bug?),
+# FUZZ_API_REACH=1 prints how often each op ran (`-runs=0 fuzz/corpus_api`:
+# what the seeds reach), FUZZ_API_BOUND_MS (default 15000) is the watchdog's
+# bound on one op.
 #
 # Needs clang and its runtime (Debian: clang, libclang-rt-14-dev; see
 # scripts/deps.sh). New inputs found while fuzzing go to build-fuzz/corpus_*,
@@ -70,9 +75,10 @@ for t in "${targets[@]}"; do
   work=$out/corpus_$t
   mkdir -p "$work"
   echo "== fuzz.sh: fuzz_$t for ${seconds}s (seeds: $seeds, new inputs: $work)"
-  # detect_leaks: LeakSanitizer after every input that leaks. The timeout
-  # catches hangs (every wait in the harness is a few ms at most); the rss
-  # limit, runaway memory. With FUZZ_JOBS > 1 libFuzzer runs that many
+  # detect_leaks: LeakSanitizer after every input that leaks. fuzz_api's own
+  # watchdog aborts an op that runs past 15 s, naming it; libFuzzer's timeout
+  # is the backstop for a hang anywhere else; the rss limit catches runaway
+  # memory. With FUZZ_JOBS > 1 libFuzzer runs that many
   # processes, each logging to fuzz-<n>.log in build-fuzz/.
   # A fixed seed (FUZZ_SEED, default 1) so that CI replays the same
   # mutations: a gate that fails at random is no gate. FUZZ_SEED=0 lets
