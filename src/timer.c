@@ -100,8 +100,11 @@ static void hand_to_cancel(tko_pool *pool, tko_task_fn fn, void *arg, int weight
     h->on_cancel(h->user, &info);
     tko__leave_pool(prev);
   }
-  /* seq_cst: wait_idle reads cancelled with finished, before submitted. */
+  /* seq_cst: wait_idle reads cancelled with finished, before submitted;
+   * and before notify_idle's load of idle_waiters. A waiter that read the
+   * side task's submit but not yet this cancel must be woken. */
   tko__add_seq(&pool->cancelled, 1);
+  tko__notify_idle(pool);
 }
 
 /* Caller holds timer_mu. */

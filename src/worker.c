@@ -90,8 +90,10 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
     tko__leave_pool(prev);
   }
   if (item->ctx) ctx_done(item, -ECANCELED, true);
-  /* seq_cst: wait_idle reads cancelled with finished, before submitted. */
+  /* seq_cst: wait_idle reads cancelled with finished, before submitted;
+   * and before notify_idle's load of idle_waiters, as a finish is. */
   tko__add_seq(&pool->cancelled, 1);
+  tko__notify_idle(pool); /* a group cancel may leave the pool idle */
 }
 
 void tko__notify_idle(tko_pool *pool) {

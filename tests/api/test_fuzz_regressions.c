@@ -196,3 +196,37 @@ Test(fuzz_regressions, a_resume_after_a_pause_during_shutdown_lets_every_worker_
   cr_assert_eq(atomic_load(&queued.runs), 1);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
+
+/* ---- a wait for idle that a group cancel ends ------------------------------------------------ */
+
+/* Regression (fuzz_api: "op 'wait_forever' has run for over 15000 ms", a pool with nothing queued
+ * or running, submitted 1, cancelled 1): tko__cancel_item counted a cancelled task but, unlike a
+ * finished one, woke nobody waiting in tko_pool_wait_idle; while the pool runs only
+ * tko_group_cancel (and a timer's task refused at its firing) cancels, so a wait whose last task a
+ * group cancel took slept for good. Fix: a cancel notifies idle waiters as a finish does
+ * (worker.c, timer.c). */
+static int wait_idle_no_limit(void *arg) { return tko_pool_wait_idle(arg, -1); }
+
+Test(fuzz_regressions, a_group_cancel_wakes_a_wait_for_idle) {
+  tko_options o = tko_basic_options(1);
+  o.hooks.on_cancel = tft_on_cancel;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  tko_group g;
+  cr_assert_eq(tko_group_init(&g), 0);
+  static tft_token member;
+  cr_assert_eq(tko_group_submit(p, &g, tft_run, &member, 0), 0); /* queued: paused */
+  tf_thread t;
+  cr_assert_eq(tf_thread_start(&t, wait_idle_no_limit, p), 0);
+  cr_assert(tf_wait_thread_sleeping(t.tid), "the waiter waits for the member");
+  cr_assert_eq(tko_group_cancel(&g), 1);
+  int rc = 1;
+  /* A bound for a hang, not a timing: the pool is idle once the member is cancelled. */
+  cr_assert(tf_thread_join_within(&t, TT_LONG_MS / 6, &rc), "wait_idle sleeps on, the pool idle");
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(atomic_load(&member.cancels), 1);
+  cr_assert_eq(atomic_load(&member.runs), 0);
+  cr_assert_eq(tko_group_destroy(&g), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
