@@ -353,8 +353,17 @@ static int end_the_waiters_region(void *arg) {
   return 0;
 }
 
-/* Begins a region, then waits on a group whose member the single worker
- * runs while helping, then ends its own region. */
+/* Runs while its waiter helps and returns inside a region of its own: that
+ * region ends with it, the waiter's does not. */
+static int begin_inside_the_waiters_region(void *arg) {
+  if (tko_blocking_begin() != 0) atomic_fetch_add(&((kctx *)arg)->bad, 1);
+  return 0;
+}
+
+static tko_task_fn helped_member; /* what begin_and_help's group runs */
+
+/* Begins a region, then waits on a group whose member (helped_member) the
+ * single worker runs while helping, then ends its own region. */
 static int begin_and_help(void *arg) {
   kctx *c = arg;
   tko_group g;
@@ -362,7 +371,7 @@ static int begin_and_help(void *arg) {
     atomic_fetch_add(&c->bad, 1);
     return 0;
   }
-  if (tko_group_submit(c->pool, &g, end_the_waiters_region, c, 0) != 0 ||
+  if (tko_group_submit(c->pool, &g, helped_member, c, 0) != 0 ||
       tko_group_wait(&g, -1) != 0)
     atomic_fetch_add(&c->bad, 1);
   atomic_store(&c->nested_seen, tf_stats(c->pool).blocking);
@@ -378,10 +387,27 @@ Test(blocking, a_task_run_while_helping_cannot_end_its_waiters_region) {
   kctx c;
   kctx_init(&c);
   tko_pool *pool = make_pool(&c, 1, 0, 0);
+  helped_member = end_the_waiters_region;
   cr_assert_eq(tko_submit(pool, begin_and_help, &c, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(atomic_load(&c.bad), 0, "a helped task ended its waiter's region");
   cr_assert_eq(atomic_load(&c.nested_seen), 1, "the waiter's region was not counted after it");
+  cr_assert_eq(tf_stats(pool).blocking, 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+/* A task run inside a helping wait that returns inside a region of its own
+ * ends that region only: the waiter's region is still counted after it,
+ * and ends with the waiter's tko_blocking_end. */
+Test(blocking, a_region_begun_while_helping_ends_with_its_task_only) {
+  kctx c;
+  kctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1, 0, 0);
+  helped_member = begin_inside_the_waiters_region;
+  cr_assert_eq(tko_submit(pool, begin_and_help, &c, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0);
+  cr_assert_eq(atomic_load(&c.nested_seen), 1, "the helped task's return ended its waiter's region");
   cr_assert_eq(tf_stats(pool).blocking, 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }

@@ -192,3 +192,14 @@ Test(bounds, group_wait_refuses_a_timeout_below_minus_one) {
   cr_assert_eq(tko_group_wait(&g, -1), 0, "an empty group is done");
   cr_assert_eq(tko_group_destroy(&g), 0);
 }
+
+Test(bounds, keyed_submit_refuses_a_null_pool_or_fn) {
+  tko_options po = tko_basic_options(1);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &po), 0);
+  tft_token t = {0};
+  cr_assert_eq(tko_submit_keyed(NULL, 1, tft_run, &t, 0), -EINVAL);
+  cr_assert_eq(tko_submit_keyed(p, 1, NULL, &t, 0), -EINVAL);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(atomic_load(&t.runs), 0);
+}

@@ -904,3 +904,107 @@ Test(group, regression_deeply_nested_helping_waits_do_not_overflow_the_stack) {
   free(chain);
   cr_assert_eq(atomic_load(&c.bad), 0);
 }
+
+/* ---- a helping wait with nothing to help ---------------------------------- */
+
+/* A task waits on a group whose one member runs on the other worker and
+ * nothing is queued: the helping wait has nothing to run, so it sleeps.
+ * With a timeout it gives up at the deadline (-ETIMEDOUT, the member still
+ * running); without one it returns once the member finishes. */
+typedef struct lone_wait {
+  tko_group *g;
+  item *member;
+  tt_count timed_out; /* the timed wait returned -ETIMEDOUT */
+  atomic_int timed_rc, rc, member_ran_before_return, tid;
+} lone_wait;
+
+static int lone_waiter_fn(void *arg) {
+  lone_wait *w = arg;
+  atomic_store(&w->tid, (int)tf_gettid());
+  atomic_store(&w->timed_rc, tko_group_wait(w->g, 20));
+  tt_count_add(&w->timed_out, 1);
+  atomic_store(&w->rc, tko_group_wait(w->g, -1));
+  atomic_store(&w->member_ran_before_return, atomic_load(&w->member->ran));
+  return 0;
+}
+
+Test(group, helping_wait_with_nothing_to_run_sleeps_until_the_member_or_the_deadline) {
+  gctx c;
+  gctx_init(&c);
+  tko_pool *pool = make_pool(&c, 2);
+  item member;
+  items_init(&member, 1, &c, 0, true);
+  tko_group g;
+  cr_assert_eq(tko_group_init(&g), 0);
+  cr_assert_eq(tko_group_submit(pool, &g, blocker_fn, &member, 0), 0);
+  cr_assert(tt_count_wait_geq(&c.started, 1)); /* on one worker, held */
+  lone_wait w = {.g = &g, .member = &member};
+  tt_count_init(&w.timed_out);
+  cr_assert_eq(tko_submit(pool, lone_waiter_fn, &w, 0), 0); /* on the other */
+  cr_assert(tt_count_wait_geq(&w.timed_out, 1));
+  cr_assert_eq(atomic_load(&w.timed_rc), -ETIMEDOUT);
+  cr_assert_eq(atomic_load(&member.ran), 0);
+  /* Best effort: the waiter is asleep in its untimed wait (if not yet,
+   * it finds the member done, and the checks below hold all the same). */
+  tf_wait_thread_sleeping(atomic_load(&w.tid));
+  tt_gate_open(&c.gate);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&w.rc), 0);
+  cr_assert_eq(atomic_load(&w.member_ran_before_return), 1, "the wait returned early");
+  cr_assert_eq(tko_group_destroy(&g), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0);
+}
+
+/* ---- cancelling more members than one grab -------------------------------- */
+
+static int async_item_fn(tko_async *op, void *arg) {
+  item_fn(arg);
+  return tko_async_complete(op, 0);
+}
+
+/* Cancel takes queued members in grabs of a bounded size: several hundred
+ * plain members, mixed with non-members, and async members behind them,
+ * are all cancelled exactly once and the non-members all run. With aging
+ * on, a bucket whose head was cancelled is re-sorted by its new head. */
+Test(group, cancel_takes_more_members_than_one_grab) {
+  enum { N = 300, ASYNC = 5 };
+  gctx c;
+  gctx_init(&c);
+  tko_options o = tko_basic_options(1);
+  o.aging_ms = 1000;
+  o.hooks.user = &c;
+  o.hooks.on_cancel = on_cancel;
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  c.pool = pool;
+  static item members[N + ASYNC], others[N];
+  items_init(members, N + ASYNC, &c, 0, true);
+  items_init(others, N, &c, 0, false);
+  tko_group g;
+  cr_assert_eq(tko_group_init(&g), 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(tko_group_submit(pool, &g, item_fn, &members[i], i % 3), 0);
+    cr_assert_eq(tko_submit(pool, item_fn, &others[i], i % 3), 0);
+  }
+  for (int i = N; i < N + ASYNC; i++)
+    cr_assert_eq(tko_group_submit_async(pool, &g, async_item_fn, &members[i], 0), 0);
+  cr_assert_eq(tko_group_cancel(&g), N + ASYNC);
+  cr_assert_eq(tko_group_pending(&g), 0);
+  cr_assert_eq(tko_group_status(&g), -ECANCELED);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  for (int i = 0; i < N + ASYNC; i++) {
+    cr_assert_eq(atomic_load(&members[i].cancelled), 1, "member %d", i);
+    cr_assert_eq(atomic_load(&members[i].ran), 0, "member %d", i);
+  }
+  for (int i = 0; i < N; i++) cr_assert_eq(atomic_load(&others[i].ran), 1, "other %d", i);
+  tko_stats s;
+  tko_pool_stats(pool, &s);
+  cr_assert_eq(s.cancelled, N + ASYNC);
+  cr_assert_eq(s.completed, N);
+  cr_assert_eq(tko_group_destroy(&g), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0);
+}

@@ -797,3 +797,28 @@ Test(lanes, a_task_queued_by_the_running_batch_runs) {
   cr_assert_eq(tko_lanes_destroy(c.l), 0);
   tko_pool_destroy(p);
 }
+
+/* Without an on_cancel, tko_lanes_cancel just drops the queued tasks: none
+ * runs, and the stats count them cancelled. */
+Test(lanes, cancel_without_on_cancel_drops_the_queued_tasks) {
+  tko_pool *p = make_pool(1);
+  pin g;
+  pin_workers(p, &g, 1);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  atomic_long ran = 0;
+  for (uint64_t k = 0; k < 10; k++) cr_assert_eq(tko_lanes_submit(l, k, count_fn, &ran, 0), 0);
+  cr_assert_eq(tko_lanes_cancel(l), 0);
+  unpin(&g);
+  cr_assert_eq(tko_lanes_wait_idle(l, LT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, LT_LONG_MS), 0);
+  tko_lane_stats st;
+  tko_lanes_stats(l, &st);
+  cr_assert_eq(st.submitted, 10);
+  cr_assert_eq(st.cancelled, 10);
+  cr_assert_eq(st.completed, 0);
+  cr_assert_eq(atomic_load(&ran), 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  pin_fini(&g);
+}

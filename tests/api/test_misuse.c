@@ -728,6 +728,45 @@ Test(misuse, coalescer_flush_fn_and_pool_tasks_get_edeadlk) {
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
+/* A lane table's on_cancel, called by the pool's shutdown on the shutdown
+ * thread, is inside that shutdown: a wait on the pool or its destroy from
+ * there would wait on itself, so both are -EDEADLK; the shutdown finishes. */
+typedef struct shut_cancel {
+  tko_pool *pool;
+  atomic_int calls, wait_rc, destroy_rc;
+} shut_cancel;
+
+static void shut_cancel_hook(void *user, const tko_lane_task *t) {
+  (void)t;
+  shut_cancel *s = user;
+  if (atomic_fetch_add(&s->calls, 1) != 0) return;
+  atomic_store(&s->wait_rc, tko_pool_wait_idle(s->pool, -1));
+  atomic_store(&s->destroy_rc, tko_pool_destroy(s->pool));
+}
+
+Test(misuse, a_lanes_on_cancel_run_by_shutdown_gets_edeadlk_from_the_pool) {
+  tko_options o = tko_basic_options(1);
+  shut_cancel s;
+  memset(&s, 0, sizeof s);
+  cr_assert_eq(tko_pool_create(&s.pool, &o), 0);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.on_cancel = shut_cancel_hook;
+  lo.user = &s;
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, s.pool, &lo), 0);
+  cr_assert_eq(tko_pool_pause(s.pool), 0); /* the lane tasks stay queued */
+  static tft_token tok[3];
+  memset(tok, 0, sizeof tok);
+  for (int i = 0; i < 3; i++) cr_assert_eq(tko_lanes_submit(l, 5, tft_run, &tok[i], 0), 0);
+  cr_assert_eq(tko_pool_shutdown(s.pool, TKO_CANCEL), 0);
+  cr_assert_eq(atomic_load(&s.calls), 3);
+  cr_assert_eq(atomic_load(&s.wait_rc), -EDEADLK);
+  cr_assert_eq(atomic_load(&s.destroy_rc), -EDEADLK);
+  for (int i = 0; i < 3; i++) cr_assert_eq(atomic_load(&tok[i].runs), 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(s.pool), 0);
+}
+
 /* ---- caller errors ------------------------------------------------------------------------ */
 
 Test(misuse, caller_errors_are_reported_and_change_nothing) {

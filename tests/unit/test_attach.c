@@ -42,6 +42,9 @@ Test(attach, shutdown_resolves_attachments_and_destroy_is_ebusy_until_detached) 
   cr_assert_eq(tko__attach(pool, &f.a), 0);
   tko__attachment bad = {.close = NULL};
   cr_assert_eq(tko__attach(pool, &bad), -EINVAL);
+  cr_assert_eq(tko__attach(pool, NULL), -EINVAL);
+  fake orphan = {.a = {.close = fake_close}};
+  cr_assert_eq(tko__attach(NULL, &orphan.a), -EINVAL);
 
   /* Unresolved: the shutdown times out, the pool still takes work. */
   cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_DRAIN, 0), -ETIMEDOUT);

@@ -398,3 +398,22 @@ Test(queue, aging_orders_by_weight_plus_waited_time) {
   cr_assert_eq(out[3].id, 2);
   tko__queue_fini(&q);
 }
+
+/* Sizes past what the queue's 32-bit slot indexes can address are refused
+ * up front (-EINVAL at init, -ENOMEM for a reservation), before anything is
+ * allocated, rather than wrapping an index; the queue stays usable. */
+Test(queue, sizes_past_the_index_range_are_refused_before_allocating) {
+  tko__queue q;
+  cr_assert_eq(tko__queue_init(&q, TKO__NIL / 2, NULL), -EINVAL);
+  cr_assert_eq(tko__queue_init(&q, 16, NULL), 0);
+  uint32_t cap = q.items_cap;
+  cr_assert_eq(tko__queue_reserve(&q, (size_t)TKO__NIL / 2 + 1), -ENOMEM);
+  cr_assert_eq(tko__queue_reserve_buckets(&q, (size_t)TKO__NIL / 8 + 1), -ENOMEM);
+  cr_assert_eq(q.items_cap, cap, "a refused reservation grew the slab");
+  tko__item it = make_item(1, 3);
+  cr_assert_eq(tko__queue_push(&q, &it), 0);
+  tko__item out;
+  cr_assert_eq(tko__queue_pop(&q, &out, 1), 1);
+  cr_assert_eq(out.id, 1u);
+  tko__queue_fini(&q);
+}

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* Weight order, and FIFO within a weight, for a backlog that reaches the
+ * queue in full moves of the submit buffer (the inbox: it holds 1024 tasks,
+ * and the submit that finds it full moves them all into the queue). A move
+ * may push the tasks grouped by weight when the previous big move looked
+ * mixed; these phases give it every kind of move in turn: alternating
+ * weights, a single weight after a mixed move, more weights than a move
+ * groups, async tasks among plain ones, and a few weights to group. Every
+ * task must then run once, in weight order and submit order within each
+ * weight.
+ *
+ * Deterministic: the pool's one worker is pinned while the test submits,
+ * so only the submitting thread moves tasks, at every 1025th submit; it
+ * takes one task at a time (max_batch 1), so the run order is the queue's. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_sync.h"
+
+enum { MOVE = 1024, PHASES = 8, N = MOVE * PHASES };
+
+typedef struct entry {
+  int idx, weight;
+} entry;
+
+static entry tasks[N];
+static int log_idx[N];
+static atomic_int logged;
+
+static void record(const entry *e) {
+  int at = atomic_fetch_add(&logged, 1);
+  if (at < N) log_idx[at] = e->idx;
+}
+
+static int plain_fn(void *arg) {
+  record(arg);
+  return 0;
+}
+
+static int async_fn(tko_async *op, void *arg) {
+  record(arg);
+  return tko_async_complete(op, 0);
+}
+
+/* The weight of task i of a phase. */
+static int weight_of(int phase, int i) {
+  switch (phase) {
+    case 0: return i % 2;          /* alternating: marks the next move mixed */
+    case 1: return 2;              /* one weight, tallied: one group */
+    case 2: return 3 + i % 2;      /* mixed again */
+    case 3: return 5 + i % 10;     /* ten weights: more than a move groups */
+    case 4: return i % 2;          /* mixed again */
+    case 5: return 1 + i % 2;      /* with async tasks: not grouped */
+    case 6: return 6 + i % 2;      /* mixed again */
+    default: return 4 + i % 3;     /* three weights: grouped */
+  }
+}
+
+static bool is_async(int phase, int i) { return phase == 5 && i % 100 == 7; }
+
+Test(inbox_order, full_moves_of_every_mix_keep_weight_and_fifo_order) {
+  tko_options o = tko_basic_options(1);
+  o.max_batch = 1; /* one at a time: async and plain tasks in strict order */
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(pool, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  atomic_store(&logged, 0);
+  for (int p = 0, idx = 0; p < PHASES; p++) {
+    for (int i = 0; i < MOVE; i++, idx++) {
+      tasks[idx] = (entry){idx, weight_of(p, i)};
+      int rc = is_async(p, i) ? tko_submit_async(pool, async_fn, &tasks[idx], tasks[idx].weight)
+                              : tko_submit(pool, plain_fn, &tasks[idx], tasks[idx].weight);
+      cr_assert_eq(rc, 0);
+    }
+  }
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&logged), N);
+  static bool seen[N];
+  for (int k = 0; k < N; k++) {
+    int i = log_idx[k];
+    cr_assert(!seen[i], "task %d ran twice", i);
+    seen[i] = true;
+    if (k == 0) continue;
+    const entry *a = &tasks[log_idx[k - 1]], *b = &tasks[i];
+    cr_assert(a->weight > b->weight || (a->weight == b->weight && a->idx < b->idx),
+              "run %d: task %d (weight %d) after task %d (weight %d)", k, b->idx, b->weight,
+              a->idx, a->weight);
+  }
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
