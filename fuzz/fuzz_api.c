@@ -757,6 +757,7 @@ static void destroy_pool(int si, uint8_t how) {
       if (s->lanes || s->co) {
         slot_closing(s);
         complete_held(si, true); /* destroy's shutdown waits without limit */
+        slot_resume(s, p);
         CHECK(tko_pool_destroy(p) == -EBUSY);
       }
       break;
@@ -769,6 +770,9 @@ static void destroy_pool(int si, uint8_t how) {
   destroy_lanes(s);
   destroy_coalescer(s);
   complete_held(si, true); /* the host completes what it holds */
+  /* A pause that came after an earlier shutdown call began holds the drain
+   * that destroy completes, and the rescuer cannot get in here: resume. */
+  slot_resume(s, p);
   slot_closing(s);
   CHECK(tko_pool_destroy(p) == 0);
   atomic_store(&s->pool, NULL);
