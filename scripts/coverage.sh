@@ -8,11 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The gate. Set a point or so below what main measures (docs/TESTING.md has
-# the figures and their date), so that a change that adds code without tests
-# fails it, and a change that adds tests raises the thresholds here.
-LINE_MIN=${TKO_COVERAGE_LINE_MIN:-97.0}
-BRANCH_MIN=${TKO_COVERAGE_BRANCH_MIN:-85.0}
+# The gate: issue 18's figures. Main measures about a point of branches
+# above it (docs/TESTING.md has the figures and their date), so a change that
+# adds code without tests fails it, not run-to-run variation; a change that
+# adds tests may raise the thresholds here.
+LINE_MIN=${TKO_COVERAGE_LINE_MIN:-97.6}
+BRANCH_MIN=${TKO_COVERAGE_BRANCH_MIN:-88.6}
 
 dir=build-coverage
 jobs=$(nproc)
