@@ -101,7 +101,11 @@ typedef enum tko_worker_kind {
 /** What a task hook is told. Times are in nanoseconds and are measured only
  * when the pool has a before_run, after_run or on_failure hook (else 0). */
 typedef struct tko_task_info {
-  uint64_t id;           /**< unique and gap-free per pool, from 1, in submit order */
+  uint64_t id;           /**< unique per pool, from 1, in submit order; gap-free
+                            for tasks queued by tko_submit and tko_submit_batch
+                            while no keyed task is (a keyed task, like a timer's
+                            task that never reached the queue, has an id of its
+                            own with the top bit set) */
   tko_task_fn fn;         /**< the task's function */
   void *arg;             /**< its argument */
   int weight;            /**< its weight */
@@ -547,12 +551,26 @@ extern "C" {
 /** Keyed serial lanes on the pool's own default lane table (created on first
  * use with tko_lane_default_options): tasks with the same key run one at a
  * time in submit order, different keys in parallel; see taskorch/lanes.h
- * for the table and its collision rule. Shutdown refuses keyed submits
- * (-ESHUTDOWN) from the moment it begins, like any submit; DRAIN runs the
- * queued keyed tasks (a paused pool is resumed first), CANCEL hands them to
- * the pool's on_cancel (id 0), which counts as the pool's own thread (its
- * wait, shutdown or destroy of the pool is -EDEADLK). -EINVAL, -ESHUTDOWN,
- * -ENOMEM. */
+ * for the table and its collision rule.
+ * A keyed task is a task of the pool like any other: before_run, after_run
+ * and on_failure see its fn, arg and id (nonzero, unique in the pool, top
+ * bit set), never the library's lane runner; stats count it in submitted,
+ * queued (while it waits in its lane), running, completed, failed and
+ * cancelled, and the runners not at all.
+ * Bounded pools: a keyed task holds room in queue_capacity from its submit
+ * until it starts, and the full policy applies before its lane is locked:
+ * TKO_FULL_BLOCK waits for room (a worker of the pool gets -EAGAIN),
+ * TKO_FULL_REJECT fails with -EAGAIN, and TKO_FULL_CALLER_RUNS runs the
+ * task at once on the submitting thread if its key has nothing queued or
+ * running - that task only: tasks others queue on the key meanwhile go to
+ * the pool - or else, since the key's earlier tasks must run first, waits
+ * for room as TKO_FULL_BLOCK does.
+ * Shutdown refuses keyed submits (-ESHUTDOWN) from the moment it begins,
+ * like any submit; DRAIN runs the queued keyed tasks (a paused pool is
+ * resumed first), CANCEL hands each to the pool's on_cancel with its id
+ * and counts it in stats.cancelled; on_cancel counts as the pool's own
+ * thread (its wait, shutdown or destroy of the pool is -EDEADLK).
+ * -EINVAL, -ESHUTDOWN, -EAGAIN, -ENOMEM. */
 TKO_API int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight);
 #ifdef __cplusplus
 }

@@ -193,6 +193,12 @@ struct tko_pool {
   atomic_uint helpers;
 
   atomic_uint_fast64_t cancelled;
+  /* Lane runners of the pool's keyed table (keyed.c): queued items that
+   * are not tasks of the host (their keyed tasks are). Counted before the
+   * inbox reservation (runners_out) and once run or cancelled
+   * (runners_done), so that wait_idle counts them and stats leave them
+   * out. */
+  atomic_uint_fast64_t runners_out, runners_done;
   /* Tasks accepted outside the inbox that never reach the queue (a timer
    * handed to on_cancel before its task was queued): part of submitted. */
   atomic_uint_fast64_t side_tasks;
@@ -246,6 +252,15 @@ static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
 #define TKO__CTX_ASYNC ((uintptr_t)2)
 #define TKO__CTX_TIMER ((uintptr_t)4) /* a periodic timer's firing (timer.c) */
 #define TKO__CTX_TAGS ((uintptr_t)7)
+/* Tags with no record: a lane runner of the pool's keyed table (keyed.c).
+ * It takes no room in a bounded queue, is not counted as a task nor seen
+ * by hooks (its keyed tasks are). */
+#define TKO__CTX_RUNNER (TKO__CTX_GROUP | TKO__CTX_TIMER)
+
+/* Room a queued item holds in a bounded queue: a runner holds none. */
+static inline size_t tko__item_room(const tko__item *item) {
+  return item->ctx != TKO__CTX_RUNNER;
+}
 
 /* group.c: a member finished (or was cancelled, status -ECANCELED). */
 void tko__group_finished(void *group, int status);
@@ -262,6 +277,18 @@ int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, i
                      long timeout_ms);
 /* Gives back room in a bounded queue for n tasks that left it. */
 void tko__release_room(tko_pool *pool, size_t n);
+/* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
+ * TKO__RUN_HERE (caller-runs: no room taken) or a negative errno. *gated:
+ * the caller waited inside the gate and calls tko__gate_leave once done
+ * with the pool, whatever this returned. */
+enum { TKO__ADMITTED = 0, TKO__RUN_HERE = 1 };
+int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy, bool *gated);
+/* Queues a runner (TKO__CTX_RUNNER): no room, never waits. 0, -ESHUTDOWN,
+ * -ENOMEM. */
+int tko__submit_runner(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
+/* The submit time to stamp on a task: only when the pool measures times
+ * or ages tasks. */
+uint64_t tko__enqueue_time(tko_pool *pool);
 /* Tasks ever accepted: inbox reservations plus tasks run by callers and
  * side tasks. */
 static inline uint64_t tko__submitted(tko_pool *pool) {
@@ -298,7 +325,7 @@ void tko__async_release_slot(tko_pool *pool);
 void tko__async_quiesce(tko_pool *pool);
 void tko__async_fini(tko_pool *pool);
 
-/* submit.c: the keyed lanes at shutdown (cancel, or drain within
+/* keyed.c: the keyed lanes at shutdown (cancel, or drain within
  * timeout_ms: 0 or -ETIMEDOUT) and destroy. */
 int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms);
 void tko__keyed_free(tko_pool *pool);

@@ -51,6 +51,18 @@
  * runner reference or being the caller), and wait_idle checks it under
  * idle_mu, so no wake-up is lost.
  *
+ * The pool's own keyed table (tko_submit_keyed; `keyed`, keyed_host.h)
+ * differs in three ways: its tasks are the pool's - counted and given an id
+ * when ring_push accepts them (kept in `meta`, beside the ring), run and
+ * cancelled through the pool's hooks and counters; their room in a bounded
+ * queue is taken before the lane is locked, so no wait for room happens
+ * here; and its runners take no room and never run on the submitter, so a
+ * runner's submit fails only at shutdown (or for want of memory), and the
+ * thread holding the token then drives the lane itself. A caller-runs
+ * submit runs only its own task (drive's first visit takes one) and only
+ * if the lane was idle (ours is then the only task drive's first visit
+ * finds); then it hands the lane to a runner.
+ *
  * Lock order: a lane's mu, then idle_mu. No lock is held while a task, the
  * batch callback or on_cancel runs. A runner is submitted under a lane's mu
  * only with a zero timeout (never a wait for room); the pool never calls back
@@ -66,15 +78,22 @@
 #include <time.h>
 
 #include "atomics.h"
+#include "keyed_host.h"
 #include "lifecycle.h"
 #include "mem.h"
 #include "prim.h"
 #include "taskorch/lanes.h"
 
+/* What the pool's keyed table keeps beside each task (keyed_host.h). */
+typedef struct lane_meta {
+  uint64_t id, enq_ns;
+} lane_meta;
+
 typedef struct lane {
   pthread_mutex_t mu;     /* protects every field below */
   tko_lane_task *ring;    /* cap slots, count queued from head; NULL until first use */
   tko_lane_task *scratch; /* max_drain slots: the batch being run (runner only) */
+  lane_meta *meta, *scratch_meta; /* beside ring and scratch: the keyed table only */
   size_t cap, head, count;
   bool scheduled; /* a runner for this lane is out */
   unsigned index;
@@ -98,6 +117,7 @@ struct tko_lanes {
   uint32_t magic;    /* LANES_MAGIC while the table lives */
   unsigned fork_gen; /* tko__fork_generation() at create: a child's copy refuses calls */
   tko_pool *pool;
+  bool keyed; /* the pool's own table (tko_submit_keyed): keyed_host.h */
   tko_lane_options opts;
   unsigned mask;       /* lanes - 1 */
   void *raw;           /* allocation holding the lanes */
@@ -165,7 +185,13 @@ static int pool_closing(tko__attachment *a, tko_shutdown_mode mode, long timeout
   return 0;
 }
 
+static int lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts, bool keyed);
+
 int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts) {
+  return lanes_create(out, pool, opts, false);
+}
+
+static int lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts, bool keyed) {
   if (!out) return -EINVAL;
   *out = NULL;
   if (!pool) return -EINVAL;
@@ -184,6 +210,7 @@ int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *op
   l->magic = LANES_MAGIC;
   l->fork_gen = tko__fork_generation();
   l->pool = pool;
+  l->keyed = keyed;
   l->opts = o;
   l->mask = o.lanes - 1;
   l->raw = tko__mem_alloc(a, (size_t)o.lanes * LANE_STRIDE + TKO_CACHE_LINE);
@@ -271,12 +298,25 @@ static int ring_grow(tko_lanes *l, lane *ln) {
     ln->scratch = tko__mem_alloc(a, (size_t)l->opts.max_drain * sizeof(tko_lane_task));
     if (!ln->scratch) return -ENOMEM;
   }
+  if (l->keyed && !ln->scratch_meta) {
+    ln->scratch_meta = tko__mem_alloc(a, (size_t)l->opts.max_drain * sizeof(lane_meta));
+    if (!ln->scratch_meta) return -ENOMEM;
+  }
   tko_lane_task *nr = tko__mem_alloc(a, ncap * sizeof *nr);
   if (!nr) return -ENOMEM;
-  for (size_t i = 0; i < ln->count; i++)
+  lane_meta *nm = NULL;
+  if (l->keyed && !(nm = tko__mem_alloc(a, ncap * sizeof *nm))) {
+    tko__mem_free(a, nr);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < ln->count; i++) {
     nr[i] = ln->ring[(ln->head + i) % ln->cap];
+    if (nm) nm[i] = ln->meta[(ln->head + i) % ln->cap];
+  }
   tko__mem_free(a, ln->ring);
+  tko__mem_free(a, ln->meta);
   ln->ring = nr;
+  ln->meta = nm;
   ln->cap = ncap;
   ln->head = 0;
   return 0;
@@ -284,9 +324,11 @@ static int ring_grow(tko_lanes *l, lane *ln) {
 
 static int lane_runner(void *arg);
 
-/* Pops the ring's head into *t. Under ln->mu, count > 0. */
-static void ring_pop(lane *ln, tko_lane_task *t) {
+/* Pops the ring's head into *t and, for the keyed table, *m. Under ln->mu,
+ * count > 0. */
+static void ring_pop(lane *ln, tko_lane_task *t, lane_meta *m) {
   *t = ln->ring[ln->head];
+  if (ln->meta) *m = ln->meta[ln->head];
   ln->head = ln->head + 1 == ln->cap ? 0 : ln->head + 1;
   ln->count--;
 }
@@ -307,6 +349,7 @@ static _Thread_local bool caller_ran;
  * then be the one that has to take the lock to free room. Only a submit
  * that has released ln->mu waits (timeout_ms -1). */
 static int submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms) {
+  if (l->keyed) return tko__keyed_runner(l->pool, lane_runner, ln, weight); /* never waits */
   lane *saved = starting_lane;
   bool saved_ran = caller_ran;
   starting_lane = ln;
@@ -327,6 +370,11 @@ static uint64_t run_batch(tko_lanes *l, lane *ln, size_t n) {
   if (l->opts.batch) {
     tko_lane_batch b = {.lane = ln->index, .count = n, .tasks = ln->scratch};
     l->opts.batch(l->opts.user, &b);
+  } else if (l->keyed) { /* the pool runs them as its tasks: hooks, stats */
+    for (size_t i = 0; i < n; i++)
+      if (tko__keyed_run(l->pool, &ln->scratch[i], ln->scratch_meta[i].id,
+                         ln->scratch_meta[i].enq_ns))
+        failed++;
   } else {
     for (size_t i = 0; i < n; i++)
       if (ln->scratch[i].fn(ln->scratch[i].arg)) failed++;
@@ -342,7 +390,7 @@ static void drive(tko_lanes *l, lane *ln) {
   for (;;) {
     size_t n = ln->count < l->opts.max_drain ? ln->count : l->opts.max_drain;
     for (size_t i = 0; i < n; i++)
-      ring_pop(ln, &ln->scratch[i]);
+      ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
     pthread_mutex_unlock(&ln->mu);
     uint64_t failed = n ? run_batch(l, ln, n) : 0;
     pthread_mutex_lock(&ln->mu);
@@ -391,34 +439,40 @@ static void start_unlocked(tko_lanes *l, lane *ln, int weight) {
   drive(l, ln);
 }
 
+/* Appends a task to ln's ring, under ln->mu: 0, or -ESHUTDOWN (closed),
+ * -EAGAIN (max_queued), -ENOMEM with nothing changed. */
+static int ring_push(tko_lanes *l, lane *ln, uint64_t key, tko_task_fn fn, void *arg, int weight) {
+  /* seq_cst: pairs with close's store, then its lock sweep over the lanes:
+   * a submit that misses the flag holds a lane mutex that close then waits
+   * for, so close returns only after it has finished. */
+  if (tko__load_seq(&l->closed)) return -ESHUTDOWN;
+  if (l->opts.max_queued && ln->count >= l->opts.max_queued) return -EAGAIN;
+  if (ln->count == ln->cap) {
+    int rc = ring_grow(l, ln);
+    if (rc) return rc;
+  }
+  size_t tail = ln->head + ln->count;
+  if (tail >= ln->cap) tail -= ln->cap;
+  ln->ring[tail] = (tko_lane_task){.key = key, .fn = fn, .arg = arg, .weight = weight};
+  if (l->keyed) { /* counted by the pool once accepted: its id, its submit time */
+    lane_meta *m = &ln->meta[tail];
+    m->id = tko__keyed_accept(l->pool, &m->enq_ns);
+  }
+  ln->count++;
+  return 0;
+}
+
 int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight) {
   int bad = check(l);
   if (bad) return bad;
   if (!fn && !l->opts.batch) return -EINVAL;
   lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
   pthread_mutex_lock(&ln->mu);
-  /* seq_cst: pairs with close's store, then its lock sweep over the lanes:
-   * a submit that misses the flag holds a lane mutex that close then waits
-   * for, so close returns only after it has finished. */
-  if (tko__load_seq(&l->closed)) {
+  int rc = ring_push(l, ln, key, fn, arg, weight);
+  if (rc) {
     pthread_mutex_unlock(&ln->mu);
-    return -ESHUTDOWN;
+    return rc;
   }
-  if (l->opts.max_queued && ln->count >= l->opts.max_queued) {
-    pthread_mutex_unlock(&ln->mu);
-    return -EAGAIN;
-  }
-  if (ln->count == ln->cap) {
-    int rc = ring_grow(l, ln);
-    if (rc) {
-      pthread_mutex_unlock(&ln->mu);
-      return rc;
-    }
-  }
-  size_t tail = ln->head + ln->count;
-  if (tail >= ln->cap) tail -= ln->cap;
-  ln->ring[tail] = (tko_lane_task){.key = key, .fn = fn, .arg = arg, .weight = weight};
-  ln->count++;
   int started = 0;
   if (!ln->scheduled) {
     /* Relaxed: destroy reads runners only after close_table has taken this
@@ -458,6 +512,46 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
   return 0;
 }
 
+/* The pool's keyed table: tasks accepted here are the pool's (counted,
+ * with an id) once ring_push returns 0, so they must run or be cancelled;
+ * the runner, which takes no room, is refused only at shutdown or for want
+ * of memory, and this thread then drives the lane itself, as a runner
+ * whose requeue was refused does. */
+int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight,
+                            bool run_here) {
+  lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
+  pthread_mutex_lock(&ln->mu);
+  if (run_here && ln->scheduled) { /* earlier tasks of the lane come first */
+    pthread_mutex_unlock(&ln->mu);
+    return TKO__LANE_BUSY;
+  }
+  int rc = ring_push(l, ln, key, fn, arg, weight);
+  if (rc) {
+    pthread_mutex_unlock(&ln->mu);
+    return rc;
+  }
+  tko__add_relaxed(&l->pending, 1); /* relaxed: see tko_lanes_submit */
+  ln->submitted++;
+  if (ln->scheduled) {
+    pthread_mutex_unlock(&ln->mu);
+    return 0;
+  }
+  tko__add_relaxed(&l->runners, 1); /* relaxed: see tko_lanes_submit */
+  ln->scheduled = true;
+  /* Caller-runs: the lane was idle, so ours is its only task: drive's first
+   * visit runs it here, then hands the lane to the pool (a runner, refused
+   * only at shutdown), whatever others queued meanwhile. */
+  if (run_here || submit_runner(l, ln, weight, 0) != 0) drive(l, ln);
+  else pthread_mutex_unlock(&ln->mu);
+  return 0;
+}
+
+int tko__lanes_create_keyed(tko_lanes **out, tko_pool *pool, const tko_allocator *alloc) {
+  tko_lane_options o = tko_lane_default_options();
+  o.allocator = alloc;
+  return lanes_create(out, pool, &o, true);
+}
+
 /* Hands every task queued on ln to on_cancel, one at a time with the lane
  * unlocked. If `unschedule`, the lane's runner was dropped by the pool and
  * this caller owns its runner count: it clears the flag and returns the
@@ -469,10 +563,15 @@ static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
   uint64_t n = 0;
   while (ln->count) {
     tko_lane_task t;
-    ring_pop(ln, &t);
+    lane_meta m = {0, 0};
+    ring_pop(ln, &t, &m);
     ln->cancelled++;
     n++;
-    if (l->opts.on_cancel) {
+    if (l->keyed) { /* the pool's on_cancel, with the task's id */
+      pthread_mutex_unlock(&ln->mu);
+      tko__keyed_cancel(l->pool, &t, m.id, m.enq_ns);
+      pthread_mutex_lock(&ln->mu);
+    } else if (l->opts.on_cancel) {
       pthread_mutex_unlock(&ln->mu);
       /* As in a batch: waiting on or destroying these lanes from on_cancel
        * would wait for this very call, so it is -EDEADLK. */
@@ -573,6 +672,8 @@ int tko_lanes_destroy(tko_lanes *l) {
     pthread_mutex_destroy(&ln->mu);
     tko__mem_free(a, ln->ring);
     tko__mem_free(a, ln->scratch);
+    tko__mem_free(a, ln->meta);
+    tko__mem_free(a, ln->scratch_meta);
   }
   pthread_mutex_destroy(&l->idle_mu);
   pthread_cond_destroy(&l->idle_cv);

@@ -177,7 +177,7 @@ void tko__empty_queue(tko_pool *pool, bool run) {
     }
     tko__refresh_backlog(pool);
     tko__unlock(&pool->lock);
-    tko__release_room(pool, n);
+    for (size_t i = 0; i < n; i++) tko__release_room(pool, tko__item_room(&batch[i]));
     if (!n) return;
     for (size_t i = 0; i < n; i++) {
       if (run) tko__run_item(pool, &pool->caller, &batch[i]);

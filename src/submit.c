@@ -45,7 +45,7 @@ static int make_room(tko_pool *pool) {
   return rc;
 }
 
-static uint64_t enqueue_time(tko_pool *pool) {
+uint64_t tko__enqueue_time(tko_pool *pool) {
   return pool->stamp_enqueue ? tko__now_ns() : 0;
 }
 
@@ -92,23 +92,23 @@ static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct
   return rc;
 }
 
-enum { ADMITTED = 0, RUN_HERE = 1 };
+enum { ADMITTED = TKO__ADMITTED, RUN_HERE = TKO__RUN_HERE };
 
 /* Takes room for k tasks in a bounded queue, following the full policy:
  * ADMITTED, RUN_HERE (caller-runs), or a negative errno. A submitter that
  * has to wait for room enters the pool's gate first (lifecycle.h), so that
  * shutdown waits for it to leave; *gated then says it must call
  * tko__gate_leave once done with the pool (whatever this returned). */
-static int admit(tko_pool *pool, size_t k, long timeout_ms, bool *gated) {
+int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy, bool *gated) {
   *gated = false;
   if (!pool->opts.queue_capacity) return ADMITTED;
   if (k > pool->opts.queue_capacity) /* could never fit */
-    return pool->opts.full_policy == TKO_FULL_CALLER_RUNS ? RUN_HERE : -EAGAIN;
+    return policy == TKO_FULL_CALLER_RUNS ? RUN_HERE : -EAGAIN;
   struct timespec deadline;
   if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
   while (!try_admit(pool, k)) {
     if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
-    switch (pool->opts.full_policy) {
+    switch (policy) {
     case TKO_FULL_REJECT: return -EAGAIN;
     case TKO_FULL_CALLER_RUNS: return RUN_HERE;
     default: break;
@@ -129,7 +129,7 @@ static int admit(tko_pool *pool, size_t k, long timeout_ms, bool *gated) {
  * the gate. */
 static void run_on_caller(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
   tko__item item = {.fn = fn, .arg = arg, .ctx = ctx, .weight = weight,
-                    .enq_ns = enqueue_time(pool)};
+                    .enq_ns = tko__enqueue_time(pool)};
   /* seq_cst: counted as submitted before it can count as finished. */
   tko__add_seq(&pool->caller_runs, 1);
   if (ctx & TKO__CTX_ASYNC) {
@@ -157,19 +157,17 @@ static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t c
   return 0;
 }
 
-/* Reserves an inbox slot and publishes the task (after admit). */
+/* Reserves an inbox slot and publishes the task (after admit; a failure
+ * leaves the room it took to the caller). */
 static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
-  uint64_t enq_ns = enqueue_time(pool);
+  uint64_t enq_ns = tko__enqueue_time(pool);
   uint64_t pos;
   int rc;
   while ((rc = tko__inbox_reserve(&pool->inbox, 1, &pos)) == -EAGAIN) {
     rc = make_room(pool);
-    if (rc) break;
+    if (rc) return rc;
   }
-  if (rc) {
-    tko__release_room(pool, 1);
-    return rc;
-  }
+  if (rc) return rc;
   tko__inbox_publish(&pool->inbox, pos, fn, arg, ctx, weight, enq_ns);
   tko__signal_work(pool);
   return 0;
@@ -180,13 +178,25 @@ int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, i
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   bool gated;
-  rc = admit(pool, 1, timeout_ms, &gated);
+  rc = tko__admit(pool, 1, timeout_ms, pool->opts.full_policy, &gated);
   if (rc == RUN_HERE) {
     tko_task task = {fn, arg, weight};
     return run_here(pool, &task, 1, ctx); /* never gated: caller-runs does not wait */
   }
-  if (rc == ADMITTED) rc = enqueue(pool, fn, arg, ctx, weight);
+  if (rc == ADMITTED) {
+    rc = enqueue(pool, fn, arg, ctx, weight);
+    if (rc) tko__release_room(pool, 1);
+  }
   if (gated) tko__gate_leave(pool); /* after the last touch of a pool that may be closing */
+  return rc;
+}
+
+int tko__submit_runner(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
+  /* seq_cst: counted out before the inbox reservation that counts it
+   * submitted, so stats never count it as a task (pool.c). */
+  tko__add_seq(&pool->runners_out, 1);
+  int rc = enqueue(pool, fn, arg, TKO__CTX_RUNNER, weight);
+  if (rc) tko__add_seq(&pool->runners_done, 1); /* never queued: back at once */
   return rc;
 }
 
@@ -242,7 +252,7 @@ static int submit_big_batch(tko_pool *pool, const tko_task *tasks, size_t n, uin
 /* Queues a batch admit let in: through the inbox, or straight into the
  * queue when it is larger than the inbox. */
 static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
-  uint64_t enq_ns = enqueue_time(pool);
+  uint64_t enq_ns = tko__enqueue_time(pool);
   tko__inbox *in = &pool->inbox;
   int rc;
   if (n > in->mask + 1) {
@@ -272,87 +282,9 @@ int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!tasks[i].fn) return -EINVAL;
   bool gated;
-  rc = admit(pool, n, -1, &gated);
+  rc = tko__admit(pool, n, -1, pool->opts.full_policy, &gated);
   if (rc == RUN_HERE) return run_here(pool, tasks, n, 0);
   if (rc == ADMITTED) rc = enqueue_batch(pool, tasks, n);
   if (gated) tko__gate_leave(pool);
   return rc;
-}
-
-/* Keyed lanes on a default table: the host's on_cancel sees a cancelled
- * keyed task as a task with id 0. For its duration the thread counts as
- * the pool's (as for any on_cancel), so the hook's wait, shutdown or
- * destroy of this pool is -EDEADLK rather than a wait on itself. */
-static void keyed_cancelled(void *user, const tko_lane_task *task) {
-  tko_pool *pool = user;
-  const tko_hooks *h = &pool->opts.hooks;
-  if (!h->on_cancel) return;
-  tko_task_info info = {.fn = task->fn, .arg = task->arg, .weight = task->weight,
-                        .worker = UINT32_MAX};
-  tko_pool *prev = tko__enter_pool(pool);
-  h->on_cancel(h->user, &info);
-  tko__leave_pool(prev);
-}
-
-/* pool->keyed while one thread makes the table: the others wait for it
- * rather than make their own (a loser's table, made from a pool task,
- * could not be destroyed there, -EDEADLK, and leaked). */
-static tko_lanes *const KEYED_MAKING = (tko_lanes *)&KEYED_MAKING;
-
-/* The pool's keyed table, made on first use if `make`; NULL (with *rc set
- * if making it failed) when there is none. */
-static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
-  for (unsigned spins = 0;; spins++) {
-    /* Acquire: pairs with the release that installs the table below, so
-     * the table is seen initialised. */
-    tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
-    if (l == KEYED_MAKING) { /* another thread is allocating it: a short wait */
-      tko__wait_step(spins, 32);
-      continue;
-    }
-    if (l || !make) return l;
-    tko_lanes *none = NULL;
-    if (!atomic_compare_exchange_strong(&pool->keyed, &none, KEYED_MAKING)) continue;
-    tko_lane_options o = tko_lane_default_options();
-    o.user = pool;
-    o.on_cancel = keyed_cancelled;
-    o.allocator = pool->opts.allocator;
-    *rc = tko_lanes_create(&l, pool, &o);
-    /* Release: pairs with the acquire above (NULL again after a failure:
-     * the next keyed submit tries again). */
-    atomic_store_explicit(&pool->keyed, *rc ? NULL : l, memory_order_release);
-    return *rc ? NULL : l;
-  }
-}
-
-int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight) {
-  int rc = tko__pool_check(pool);
-  if (rc) return rc;
-  if (!fn) return -EINVAL;
-  if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
-  rc = 0;
-  tko_lanes *l = keyed_table(pool, true, &rc);
-  return l ? tko_lanes_submit(l, key, fn, arg, weight) : rc;
-}
-
-/* Called by shutdown as the first attachment it resolves (lifecycle.c), just
- * before the pool closes. DRAIN only closes the table: its queued runners
- * still run, and a runner that cannot requeue itself (the pool is closed by
- * then) finishes its lane on its worker, or on the shutting-down thread if
- * no worker is left, before shutdown reports STOPPED.
- * So nothing here waits: not for a paused pool, nor for an elastic-only
- * pool that could start no thread. */
-int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms) {
-  (void)timeout_ms; /* nothing here waits */
-  int rc;
-  tko_lanes *l = keyed_table(pool, false, &rc); /* waits for one being made */
-  if (!l) return 0;
-  if (mode == TKO_CANCEL) tko_lanes_cancel(l);
-  else tko_lanes_close(l);
-  return 0;
-}
-
-void tko__keyed_free(tko_pool *pool) {
-  tko_lanes *l = atomic_exchange(&pool->keyed, NULL);
-  if (l) tko_lanes_destroy(l);
 }

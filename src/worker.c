@@ -47,8 +47,19 @@ static void ctx_done(const tko__item *item, int status, bool cancelled) {
   else tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status);
 }
 
+/* A runner of the pool's keyed table is the library's own: no hooks, no
+ * task counters (the keyed tasks it runs have their own), only its
+ * runners_done. seq_cst: with the finished counts, wait_idle's half of the
+ * Dekker pair (see tko__notify_idle). */
+static int run_runner(tko_pool *pool, const tko__item *item) {
+  item->fn(item->arg);
+  tko__add_seq(&pool->runners_done, 1);
+  return 0;
+}
+
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (item->ctx & TKO__CTX_ASYNC) return tko__async_start(pool, w, item);
+  if (item->ctx == TKO__CTX_RUNNER) return run_runner(pool, item);
   const tko_hooks *h = &pool->opts.hooks;
   tko__count(pool, w, &w->started);
   if (!pool->timing) {
@@ -83,6 +94,12 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
   /* A lane runner or a coalescer sweep is the library's own task: its lane
    * hands its queued tasks to the lanes' on_cancel, and the host's hook
    * never sees (or frees) the library's argument. */
+  if (item->ctx == TKO__CTX_RUNNER) { /* its keyed tasks count as cancelled, one by one */
+    tko_lanes_pool_cancelled(&info);
+    tko__add_seq(&pool->runners_done, 1); /* seq_cst: as cancelled, below */
+    tko__notify_idle(pool);
+    return;
+  }
   bool own = tko_lanes_pool_cancelled(&info) || tko_coalescer_pool_cancelled(&info);
   if (!own && h->on_cancel) {
     tko_pool *prev = tko__enter_pool(pool);
@@ -187,7 +204,7 @@ static void requeue_taken(tko_pool *pool, tko__worker *w) {
       tko__refresh_backlog(pool);
       tko__unlock(&pool->lock);
       if (rc) {
-        tko__release_room(pool, 1);
+        tko__release_room(pool, tko__item_room(it));
         tko__cancel_item(pool, it);
       }
     }
@@ -237,7 +254,7 @@ static void task_exited(void *arg) {
 static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
   /* A bounded queue counts a task until it starts (or is cancelled), not
    * until a worker takes it: taken tasks still wait. */
-  tko__release_room(pool, 1);
+  tko__release_room(pool, tko__item_room(item));
   /* Acquire: pairs with the release in lifecycle.c (close_pool), so tasks this
    * worker had taken are cancelled rather than run once TKO_CANCEL began. */
   if (tko__load_acquire(&pool->cancelling)) {

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/* tko_submit_keyed: keyed serial lanes on the pool's own lane table, whose
+ * tasks are the host's tasks (keyed_host.h): admitted by the full policy,
+ * counted, run with the hooks and cancelled through on_cancel like any
+ * other task, while their lanes' runners stay the library's own. */
+#include <errno.h>
+
+#include "internal.h"
+#include "keyed_host.h"
+
+uint64_t tko__keyed_accept(tko_pool *pool, uint64_t *enq_ns) {
+  *enq_ns = tko__enqueue_time(pool);
+  return tko__side_task(pool); /* counted submitted: seq_cst */
+}
+
+int tko__keyed_runner(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
+  return tko__submit_runner(pool, fn, arg, weight);
+}
+
+/* The worker slot that counts a task run on this thread: the thread's own
+ * if it is one of the pool's workers, else the shared caller slot. */
+static tko__worker *counting_slot(tko_pool *pool) {
+  tko__worker *w = tko__current_worker;
+  return w && w->pool == pool ? w : &pool->caller;
+}
+
+int tko__keyed_run(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint64_t enq_ns) {
+  tko__release_room(pool, 1); /* a task holds its room until it starts */
+  tko__item item = {.fn = task->fn, .arg = task->arg, .id = id, .enq_ns = enq_ns,
+                    .weight = task->weight};
+  tko__worker *w = counting_slot(pool);
+  if (w != &pool->caller) return tko__run_item(pool, w, &item);
+  /* On a thread the pool does not own (a caller-runs submitter, or the
+   * shutting-down thread): it counts as the pool's meanwhile (-EDEADLK for
+   * its waits), as run_on_caller does. */
+  tko_pool *prev = tko__enter_pool(pool);
+  int status = tko__run_item(pool, w, &item);
+  tko__leave_pool(prev);
+  tko__notify_idle(pool);
+  return status;
+}
+
+void tko__keyed_cancel(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint64_t enq_ns) {
+  tko__release_room(pool, 1);
+  tko__item item = {.fn = task->fn, .arg = task->arg, .id = id, .enq_ns = enq_ns,
+                    .weight = task->weight};
+  tko__cancel_item(pool, &item); /* on_cancel with the id, counted cancelled */
+}
+
+/* A full TKO_FULL_CALLER_RUNS queue: runs the task on this thread, inside
+ * the gate (shutdown waits for it), if its lane is idle. The task holds
+ * room while it runs, as a queued one does until it starts, so that
+ * tko__keyed_run gives back what it took; TKO__LANE_BUSY (nothing done,
+ * the room given back) when the lane has earlier tasks. */
+static int run_here(tko_pool *pool, tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg,
+                    int weight) {
+  int rc = tko__gate_enter(pool);
+  if (rc) return rc;
+  tko__add_seq(&pool->bounded_count, 1); /* seq_cst: as try_admit's CAS */
+  rc = tko__lanes_submit_keyed(l, key, fn, arg, weight, true);
+  if (rc) tko__release_room(pool, 1);
+  tko__gate_leave(pool);
+  return rc;
+}
+
+static tko_lanes *const KEYED_MAKING = (tko_lanes *)&KEYED_MAKING;
+
+/* The pool's keyed table, made on first use if `make`; NULL (with *rc set
+ * if making it failed) when there is none. */
+static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
+  for (unsigned spins = 0;; spins++) {
+    /* Acquire: pairs with the release that installs the table below, so
+     * the table is seen initialised. */
+    tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
+    if (l == KEYED_MAKING) { /* another thread is allocating it: a short wait */
+      tko__wait_step(spins, 32);
+      continue;
+    }
+    if (l || !make) return l;
+    tko_lanes *none = NULL;
+    if (!atomic_compare_exchange_strong(&pool->keyed, &none, KEYED_MAKING)) continue;
+    *rc = tko__lanes_create_keyed(&l, pool, pool->opts.allocator);
+    /* Release: pairs with the acquire above (NULL again after a failure:
+     * the next keyed submit tries again). */
+    atomic_store_explicit(&pool->keyed, *rc ? NULL : l, memory_order_release);
+    return *rc ? NULL : l;
+  }
+}
+
+/* The full policy, applied before the lane is locked (defect 9): BLOCK
+ * waits for room with no lane lock held, REJECT is -EAGAIN, and
+ * CALLER_RUNS runs the task here if its lane is idle - that task only
+ * (defect 7) - or, when the key's earlier tasks must run first, waits for
+ * room as BLOCK does. */
+int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight) {
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  if (!fn) return -EINVAL;
+  if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
+  rc = 0;
+  tko_lanes *l = keyed_table(pool, true, &rc);
+  if (!l) return rc;
+  bool gated;
+  rc = tko__admit(pool, 1, -1, pool->opts.full_policy, &gated);
+  if (rc == TKO__RUN_HERE) {
+    rc = run_here(pool, l, key, fn, arg, weight);
+    if (rc != TKO__LANE_BUSY) return rc;
+    rc = tko__admit(pool, 1, -1, TKO_FULL_BLOCK, &gated);
+  }
+  if (rc == TKO__ADMITTED) {
+    rc = tko__lanes_submit_keyed(l, key, fn, arg, weight, false);
+    if (rc) tko__release_room(pool, 1);
+  }
+  if (gated) tko__gate_leave(pool); /* after the last touch of a pool that may be closing */
+  return rc;
+}
+
+/* Called by shutdown as the first attachment it resolves (lifecycle.c), just
+ * before the pool closes. DRAIN only closes the table: its queued runners
+ * still run, and a runner that cannot requeue itself (the pool is closed by
+ * then) finishes its lane on its worker, or on the shutting-down thread if
+ * no worker is left, before shutdown reports STOPPED.
+ * So nothing here waits: not for a paused pool, nor for an elastic-only
+ * pool that could start no thread. */
+int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms) {
+  (void)timeout_ms; /* nothing here waits */
+  int rc;
+  tko_lanes *l = keyed_table(pool, false, &rc); /* waits for one being made */
+  if (!l) return 0;
+  if (mode == TKO_CANCEL) tko_lanes_cancel(l);
+  else tko_lanes_close(l);
+  return 0;
+}
+
+void tko__keyed_free(tko_pool *pool) {
+  tko_lanes *l = atomic_exchange(&pool->keyed, NULL);
+  if (l) tko_lanes_destroy(l);
+}

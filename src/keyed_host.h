@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/* The pool's own keyed table (tko_submit_keyed) between the engine
+ * (keyed.c) and the lanes (lanes.c), declared without the pool's layout,
+ * like lifecycle.h, so that the lanes stay an extension.
+ *
+ * Keyed tasks are the host's tasks (issue 17, defects 5 and 9; issue 14,
+ * defect 19): each is admitted by the pool's full policy before its lane is
+ * locked (a bounded queue counts it until it starts), counted as submitted
+ * with an id of its own when its lane accepts it, and started, run and
+ * counted by the pool - hooks, on_failure, stats - or cancelled through the
+ * pool's on_cancel. Its lane's runner is the library's own: it takes no
+ * room, never waits and never runs on the submitter. */
+#ifndef TKO_KEYED_HOST_H
+#define TKO_KEYED_HOST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "taskorch.h"
+
+/* keyed.c, for lanes.c. */
+
+/* Counts one keyed task as submitted (its lane accepted it): its id,
+ * nonzero and unique in the pool, and *enq_ns its submit time (0 when the
+ * pool measures no times). */
+uint64_t tko__keyed_accept(tko_pool *pool, uint64_t *enq_ns);
+/* Queues a lane runner: 0, -ESHUTDOWN or -ENOMEM; it never waits. */
+int tko__keyed_runner(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
+/* Runs a keyed task on the calling thread as the pool runs a task (its room
+ * back, hooks, counters); returns its status. */
+int tko__keyed_run(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint64_t enq_ns);
+/* A keyed task that will never run: its room back, the pool's on_cancel
+ * with its id, counted as cancelled. */
+void tko__keyed_cancel(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint64_t enq_ns);
+
+/* lanes.c, for keyed.c. */
+
+/* Makes the pool's keyed table (the default options, alloc its allocator):
+ * its tasks run and are cancelled through the functions above. */
+int tko__lanes_create_keyed(tko_lanes **out, tko_pool *pool, const tko_allocator *alloc);
+/* Queues a keyed task whose room the caller took (the pool's keyed table).
+ * With run_here (a full TKO_FULL_CALLER_RUNS queue, no room taken): if the
+ * key's lane is idle, runs the task on this thread at once, and only it,
+ * then hands the lane to the pool for what others queued meanwhile
+ * (defect 7); if the lane has tasks queued or running, does nothing and
+ * returns TKO__LANE_BUSY. Else 0, -ESHUTDOWN (the table is closed) or
+ * -ENOMEM. */
+enum { TKO__LANE_BUSY = 1 };
+int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight,
+                            bool run_here);
+
+#endif
