@@ -550,8 +550,10 @@ extern "C" {
 #endif
 /** Keyed serial lanes on the pool's own default lane table (created on first
  * use with tko_lane_default_options): tasks with the same key run one at a
- * time in submit order, different keys in parallel; see taskorch/lanes.h
- * for the table and its collision rule.
+ * time in submit order, different keys in parallel - a worker never takes
+ * two keys' runners at once, so a key whose runner waits is never held
+ * behind another key by a worker's take; see taskorch/lanes.h for the table
+ * and its collision rule.
  * A keyed task is a task of the pool like any other: before_run, after_run
  * and on_failure see its fn, arg and id (nonzero, unique in the pool, top
  * bit set), never the library's lane runner; stats count it in submitted,

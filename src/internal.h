@@ -254,7 +254,8 @@ static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
 #define TKO__CTX_TAGS ((uintptr_t)7)
 /* Tags with no record: a lane runner of the pool's keyed table (keyed.c).
  * It takes no room in a bounded queue, is not counted as a task nor seen
- * by hooks (its keyed tasks are). */
+ * by hooks (its keyed tasks are), and a worker takes it alone (the
+ * queue's alone_ctx: issue 17, defect 6). */
 #define TKO__CTX_RUNNER (TKO__CTX_GROUP | TKO__CTX_TIMER)
 
 /* Room a queued item holds in a bounded queue: a runner holds none. */

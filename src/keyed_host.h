@@ -9,7 +9,9 @@
  * with an id of its own when its lane accepts it, and started, run and
  * counted by the pool - hooks, on_failure, stats - or cancelled through the
  * pool's on_cancel. Its lane's runner is the library's own: it takes no
- * room, never waits and never runs on the submitter. */
+ * room, never waits and never runs on the submitter, and a worker takes it
+ * alone, so that a runner not yet started stays available to an idle
+ * worker (defect 6). */
 #ifndef TKO_KEYED_HOST_H
 #define TKO_KEYED_HOST_H
 

@@ -140,6 +140,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   if (rc == 0) rc = tko__queue_init(&pool->queue, opts->initial_capacity ? opts->initial_capacity : 256, a);
   if (rc == 0) rc = tko__queue_init(&pool->async_queue, 16, a);
   pool->queue.aging_ns = pool->async_queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
+  pool->queue.alone_ctx = TKO__CTX_RUNNER; /* a worker takes a lane runner alone */
   pool->stamp_enqueue = pool->timing || opts->aging_ms;
   if (rc == 0) {
     pool->slots = tko__mem_alloc(a, (size_t)pool->nslots * sizeof *pool->slots);
@@ -299,8 +300,9 @@ static uint64_t sum_slots(tko_pool *pool, size_t offset) {
 
 /* Tasks of the host ever accepted: every submission but the keyed table's
  * runners. A runner is counted out before its inbox reservation, and out
- * is read after: a runner being queued may be left out of both (at most
- * one per lane, for a moment), never counted as a task. */
+ * is read after: a runner never counts as a task, though one being queued
+ * may be subtracted a moment before its reservation is (a lag of at most
+ * one per lane). */
 static uint64_t tasks_submitted(tko_pool *pool) {
   uint64_t all = tko__submitted(pool); /* seq_cst loads */
   uint64_t runners = tko__load_seq(&pool->runners_out);

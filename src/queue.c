@@ -304,6 +304,8 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
     uint32_t b = q->heap[0];
     tko__bucket *bk = &q->buckets[b];
     uint32_t slot = bk->head;
+    bool alone = q->alone_ctx && q->items[slot].ctx == q->alone_ctx;
+    if (alone && n) break; /* the next pop's, by itself */
     out[n++] = q->items[slot];
     bk->head = q->items[slot].next;
     free_slot(q, slot);
@@ -317,6 +319,7 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
     } else if (q->aging_ns) {
       heap_sift_down(q, 0);
     }
+    if (alone) break;
   }
   q->len -= n;
   if (q->len == 0) forget_free_slots(q);

@@ -19,8 +19,36 @@
 #include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
-/* A hang shows within this. */
+/* A hang or a missed rendezvous shows within this. */
 #define KT_WAIT_MS 10000L
+
+/* Two keys on different lanes of the pool's keyed table, which is made with
+ * tko_lane_default_options (taskorch.h): a table of the same options says
+ * which lane a key takes. */
+static void two_lanes(uint64_t *a, uint64_t *b) {
+  tko_pool *p;
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  *a = 1;
+  *b = 2;
+  while (tko_lanes_index(l, *b) == tko_lanes_index(l, *a)) (*b)++;
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* Waits up to KT_WAIT_MS for c >= target. */
+static bool count_wait_within(tt_count *c, long target) {
+  struct timespec dl;
+  tt_deadline(&dl, KT_WAIT_MS);
+  bool ok = true;
+  pthread_mutex_lock(&c->mu);
+  while (c->v < target && ok) ok = pthread_cond_timedwait(&c->cv, &c->mu, &dl) != ETIMEDOUT;
+  ok = c->v >= target;
+  pthread_mutex_unlock(&c->mu);
+  return ok;
+}
 
 /* ---- defect 5: hooks and failures see the host's keyed tasks ---------------- */
 
@@ -210,6 +238,77 @@ Test(keyed_tasks, cancelled_keyed_tasks_count_and_carry_their_ids) {
   cr_assert_eq(st.submitted, NCANCEL);
   cr_assert_eq(st.submitted, st.completed + st.cancelled + st.queued + st.running);
   cr_assert_eq(tft_first_bad(c->tok, NCANCEL), -1);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- defect 6: different keys run in parallel, whatever the take size ------ */
+
+typedef struct meet {
+  tt_count started;
+  atomic_int missed; /* a task that never saw the other key's start */
+} meet;
+
+static meet meet_;
+
+/* Blocks until both keys' tasks have started (a bounded rendezvous). */
+static int meet_task(void *arg) {
+  meet *m = arg;
+  tt_count_add(&m->started, 1);
+  if (!count_wait_within(&m->started, 2)) atomic_fetch_add(&m->missed, 1);
+  return 0;
+}
+
+Test(keyed_tasks, different_keys_run_in_parallel_whatever_the_take_size) {
+  meet *m = &meet_;
+  uint64_t ka, kb;
+  two_lanes(&ka, &kb);
+  tko_options o = tko_basic_options(2);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  for (int round = 0; round < 8; round++) {
+    if (round == 4) {
+      /* Empty tasks by the thousand: the workers' takes grow to their cap. */
+      for (int i = 0; i < 20000; i++) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
+      cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+    }
+    memset(m, 0, sizeof *m);
+    tt_count_init(&m->started);
+    /* Both runners queued at once, ahead of a few plain tasks, so that one
+     * worker's take could hold them both. */
+    cr_assert_eq(tko_pool_pause(p), 0);
+    cr_assert_eq(tko_submit_keyed(p, ka, meet_task, m, 5), 0);
+    cr_assert_eq(tko_submit_keyed(p, kb, meet_task, m, 5), 0);
+    for (int i = 0; i < 4; i++) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
+    cr_assert_eq(tko_pool_resume(p), 0);
+    cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+    cr_assert_eq(atomic_load(&m->missed), 0, "round %d: one key waited behind the other", round);
+    tt_count_fini(&m->started);
+  }
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* A runner is taken alone: a plain task queued behind it is not held
+ * behind the lane's tasks in the same take (even rounds), and a runner
+ * queued behind a plain task stays for an idle worker (odd rounds). */
+Test(keyed_tasks, a_runner_is_taken_alone) {
+  meet *m = &meet_;
+  tko_options o = tko_basic_options(2);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  for (int round = 0; round < 6; round++) {
+    memset(m, 0, sizeof *m);
+    tt_count_init(&m->started);
+    cr_assert_eq(tko_pool_pause(p), 0);
+    int plain_weight = round % 2 ? 6 : 4; /* after or before the runner (5) */
+    cr_assert_eq(tko_submit_keyed(p, 3, meet_task, m, 5), 0);
+    cr_assert_eq(tko_submit(p, meet_task, m, plain_weight), 0);
+    for (int i = 0; i < 4; i++) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
+    cr_assert_eq(tko_pool_resume(p), 0);
+    cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+    cr_assert_eq(atomic_load(&m->missed), 0, "round %d: a runner and a plain task shared a take",
+                 round);
+    tt_count_fini(&m->started);
+  }
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
