@@ -258,9 +258,11 @@ static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item)
   /* Acquire: pairs with the release in lifecycle.c (close_pool), so tasks this
    * worker had taken are cancelled rather than run once TKO_CANCEL began. */
   if (tko__load_acquire(&pool->cancelling)) {
-    tko__cancel_item(pool, item);
-    /* An async task taken here holds an in-flight slot: give it back. */
+    /* An async task taken here holds an in-flight slot: give it back first,
+     * as async.c does, so that no snapshot taken once the cancel counts
+     * shows the idle pool with an async task in flight. */
     if (item->ctx & TKO__CTX_ASYNC) tko__async_release_slot(pool);
+    tko__cancel_item(pool, item);
     return;
   }
   /* The blocking hint belongs to the task that gave it: the depth at its
