@@ -472,7 +472,10 @@ TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
  * function, or destroy) continues from where it stopped; a TKO_CANCEL call
  * after a timed-out TKO_DRAIN cancels what is still queued. With
  * TKO_CANCEL_NOWAIT it closes the pool, cancels what is queued (on_cancel
- * runs on this thread) and returns 0 at once, whatever still runs;
+ * runs on this thread) and returns 0 at once, whatever still runs (shutdown
+ * calls take turns: while another thread's call is under way, this one
+ * first waits for it, within timeout_ms, like any call - pass 0 to get
+ * -ETIMEDOUT at once rather than wait);
  * tko_pool_destroy then waits for the running tasks before it frees the
  * pool (bound that wait with another timed call first). No shutdown waits
  * forever for a task that can no longer complete unless the caller asked
