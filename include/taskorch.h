@@ -216,6 +216,12 @@ typedef struct tko_options {
                                 PTHREAD_STACK_MIN if that is larger; below
                                 TKO_MIN_STACK_SIZE is -EINVAL. Tasks run on it:
                                 size it for the deepest task. */
+  unsigned max_threads;      /**< most worker threads tko_pool_resize may ask for
+                                (basic workers + max_elastic), fixed at create,
+                                where a slot is set aside for each; 0 = the
+                                larger of workers + max_elastic and 4 per CPU.
+                                -EINVAL below workers + max_elastic or above
+                                TKO_MAX_WORKERS + TKO_MAX_ELASTIC */
 } tko_options;
 
 /** Pool statistics: a snapshot, each counter read once, without a lock, so
@@ -522,6 +528,29 @@ TKO_API int tko_pool_destroy(tko_pool *pool);
  * nothing can be given back and the call does nothing. stats.queue_bytes
  * shows the result. 0, -EINVAL, -ECHILD. */
 TKO_API int tko_pool_trim(tko_pool *pool);
+
+/** Resizes a running pool to basic_workers basic workers and max_elastic
+ * elastic ones at most (as create's options would), for hosts that retune
+ * from their configuration at run time (GLib's
+ * g_thread_pool_set_max_threads, Java's setCorePoolSize). Growing starts
+ * the new basic workers before it returns (stats.basic_workers counts them
+ * at once); a raised max_elastic lets elastic workers start under backlog,
+ * at once if work waits now. Shrinking returns at once: each worker above
+ * the new size retires as it finishes the task it is running - a sleeping
+ * one at once - and the tasks it had taken and not started go back to the
+ * queue where they were, so nothing is lost or reordered; until then
+ * stats may count more workers than asked (stats.elastic_workers above
+ * max_elastic included), and each such worker starts at most one more
+ * task. Its thread_stop hook runs, and a later grow or shutdown joins its
+ * thread. Safe from any thread, concurrently with any call (another
+ * resize: the last to take effect wins), tasks and hooks of the pool
+ * included. 0; -EINVAL: NULL or destroyed pool, basic_workers and
+ * max_elastic both 0, one above TKO_MAX_WORKERS / TKO_MAX_ELASTIC, or
+ * their sum above tko_options.max_threads; -ESHUTDOWN once the pool's
+ * shutdown has begun; -ECHILD in a forked child; -EAGAIN when a new thread
+ * could not start (the others stay started and stats.basic_workers says
+ * how many run: call again to retry). */
+TKO_API int tko_pool_resize(tko_pool *pool, unsigned basic_workers, unsigned max_elastic);
 
 /** Fills *out with a snapshot. Does nothing when either pointer is NULL. */
 TKO_API void tko_pool_stats(tko_pool *pool, tko_stats *out);

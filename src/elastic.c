@@ -5,7 +5,9 @@
  * Counting: elastic_count is reserved with a CAS loop before a thread is
  * started (so it can never pass max_elastic, however many threads submit at
  * once) and released by the retiring worker. The count never goes negative:
- * only a worker that holds a reservation releases one.
+ * only a worker that holds a reservation releases one. max_elastic is
+ * elastic_max, which tko_pool_resize may lower below the count: the
+ * workers above it then retire as they finish their task (resize.c).
  *
  * No task is stranded by a retirement (think of an elastic-only pool): a
  * submit reserves its inbox slot (seq_cst), then reads idle.state and, seeing
@@ -15,7 +17,8 @@
  * worker takes its reservation and then its slot back (take_slot_back) and
  * carries on.
  *
- * Threads: max_elastic slots, each holding at most one thread handle. A
+ * Threads: elastic slots [elastic_base, nslots), room for the most
+ * tko_pool_resize may allow, each holding at most one thread handle. A
  * retiring worker marks its slot RETIRING; the next spawn into that slot
  * joins the old thread first, and shutdown joins whatever is left, so no
  * handle leaks and destroy joins every thread it started. Joins and thread
@@ -37,15 +40,18 @@ static void raise_peak(tko_pool *pool, unsigned n) {
 
 static bool reserve_count(tko_pool *pool) {
   unsigned n = tko__load_relaxed(&pool->elastic_count);
+  /* Relaxed: tko_pool_resize may lower the maximum meanwhile; a worker this
+   * reservation starts then finds itself above it and retires (resize.c). */
+  unsigned max = tko__load_relaxed(&pool->elastic_max);
   do {
-    if (n >= pool->opts.max_elastic) return false;
+    if (n >= max) return false;
   } while (!tko__cas_seq(&pool->elastic_count, &n, n + 1));
   return true;
 }
 
 /* Claims a slot whose thread is gone or going; caller holds spawn_mu. */
 static tko__worker *claim_slot(tko_pool *pool) {
-  for (unsigned i = pool->opts.workers; i < pool->nslots; i++) {
+  for (unsigned i = pool->elastic_base; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
     if (w->spawning) continue; /* its spawner has not recorded the thread yet */
     /* Never the caller's own slot: a retiring worker's thread_stop hook may
@@ -91,20 +97,8 @@ void tko__elastic_spawn(tko_pool *pool) {
   /* Outside spawn_mu: the old thread may be running its thread_stop hook,
    * and that hook may submit (and so spawn) itself. */
   if (join_old) pthread_join(old, NULL);
-  tko__idle_search_begin(&pool->idle); /* the new worker starts searching */
-  tko__thread_enter(pool);
   pthread_t t;
-  int rc = tko__thread_create_placed(&t, tko__worker_main, w, &pool->place);
-  if (rc) {
-    tko__thread_exit(pool);
-    /* The worker that will not come was counted as searching, and a submit
-     * meanwhile may have skipped its wake-up on that account: stop counting
-     * it and, if it was the last searcher and work waits, wake a sleeper in
-     * its place (signal.c: "A spawn that fails"). Only a wake, never another
-     * spawn: creation may keep failing. */
-    if (tko__idle_search_end(&pool->idle) && tko__runnable_seq(pool))
-      tko__idle_wake_one(&pool->idle);
-  }
+  int rc = tko__worker_spawn(pool, w, &t);
   pthread_mutex_lock(&pool->spawn_mu);
   if (rc == 0) {
     w->thread = t;
@@ -186,7 +180,7 @@ void tko__elastic_close_and_join(tko_pool *pool) {
   pthread_mutex_lock(&pool->spawn_mu);
   pool->spawn_closed = true;
   while (pool->spawns_active) pthread_cond_wait(&pool->spawn_cv, &pool->spawn_mu);
-  for (unsigned i = pool->opts.workers; i < pool->nslots; i++) {
+  for (unsigned i = pool->elastic_base; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
     bool join = w->has_thread;
     pthread_t t = w->thread;

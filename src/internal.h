@@ -10,7 +10,8 @@
  *
  * Lock ranks, the one place that orders every lock in the engine (a lock
  * may be taken while holding only locks ranked before it):
- *   1. spawn_mu   elastic slots and their threads (elastic.c)
+ *   1. spawn_mu   worker slots' threads and states, the resize targets
+ *                 (elastic.c, resize.c)
  *   2. lock       the queue lock (a spinlock, lock.h)
  *   3. idle.mu    the idle list (signal.c)
  * Leaves, each taken with no other lock held: gate_mu (lifecycle.c),
@@ -68,8 +69,10 @@ typedef struct tko__batch_frame {
   struct tko__batch_frame *outer;
 } tko__batch_frame;
 
-/* Elastic slot states. */
-enum { TKO__SLOT_EMPTY = 0, TKO__SLOT_RUNNING, TKO__SLOT_RETIRING };
+/* Slot states. Elastic slots: EMPTY, RUNNING, RETIRING (elastic.c).
+ * Basic slots (resize.c) also pass through LEAVING: the thread retired
+ * after a shrink and runs its stop hook; a grow may hand the slot back. */
+enum { TKO__SLOT_EMPTY = 0, TKO__SLOT_RUNNING, TKO__SLOT_RETIRING, TKO__SLOT_LEAVING };
 
 /* One worker thread (or elastic slot). The counters are written only by the
  * thread that owns the slot, so they cost a plain store per task; readers
@@ -84,7 +87,8 @@ typedef struct tko__worker {
   tko__sleeper sleeper;
   pthread_t thread; /* guarded by spawn_mu for elastic slots */
   bool has_thread;  /* started and not yet joined; guarded by spawn_mu for elastic */
-  bool spawning;    /* elastic: a spawner owns the slot; guarded by spawn_mu */
+  bool spawning;    /* a spawner (elastic) or a grow (basic) owns the slot;
+                       guarded by spawn_mu */
   bool stopping;    /* elastic: retired, running its thread_stop hook; guarded
                        by spawn_mu (see claim_slot) */
   unsigned blocking_depth; /* nested tko_blocking_begin calls; owner only */
@@ -105,7 +109,8 @@ typedef struct tko__worker {
   size_t batch_cap; /* most tasks the next take may hold; owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,
-   * together with releasing its elastic count. */
+   * together with releasing its elastic count. Basic: written and read
+   * under spawn_mu only (resize.c). */
   atomic_int slot_state;
 } tko__worker;
 
@@ -142,8 +147,9 @@ struct tko_pool {
   atomic_uint elastic_peak;
   atomic_uint_fast64_t elastic_spawned, elastic_retired;
   atomic_uint basic_alive;
-  /* Guards slot threads (thread, has_thread, spawning), spawn_closed and
-   * spawns_active. Never held while joining or creating a thread. */
+  /* Guards slot threads (thread, has_thread, spawning), basic slots'
+   * states, the resize targets' changes, spawn_closed and spawns_active.
+   * Never held while joining or creating a thread. */
   pthread_mutex_t spawn_mu;
   pthread_cond_t spawn_cv; /* spawns_active dropped to 0 */
   bool spawn_closed;
@@ -228,7 +234,17 @@ struct tko_pool {
   bool stamp_enqueue; /* timing or aging: submits read the clock. Kept here, with
                          the read-only options, not read from the queue's
                          aging_ns, whose line the lock holder writes per take */
-  unsigned nslots; /* workers + max_elastic */
+  /* Live resize (resize.c). The targets are stored by tko_pool_resize
+   * under spawn_mu and read lock-free as hints (a worker after each task,
+   * a spawner); every decision on them is taken again under spawn_mu.
+   * Read-mostly: no task writes this line. */
+  atomic_uint basic_target; /* basic workers wanted: slots [0, basic_target) */
+  atomic_uint elastic_max;  /* max_elastic now (opts.max_elastic: at create) */
+  unsigned elastic_base;    /* I: basic slots are [0, elastic_base), elastic
+                               ones [elastic_base, nslots); each region holds
+                               opts.max_threads, within TKO_MAX_WORKERS /
+                               TKO_MAX_ELASTIC */
+  unsigned nslots;          /* I */
   tko__worker *slots;
 };
 
@@ -352,6 +368,31 @@ bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w);
 /* Marks a retired worker's thread as running (or done with) its stop hook. */
 void tko__elastic_set_stopping(tko_pool *pool, tko__worker *w, bool stopping);
 void tko__elastic_close_and_join(tko_pool *pool);
+/* Starts a thread for slot w, counted as searching and in the lifecycle's
+ * threads before it exists; on failure takes both back (waking a sleeper
+ * in its place if work waits) and returns the error. */
+int tko__worker_spawn(tko_pool *pool, tko__worker *w, pthread_t *t);
+
+/* resize.c. Whether worker w is above the pool's size (a basic worker at or
+ * past basic_target, or an elastic one while more run than elastic_max): a
+ * lock-free hint, read after each task and before each take; relaxed, the
+ * decision is tko__resize_retire's. */
+static inline bool tko__resize_hint(tko_pool *pool, const tko__worker *w) {
+  if (w->kind == TKO_WORKER_BASIC) return w->index >= tko__load_relaxed(&pool->basic_target);
+  return tko__load_relaxed(&pool->elastic_count) > tko__load_relaxed(&pool->elastic_max);
+}
+/* Decides under spawn_mu whether w retires for a shrink, and if so gives up
+ * its place (a basic slot becomes LEAVING, an elastic worker releases its
+ * count and slot as an idle one does). */
+bool tko__resize_retire(tko_pool *pool, tko__worker *w);
+/* A basic worker that left after a shrink has run its stop hook: true if a
+ * grow handed its slot back meanwhile (it carries on), else its slot is
+ * RETIRING and the thread ends. */
+bool tko__resize_left(tko_pool *pool, tko__worker *w);
+/* A basic slot whose thread ends with no replacement (worker.c: a task's
+ * pthread_exit, and no thread could start) becomes RETIRING: a grow joins
+ * that thread and starts another. */
+void tko__resize_vacate(tko_pool *pool, tko__worker *w);
 
 /* Refreshes backlog and async_waiting; caller holds lock. */
 static inline void tko__refresh_backlog(tko_pool *pool) {
@@ -440,7 +481,9 @@ static inline void tko__signal_work(tko_pool *pool) {
   uint64_t st = tko__load_seq(&pool->idle.state);
   if (tko__idle_searching(st) > 0) return;
   if (tko__idle_sleeping(st) > 0 && tko__idle_wake_one(&pool->idle)) return;
-  if (pool->opts.max_elastic) tko__elastic_spawn(pool);
+  /* Relaxed: a hint (tko_pool_resize may change it); the spawn's own
+   * reservation re-reads it. */
+  if (tko__load_relaxed(&pool->elastic_max)) tko__elastic_spawn(pool);
 }
 
 #endif

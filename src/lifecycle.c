@@ -248,7 +248,9 @@ static int finish(tko_pool *pool, const struct timespec *deadline) {
   pthread_mutex_unlock(&pool->gate_mu);
   if (rc) return rc;
   /* Every worker is at its end: these joins return at once. */
-  for (unsigned i = 0; i < pool->opts.workers; i++) {
+  /* Every basic slot: a grow (tko_pool_resize) may have used any, and it
+   * left the gate before the wait above ended. */
+  for (unsigned i = 0; i < pool->elastic_base; i++) {
     tko__worker *w = &pool->slots[i];
     if (w->has_thread) pthread_join(w->thread, NULL);
     w->has_thread = false;

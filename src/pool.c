@@ -47,7 +47,19 @@ static int check_options(const tko_options *o) {
   if (o->aging_ms > TKO_MAX_IDLE_MS) return -EINVAL;
   if (o->queue_capacity > ((size_t)1 << 31)) return -EINVAL;
   if (!tko__allocator_valid(o->allocator)) return -EINVAL;
+  if (o->max_threads && (o->max_threads < o->workers + o->max_elastic ||
+                         o->max_threads > TKO_MAX_WORKERS + TKO_MAX_ELASTIC))
+    return -EINVAL;
   return 0;
+}
+
+/* tko_options.max_threads, 0 resolved: room to grow to 4 threads per CPU. */
+static unsigned max_threads(const tko_options *o) {
+  if (o->max_threads) return o->max_threads;
+  unsigned n = o->workers + o->max_elastic, cpus = tko__cpu_count();
+  unsigned lim = TKO_MAX_WORKERS + TKO_MAX_ELASTIC;
+  if (cpus > lim / 4) cpus = lim / 4;
+  return n > 4 * cpus ? n : 4 * cpus;
 }
 
 static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_worker_kind kind) {
@@ -133,7 +145,14 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   pool->opts.cpus = NULL; /* nor the caller's CPU list */
   const tko_hooks *h = &opts->hooks;
   pool->timing = h->before_run || h->after_run || h->on_failure;
-  pool->nslots = opts->workers + opts->max_elastic;
+  /* Slots for every worker a resize may ask for (resize.c), so that none
+   * is ever reallocated under a running thread. */
+  pool->opts.max_threads = max_threads(opts);
+  unsigned cap = pool->opts.max_threads;
+  pool->elastic_base = cap < TKO_MAX_WORKERS ? cap : TKO_MAX_WORKERS;
+  pool->nslots = pool->elastic_base + (cap < TKO_MAX_ELASTIC ? cap : TKO_MAX_ELASTIC);
+  atomic_init(&pool->basic_target, opts->workers);
+  atomic_init(&pool->elastic_max, opts->max_elastic);
 
   rc = init_sync(pool);
   if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);
@@ -154,8 +173,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   pool->magic = TKO__POOL_MAGIC;
   worker_init(&pool->caller, pool, UINT32_MAX, TKO_WORKER_BASIC);
   for (unsigned i = 0; i < pool->nslots; i++) {
-    bool basic = i < opts->workers;
-    worker_init(&pool->slots[i], pool, basic ? i : i - opts->workers,
+    bool basic = i < pool->elastic_base;
+    worker_init(&pool->slots[i], pool, basic ? i : i - pool->elastic_base,
                 basic ? TKO_WORKER_BASIC : TKO_WORKER_ELASTIC);
     if (tko__parker_init(&pool->slots[i].sleeper.parker)) {
       pool->nslots = i;
@@ -166,6 +185,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   for (unsigned i = 0; i < opts->workers; i++) {
     tko__idle_search_begin(&pool->idle); /* each new worker starts searching */
     tko__add_seq(&pool->basic_alive, 1);
+    /* Before the thread runs: only spawn_mu's holders read it later. */
+    atomic_init(&pool->slots[i].slot_state, TKO__SLOT_RUNNING);
     tko__thread_enter(pool);
     rc = tko__thread_start(pool, &pool->slots[i]);
     if (rc) {

@@ -247,21 +247,29 @@ static uint32_t new_bucket(tko__queue *q, int weight) {
   return b;
 }
 
-int tko__queue_push(tko__queue *q, const tko__item *item) {
+/* Finds weight's bucket (a new one for a weight not queued yet) and makes
+ * room for one more item: then the push cannot fail. */
+static int bucket_for(tko__queue *q, int weight, uint32_t *out) {
   int rc = grow_items(q, 1);
   if (rc) return rc;
   /* The last push's bucket is the common case; otherwise one table lookup,
    * and a new bucket only for a weight not queued yet. */
   uint32_t b = q->last_bucket;
-  if (b == TKO__NIL || q->buckets[b].weight != item->weight) {
-    b = table_find(q, item->weight);
+  if (b == TKO__NIL || q->buckets[b].weight != weight) {
+    b = table_find(q, weight);
     if (b == TKO__NIL) {
       rc = reserve_buckets(q, 1); /* may rebuild the table: look up nothing across it */
       if (rc) return rc;
-      b = new_bucket(q, item->weight);
+      b = new_bucket(q, weight);
     }
     q->last_bucket = b;
   }
+  *out = b;
+  return 0;
+}
+
+/* Copies *item into a free slot at the tail of bucket b. */
+static void append(tko__queue *q, uint32_t b, const tko__item *item) {
   uint32_t slot = take_slot(q);
   tko__item *it = &q->items[slot];
   *it = *item;
@@ -274,6 +282,42 @@ int tko__queue_push(tko__queue *q, const tko__item *item) {
   } else {
     q->items[bk->tail].next = slot;
     bk->tail = slot;
+  }
+  q->len++;
+}
+
+int tko__queue_push(tko__queue *q, const tko__item *item) {
+  uint32_t b;
+  int rc = bucket_for(q, item->weight, &b);
+  if (rc) return rc;
+  append(q, b, item);
+  return 0;
+}
+
+int tko__queue_push_ordered(tko__queue *q, const tko__item *item) {
+  uint32_t b;
+  int rc = bucket_for(q, item->weight, &b);
+  if (rc) return rc;
+  tko__bucket *bk = &q->buckets[b];
+  /* Past the items that go before it: none, usually, for a task handed
+   * back (it was taken from the head, and pushed back last-taken first). */
+  uint32_t prev = TKO__NIL, cur = bk->head;
+  while (cur != TKO__NIL && item_before(q->aging_ns, &q->items[cur], item)) {
+    prev = cur;
+    cur = q->items[cur].next;
+  }
+  if (cur == TKO__NIL) {
+    append(q, b, item);
+    return 0;
+  }
+  uint32_t slot = take_slot(q);
+  q->items[slot] = *item;
+  q->items[slot].next = cur;
+  if (prev != TKO__NIL) {
+    q->items[prev].next = slot;
+  } else {
+    bk->head = slot; /* a new head: with aging its bucket's key rose */
+    heap_sift_up(q, bk->heap_pos);
   }
   q->len++;
   return 0;

@@ -77,6 +77,11 @@ int tko__queue_reserve(tko__queue *q, size_t n);
 int tko__queue_reserve_buckets(tko__queue *q, size_t k);
 /* Copies *item in. -ENOMEM (queue unchanged) if it could not grow. */
 int tko__queue_push(tko__queue *q, const tko__item *item);
+/* Copies *item in at its place by priority and id among the items of its
+ * weight, rather than at the tail: a task taken and handed back (a worker
+ * that retires with part of its batch) goes back where it was. -ENOMEM
+ * (queue unchanged) if it could not grow. */
+int tko__queue_push_ordered(tko__queue *q, const tko__item *item);
 /* Moves up to max items, highest priority first, into out; returns how
  * many. An alone_ctx item is only ever popped by itself. */
 size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max);

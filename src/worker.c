@@ -148,7 +148,8 @@ static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
     /* Share by the workers there could be, elastic ones included, so one
      * worker does not hoard tasks that an elastic worker could have run
      * (blocking tasks above all). */
-    unsigned workers = tko__load_relaxed(&pool->basic_alive) + pool->opts.max_elastic;
+    unsigned workers =
+        tko__load_relaxed(&pool->basic_alive) + tko__load_relaxed(&pool->elastic_max);
     size_t share = workers > 1 ? len / workers : len;
     if (share < 1) share = 1;
     if (share > max) share = max;
@@ -192,15 +193,22 @@ static void finish_started(tko_pool *pool, tko__worker *w) {
   publish_finished(w);
 }
 
-/* The tasks this thread took and had not started go back to the queue,
- * where their ids keep their order; one the queue cannot take back (no
- * memory) is cancelled. Their room in a bounded queue is still held. */
+/* The tasks this thread took and had not started go back to the queue, at
+ * the places they were taken from (last taken first, each ahead of the
+ * later tasks of its weight); one the queue cannot take back (no memory) is
+ * cancelled. Their room in a bounded queue is still held. The caller then
+ * signals the work (tko__runnable_seq, tko__signal_work): the seq_cst fence
+ * here orders the pushes, stored under the lock, before that load of
+ * idle.state - the Dekker pair with a sleeper's sleep_prepare RMW and its
+ * seq_cst re-check of backlog (signal.c), as a submit's seq_cst
+ * reservation does for the inbox. */
 static void requeue_taken(tko_pool *pool, tko__worker *w) {
   for (tko__batch_frame *b = w->batch; b; b = b->outer) {
-    for (; b->next < b->n; b->next++) {
-      const tko__item *it = &b->items[b->next];
+    while (b->n > b->next) {
+      const tko__item *it = &b->items[--b->n];
       tko__lock_acquire(&pool->lock);
-      int rc = tko__queue_push(it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue, it);
+      tko__queue *q = it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
+      int rc = tko__queue_push_ordered(q, it);
       tko__refresh_backlog(pool);
       tko__unlock(&pool->lock);
       if (rc) {
@@ -210,19 +218,23 @@ static void requeue_taken(tko_pool *pool, tko__worker *w) {
     }
   }
   w->batch = NULL;
+  atomic_thread_fence(memory_order_seq_cst); /* see above */
 }
 
-static void replace_basic(tko_pool *pool, tko__worker *w) {
+/* Starts a thread to take this basic worker's place; false if none could
+ * start (then the slot is left to be staffed again by a grow). */
+static bool replace_basic(tko_pool *pool, tko__worker *w) {
   w->predecessor = pthread_self();
   w->has_predecessor = true;
   tko__idle_search_begin(&pool->idle); /* the new thread starts searching */
   tko__thread_enter(pool);
   pthread_t t;
-  if (tko__thread_create_placed(&t, tko__worker_main, w, &pool->place) == 0) return; /* it records itself */
-  w->has_predecessor = false; /* shutdown joins this thread (w->thread) */
+  if (tko__thread_create_placed(&t, tko__worker_main, w, &pool->place) == 0) return true; /* it records itself */
+  w->has_predecessor = false; /* shutdown, or a grow, joins this thread (w->thread) */
   tko__thread_exit(pool);
   tko__idle_search_end(&pool->idle);
   tko__sub_seq(&pool->basic_alive, 1);
+  return false;
 }
 
 static void retire_elastic(tko_pool *pool, tko__worker *w) {
@@ -243,10 +255,14 @@ static void task_exited(void *arg) {
   finish_started(pool, w);
   requeue_taken(pool, w);
   if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
-  if (w->kind == TKO_WORKER_BASIC) replace_basic(pool, w);
-  else retire_elastic(pool, w);
+  bool unstaffed = w->kind == TKO_WORKER_BASIC && !replace_basic(pool, w);
+  if (w->kind != TKO_WORKER_BASIC) retire_elastic(pool, w);
   tko__notify_idle(pool);
   if (tko__runnable_seq(pool)) tko__signal_work(pool);
+  /* A basic slot left without a thread is RETIRING, so that a grow
+   * (tko_pool_resize) joins this thread and staffs it: marked last, when
+   * nothing but the thread's exit is left for that join to wait for. */
+  if (unstaffed) tko__resize_vacate(pool, w);
   tko__thread_exit(pool); /* this thread's own count: the last touch */
 }
 
@@ -297,13 +313,29 @@ static void publish_finished(tko__worker *w) {
 /* Runs a batch this worker took. Its cursor lives in the worker, so that a
  * group wait inside one of these tasks can run the batch's remaining tasks
  * itself (tko__help_one): a member of the awaited group may be among them,
- * and nobody else can reach this worker's private batch. */
-static void run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n) {
+ * and nobody else can reach this worker's private batch.
+ * A batch taken by the work loop itself (top: no task of this thread below
+ * it) stops early when a shrink retires the worker (resize.c): after the
+ * task that was running, the rest goes back to the queue. Returns whether
+ * that happened. */
+static bool run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n, bool top) {
   tko__batch_frame frame = {batch, n, 0, w->batch};
   w->batch = &frame;
-  while (frame.next < frame.n) run_or_cancel(pool, w, &batch[frame.next++]);
-  w->batch = frame.outer;
+  bool retired = false;
+  while (frame.next < frame.n) {
+    run_or_cancel(pool, w, &batch[frame.next++]);
+    if (top && frame.next < frame.n && tko__resize_hint(pool, w) && tko__resize_retire(pool, w)) {
+      retired = true;
+      break;
+    }
+  }
   publish_finished(w);
+  if (retired) {
+    requeue_taken(pool, w); /* sets w->batch to NULL: this frame was the only one */
+    if (tko__runnable_seq(pool)) tko__signal_work(pool);
+  }
+  w->batch = frame.outer;
+  return retired;
 }
 
 int tko_blocking_begin(void) {
@@ -338,7 +370,7 @@ bool tko__help_one(tko_pool *pool, tko__worker *w) {
   }
   tko__item item;
   if (!take_batch(pool, &item, 1)) return false;
-  run_batch(pool, w, &item, 1);
+  run_batch(pool, w, &item, 1, false);
   return true;
 }
 
@@ -377,6 +409,11 @@ static bool spin_for_work(tko_pool *pool) {
 
 enum sleep_result { WOKEN, RETIRE };
 
+/* How a work loop ended: the pool closed, the worker retired (an elastic
+ * one, idle or above a lowered max_elastic), or a basic worker left after a
+ * shrink. */
+enum loop_end { CLOSED, RETIRED, LEFT };
+
 /* Sleeps until woken (counted as searching again) or, for an elastic
  * worker, until idle long enough to retire. */
 static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
@@ -384,7 +421,11 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   /* Step (2) of signal.c's essay: seq_cst, after sleep_prepare's RMW; pairs
    * with tko_submit's seq_cst inbox reservation. closing is stored seq_cst
    * before shutdown wakes every sleeper. */
-  if (tko__runnable_seq(pool) || (tko__load_seq(&pool->closing) && tko__nothing_left(pool))) {
+  /* A shrink stores its target before it wakes every sleeper under
+   * idle.mu, which sleep_prepare took too: a sleeper it missed reads the
+   * new target here (resize.c). */
+  if (tko__runnable_seq(pool) || (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) ||
+      tko__resize_hint(pool, w)) {
     if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper))
       tko__parker_park(&w->sleeper.parker, UINT64_MAX);
     return WOKEN;
@@ -407,14 +448,22 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   return tko__elastic_try_retire(pool, w) ? RETIRE : WOKEN;
 }
 
-/* Takes and runs work until the pool closes (false) or, for an elastic
- * worker, until it retires (true). */
-static bool work_loop(tko_pool *pool, tko__worker *w) {
+/* The end of a work loop for a worker that a shrink retired. */
+static enum loop_end left(const tko__worker *w) {
+  return w->kind == TKO_WORKER_BASIC ? LEFT : RETIRED;
+}
+
+/* Takes and runs work until the pool closes or the worker retires. */
+static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
   bool searching = true; /* the spawner (or a resurrection) counted it searching */
-  bool retired = false;
+  enum loop_end end = CLOSED;
   w->batch_cap = pool->opts.max_batch < TKO__BATCH_START ? pool->opts.max_batch : TKO__BATCH_START;
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {
+    if (tko__resize_hint(pool, w) && tko__resize_retire(pool, w)) {
+      end = left(w);
+      break;
+    }
     size_t cap = w->batch_cap;
     size_t n = take_batch(pool, batch, cap);
     if (n) {
@@ -429,10 +478,13 @@ static bool work_loop(tko_pool *pool, tko__worker *w) {
        * cannot move (max_batch 1: the C-Thread-Pool layer's job per take). */
       if (pool->opts.max_batch > 1) {
         uint64_t t0 = tko__now_ns();
-        run_batch(pool, w, batch, n);
+        if (run_batch(pool, w, batch, n, true)) {
+          end = left(w);
+          break;
+        }
         size_next_take(pool, w, n, tko__now_ns() - t0);
       } else {
-        run_batch(pool, w, batch, n);
+        run_batch(pool, w, batch, n, true); /* one task: it never stops early */
       }
       /* A small take means this worker is right behind the submitters:
        * polling again at once would pull the inbox's lines away from the
@@ -462,12 +514,17 @@ static bool work_loop(tko_pool *pool, tko__worker *w) {
     if (spin_for_work(pool)) continue;
     if (worker_sleep(pool, w) == RETIRE) {
       searching = false; /* try_retire ended the search */
-      retired = true;
+      end = RETIRED;
       break;
     }
   }
-  if (searching) tko__idle_search_end(&pool->idle);
-  return retired;
+  /* A worker that retires while searching may be what a submit counted on
+   * (it skipped its wake-up): as the last searcher it re-reads for work,
+   * seq_cst after its seq_cst RMW, and passes it on (signal.c's Dekker
+   * pair). A closed pool's leftovers are shutdown's. */
+  if (searching && tko__idle_search_end(&pool->idle) && end != CLOSED && tko__runnable_seq(pool))
+    tko__signal_work(pool);
+  return end;
 }
 
 void *tko__worker_main(void *arg) {
@@ -492,26 +549,45 @@ void *tko__worker_main(void *arg) {
    * higher priority needs CAP_SYS_NICE). */
   tko__thread_set_nice(pool->creator_nice);
   if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
-  bool retired;
+  enum loop_end end;
 restart:
-  retired = work_loop(pool, w);
-  if (!retired) {
+  end = work_loop(pool, w);
+  if (end == CLOSED) {
     if (w->kind == TKO_WORKER_BASIC) tko__sub_seq(&pool->basic_alive, 1);
     else tko__sub_seq(&pool->elastic_count, 1);
   }
   tko__notify_idle(pool);
+  bool retired = end == RETIRED;
   bool stop_hook_spawns = retired && h->thread_stop; /* it may submit, and so spawn */
   if (stop_hook_spawns) tko__elastic_set_stopping(pool, w, true);
   if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
   if (stop_hook_spawns) tko__elastic_set_stopping(pool, w, false);
-  if (stop_hook_spawns && tko__elastic_resurrect(pool, w)) {
-    /* The stop hook left work no one else may pick up: start over. */
+  /* Start over when the stop hook left work no one else may pick up
+   * (elastic), or a grow handed this basic slot back meanwhile. */
+  if ((stop_hook_spawns && tko__elastic_resurrect(pool, w)) ||
+      (end == LEFT && tko__resize_left(pool, w))) {
     if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
     tko__idle_search_begin(&pool->idle);
     goto restart;
   }
   tko__thread_exit(pool); /* the last touch of the pool: shutdown may now join */
   return NULL;
+}
+
+int tko__worker_spawn(tko_pool *pool, tko__worker *w, pthread_t *t) {
+  tko__idle_search_begin(&pool->idle); /* the new worker starts searching */
+  tko__thread_enter(pool);
+  int rc = tko__thread_create_placed(t, tko__worker_main, w, &pool->place);
+  if (rc == 0) return 0;
+  tko__thread_exit(pool);
+  /* The worker that will not come was counted as searching, and a submit
+   * meanwhile may have skipped its wake-up on that account: stop counting
+   * it and, if it was the last searcher and work waits, wake a sleeper in
+   * its place (signal.c: "A spawn that fails"). Only a wake, never another
+   * spawn: creation may keep failing. */
+  if (tko__idle_search_end(&pool->idle) && tko__runnable_seq(pool))
+    tko__idle_wake_one(&pool->idle);
+  return rc;
 }
 
 int tko__thread_start(tko_pool *pool, tko__worker *w) {

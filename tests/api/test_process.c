@@ -100,6 +100,7 @@ static int child_checks(tko_pool *parent) {
       tko_pool_shutdown(parent, TKO_CANCEL) != -ECHILD)
     bad |= 1 << 4;
   if (tko_pool_pause(parent) != -ECHILD || tko_pool_resume(parent) != -ECHILD) bad |= 1 << 5;
+  if (tko_pool_resize(parent, 2, 0) != -ECHILD) bad |= 1 << 11;
   if (tko_submit_async(parent, nop_async, NULL, 0) != -ECHILD) bad |= 1 << 6;
   if (tko_group_init(&g) != 0 || tko_group_submit(parent, &g, tft_run, &tok[0], 0) != -ECHILD ||
       tko_group_pending(&g) != 0 || tko_group_destroy(&g) != 0)

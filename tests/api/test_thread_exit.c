@@ -166,3 +166,30 @@ Test(thread_exit, an_exit_inside_a_helping_wait_finishes_both_tasks) {
   cr_assert_eq(tko_group_destroy(&inner_group), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
+
+/* The tasks an exiting worker had taken go back where they were taken
+ * from, not behind the later tasks of their weight: one worker takes the
+ * exiting task and 15 more (a batch, queued while paused), 9 stay queued;
+ * the 24 must still run in submit order. (They were appended, and ran
+ * after the 9.) */
+static atomic_int order_pos;
+static int order_log[24];
+
+static int ordered_fn(void *arg) {
+  order_log[atomic_fetch_add(&order_pos, 1)] = (int)(intptr_t)arg;
+  return 0;
+}
+
+Test(thread_exit, taken_tasks_go_back_in_their_order) {
+  ctx c;
+  tko_pool *pool = make_pool(&c, 1, 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit(pool, exit_fn, NULL, 10), 0);
+  for (int i = 0; i < 24; i++)
+    cr_assert_eq(tko_submit(pool, ordered_fn, (void *)(intptr_t)i, 0), 0);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&order_pos), 24);
+  for (int i = 0; i < 24; i++) cr_assert_eq(order_log[i], i, "position %d ran task %d", i, order_log[i]);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}

@@ -417,3 +417,53 @@ Test(queue, sizes_past_the_index_range_are_refused_before_allocating) {
   cr_assert_eq(out.id, 1u);
   tko__queue_fini(&q);
 }
+
+/* tko__queue_push_ordered (a retiring worker's hand-back): items pushed
+ * back in any order land where the contract's order puts them among those
+ * queued - before, between and after them, in new and existing buckets -
+ * with and without aging. */
+static uint64_t ordered_aging;
+
+static int aged_cmp(const void *a, const void *b) {
+  const tko__item *x = a, *y = b;
+  __int128 kx = (__int128)x->weight * ordered_aging - (__int128)x->enq_ns;
+  __int128 ky = (__int128)y->weight * ordered_aging - (__int128)y->enq_ns;
+  if (!ordered_aging) kx = x->weight, ky = y->weight;
+  if (kx != ky) return kx > ky ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void check_push_ordered(uint64_t aging_ns) {
+  enum { N = 600 };
+  ordered_aging = aging_ns;
+  tko__queue q;
+  cr_assert_eq(tko__queue_init(&q, 16, NULL), 0);
+  q.aging_ns = aging_ns;
+  static tko__item ref[N], out[N];
+  uint64_t seed = 7;
+  for (size_t i = 0; i < N; i++) {
+    ref[i] = make_item(i + 1, (int)(tt_rand(&seed) % 5));
+    ref[i].enq_ns = (i + 1) * 300; /* submit order, as stamped */
+  }
+  /* Odd ids first, plainly; then the even ones handed back, shuffled. */
+  for (size_t i = 0; i < N; i += 2) cr_assert_eq(tko__queue_push(&q, &ref[i]), 0);
+  size_t order[N / 2];
+  for (size_t k = 0; k < N / 2; k++) order[k] = 2 * k + 1;
+  for (size_t k = N / 2 - 1; k > 0; k--) {
+    size_t j = tt_rand(&seed) % (k + 1), t = order[k];
+    order[k] = order[j];
+    order[j] = t;
+  }
+  for (size_t k = 0; k < N / 2; k++) cr_assert_eq(tko__queue_push_ordered(&q, &ref[order[k]]), 0);
+  cr_assert_eq(q.len, N);
+  qsort(ref, N, sizeof *ref, aged_cmp);
+  size_t got = 0;
+  while (got < N) got += tko__queue_pop(&q, out + got, 7);
+  for (size_t i = 0; i < N; i++) cr_assert_eq(out[i].id, ref[i].id, "position %zu", i);
+  tko__queue_fini(&q);
+}
+
+Test(queue, push_ordered_puts_items_back_in_place) {
+  check_push_ordered(0);
+  check_push_ordered(1000); /* aging: a new head re-sifts its bucket */
+}

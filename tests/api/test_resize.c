@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: MIT */
+/* tko_pool_resize: growing starts every new worker at once (a rendezvous
+ * of N tasks that needs N workers at the same time), shrinking retires
+ * workers as they finish their current task - handing back the tasks they
+ * had taken, in their order - and bounds how many tasks run at once;
+ * resizes from inside a task; resizes racing submits and a shutdown (the
+ * TSan case); and the errors. Every wait is bounded (tko_test_sync.h). */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_sync.h"
+
+/* Thread hooks, counted by worker kind. */
+typedef struct watch {
+  tt_count starts[2], stops[2];
+} watch;
+
+static void watch_init(watch *w) {
+  for (int k = 0; k < 2; k++) {
+    tt_count_init(&w->starts[k]);
+    tt_count_init(&w->stops[k]);
+  }
+}
+
+static void on_start(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index;
+  tt_count_add(&((watch *)user)->starts[kind], 1);
+}
+
+static void on_stop(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index;
+  tt_count_add(&((watch *)user)->stops[kind], 1);
+}
+
+/* Options with the hooks above; elastic workers never retire for idling
+ * here (an hour), so every retirement the tests see is a shrink's. */
+static tko_options watched(watch *w, unsigned workers, unsigned max_elastic, unsigned max_threads) {
+  tko_options o = tko_elastic_options(workers, max_elastic, TKO_MAX_IDLE_MS);
+  o.max_threads = max_threads;
+  o.max_batch = 1; /* a worker never holds a rendezvous task it cannot start */
+  o.hooks.user = w;
+  o.hooks.thread_start = on_start;
+  o.hooks.thread_stop = on_stop;
+  return o;
+}
+
+/* N tasks that each wait until all N have started: they can only finish
+ * with N workers running at once. */
+typedef struct rendezvous {
+  tt_count in;
+  long need;
+  atomic_int missed;
+} rendezvous;
+
+static int meet_fn(void *arg) {
+  rendezvous *r = arg;
+  tt_count_add(&r->in, 1);
+  if (!tt_count_wait_geq(&r->in, r->need)) atomic_store(&r->missed, 1);
+  return 0;
+}
+
+static void meet(tko_pool *p, long n) {
+  rendezvous r;
+  memset(&r, 0, sizeof r);
+  tt_count_init(&r.in);
+  r.need = n;
+  for (long i = 0; i < n; i++)
+    cr_assert_eq(tko_submit(p, meet_fn, &r, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS + 10000), 0);
+  cr_assert_eq(atomic_load(&r.missed), 0, "%ld tasks never ran at once", n);
+  tt_count_fini(&r.in);
+}
+
+/* Tasks that count how many of them run at once. */
+typedef struct overlap {
+  atomic_int now, max;
+  atomic_long ran;
+} overlap;
+
+static int overlap_fn(void *arg) {
+  overlap *o = arg;
+  int n = atomic_fetch_add(&o->now, 1) + 1;
+  int m = atomic_load(&o->max);
+  while (n > m && !atomic_compare_exchange_weak(&o->max, &m, n)) {
+  }
+  tt_spin_ns(20000); /* long enough for the workers to overlap */
+  atomic_fetch_sub(&o->now, 1);
+  atomic_fetch_add(&o->ran, 1);
+  return 0;
+}
+
+/* Runs n overlap tasks; returns the most that ran at once. */
+static int most_at_once(tko_pool *p, long n) {
+  overlap o;
+  memset(&o, 0, sizeof o);
+  for (long i = 0; i < n; i++)
+    cr_assert_eq(tko_submit(p, overlap_fn, &o, (int)(i % 5)), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&o.ran), n);
+  return atomic_load(&o.max);
+}
+
+Test(resize, grow_starts_every_worker_at_once) {
+  watch w;
+  watch_init(&w);
+  tko_options o = watched(&w, 1, 0, 6);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_resize(p, 5, 0), 0);
+  tko_stats s;
+  tko_pool_stats(p, &s);
+  cr_assert_eq(s.basic_workers, 5); /* counted before resize returns */
+  cr_assert(tt_count_wait_geq(&w.starts[TKO_WORKER_BASIC], 5));
+  meet(p, 5);
+  cr_assert_eq(tko_pool_resize(p, 6, 0), 0); /* up to max_threads */
+  meet(p, 6);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(tt_count_get(&w.stops[TKO_WORKER_BASIC]), 6);
+}
+
+/* What the ordered tasks of the next test record. */
+typedef struct ordered {
+  int idx, weight;
+  atomic_int runs;
+  atomic_uint worker;
+} ordered;
+
+static atomic_int order_pos;
+static int order_log[64];
+
+static int ordered_fn(void *arg) {
+  ordered *t = arg;
+  atomic_fetch_add(&t->runs, 1);
+  order_log[atomic_fetch_add(&order_pos, 1)] = t->idx;
+  return 0;
+}
+
+static void note_worker(void *user, const tko_task_info *info) {
+  (void)user;
+  if (info->fn == ordered_fn) atomic_store(&((ordered *)info->arg)->worker, info->worker);
+}
+
+/* Worker 1 takes a batch (a pin and 14 tasks behind it) while worker 0 is
+ * pinned; the pool shrinks to one worker; worker 1 finishes its pin and
+ * retires, handing the 14 back. Worker 0 then runs all 30 tasks, in weight
+ * order, each once: the handed-back tasks went back ahead of the later
+ * tasks of their weight, and worker 1 ran none of them. */
+Test(resize, shrink_hands_back_the_batch_in_order) {
+  watch w;
+  watch_init(&w);
+  tko_options o = watched(&w, 1, 0, 4);
+  o.max_batch = 0; /* default: batches */
+  o.hooks.before_run = note_worker;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tt_pin pin0 = TT_PIN_INIT, pin1 = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin0, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin0.started, 1));
+  cr_assert_eq(tko_pool_resize(p, 2, 0), 0);
+  cr_assert(tt_count_wait_geq(&w.starts[TKO_WORKER_BASIC], 2));
+
+  enum { N = 30 };
+  static ordered t[N];
+  atomic_store(&order_pos, 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin1, 100), 0);
+  for (int i = 0; i < N; i++) {
+    t[i] = (ordered){.idx = i, .weight = i % 3};
+    atomic_store(&t[i].worker, 99);
+    cr_assert_eq(tko_submit(p, ordered_fn, &t[i], t[i].weight), 0);
+  }
+  cr_assert_eq(tko_pool_resume(p), 0);
+  cr_assert(tt_count_wait_geq(&pin1.started, 1)); /* on worker 1: worker 0 is pinned */
+  cr_assert_eq(tko_pool_resize(p, 1, 0), 0);
+  tt_gate_open(&pin1.gate);
+  cr_assert(tt_count_wait_geq(&w.stops[TKO_WORKER_BASIC], 1), "worker 1 did not retire");
+  tko_stats s;
+  tko_pool_stats(p, &s);
+  cr_assert_eq(s.basic_workers, 1);
+  tt_gate_open(&pin0.gate);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+
+  cr_assert_eq(atomic_load(&order_pos), N);
+  int expect = 0;
+  for (int weight = 2; weight >= 0; weight--)
+    for (int i = weight; i < N; i += 3) {
+      cr_assert_eq(order_log[expect], i, "position %d ran task %d, not %d", expect,
+                   order_log[expect], i);
+      expect++;
+    }
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(atomic_load(&t[i].runs), 1);
+    cr_assert_eq(atomic_load(&t[i].worker), 0, "task %d ran on worker %u", i,
+                 atomic_load(&t[i].worker));
+  }
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+Test(resize, shrink_limits_how_many_run_at_once) {
+  watch w;
+  watch_init(&w);
+  tko_options o = watched(&w, 4, 0, 4);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  meet(p, 4);
+  /* Idle workers sleep: the shrink wakes them to retire. */
+  cr_assert_eq(tko_pool_resize(p, 2, 0), 0);
+  cr_assert(tt_count_wait_geq(&w.stops[TKO_WORKER_BASIC], 2), "idle workers did not retire");
+  tko_stats s;
+  tko_pool_stats(p, &s);
+  cr_assert_eq(s.basic_workers, 2);
+  cr_assert_leq(most_at_once(p, TT_SCALE(200, 50)), 2);
+  meet(p, 2);
+  /* And back: the retired slots get new threads (their old ones joined). */
+  cr_assert_eq(tko_pool_resize(p, 4, 0), 0);
+  meet(p, 4);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(tt_count_get(&w.stops[TKO_WORKER_BASIC]), tt_count_get(&w.starts[TKO_WORKER_BASIC]));
+}
+
+Test(resize, lower_max_elastic_retires_busy_elastic_workers) {
+  watch w;
+  watch_init(&w);
+  tko_options o = watched(&w, 1, 3, 4);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tt_pin pin = TT_PIN_INIT;
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 4), "the pool did not grow to 4 workers");
+  cr_assert_eq(tko_pool_resize(p, 1, 1), 0);
+  tt_gate_open(&pin.gate);
+  cr_assert(tt_count_wait_geq(&w.stops[TKO_WORKER_ELASTIC], 2), "elastic workers did not retire");
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  tko_stats s;
+  tko_pool_stats(p, &s);
+  cr_assert_eq(s.elastic_workers, 1);
+  cr_assert_eq(s.elastic_spawned, s.elastic_retired + s.elastic_workers);
+  cr_assert_leq(most_at_once(p, TT_SCALE(200, 50)), 2);
+  /* Elastic-only: every basic worker retires, the elastic ones run it all. */
+  cr_assert_eq(tko_pool_resize(p, 0, 2), 0);
+  cr_assert(tt_count_wait_geq(&w.stops[TKO_WORKER_BASIC], 1));
+  cr_assert_leq(most_at_once(p, TT_SCALE(200, 50)), 2);
+  meet(p, 2);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* A basic worker whose thread_stop hook holds it (worker 1, once). */
+typedef struct held_stop {
+  watch w; /* first: the hooks' user is either */
+  atomic_int held;
+  tt_count in_stop;
+  tt_gate release;
+} held_stop;
+
+static void held_on_stop(void *user, unsigned index, tko_worker_kind kind) {
+  held_stop *h = user;
+  on_stop(&h->w, index, kind);
+  if (kind == TKO_WORKER_BASIC && index == 1 && !atomic_exchange(&h->held, 1)) {
+    tt_count_add(&h->in_stop, 1);
+    tt_gate_wait(&h->release);
+  }
+}
+
+/* A grow that comes while a retired worker still runs its stop hook hands
+ * the slot back to that thread, which starts over (a new thread_start). */
+Test(resize, grow_during_a_retirement_keeps_the_worker) {
+  held_stop h;
+  memset(&h, 0, sizeof h);
+  watch_init(&h.w);
+  tt_count_init(&h.in_stop);
+  pthread_mutex_init(&h.release.mu, NULL);
+  pthread_cond_init(&h.release.cv, NULL);
+  tko_options o = watched(&h.w, 2, 0, 2);
+  o.hooks.thread_stop = held_on_stop;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  meet(p, 2);
+  cr_assert_eq(tko_pool_resize(p, 1, 0), 0);
+  cr_assert(tt_count_wait_geq(&h.in_stop, 1), "worker 1 did not retire");
+  tko_stats s;
+  tko_pool_stats(p, &s);
+  cr_assert_eq(s.basic_workers, 1);
+  cr_assert_eq(tko_pool_resize(p, 2, 0), 0);
+  tko_pool_stats(p, &s);
+  cr_assert_eq(s.basic_workers, 2);
+  tt_gate_open(&h.release);
+  cr_assert(tt_count_wait_geq(&h.w.starts[TKO_WORKER_BASIC], 3), "worker 1 did not start over");
+  meet(p, 2);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(tt_count_get(&h.w.starts[TKO_WORKER_BASIC]), 3);
+  cr_assert_eq(tt_count_get(&h.w.stops[TKO_WORKER_BASIC]), 3);
+}
+
+typedef struct resize_job {
+  tko_pool *pool;
+  unsigned basic, elastic;
+  atomic_int rc;
+} resize_job;
+
+static int resize_fn(void *arg) {
+  resize_job *j = arg;
+  atomic_store(&j->rc, tko_pool_resize(j->pool, j->basic, j->elastic));
+  return 0;
+}
+
+Test(resize, from_inside_a_task) {
+  watch w;
+  watch_init(&w);
+  tko_options o = watched(&w, 1, 0, 4);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  resize_job grow = {p, 3, 0, -1}, shrink = {p, 1, 0, -1};
+  cr_assert_eq(tko_submit(p, resize_fn, &grow, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&grow.rc), 0);
+  meet(p, 3);
+  /* Whichever worker runs it, it may retire itself after this task. */
+  cr_assert_eq(tko_submit(p, resize_fn, &shrink, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&shrink.rc), 0);
+  cr_assert(tt_count_wait_geq(&w.stops[TKO_WORKER_BASIC], 2));
+  cr_assert_leq(most_at_once(p, TT_SCALE(100, 30)), 1);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+Test(resize, errors) {
+  cr_assert_eq(tko_pool_resize(NULL, 1, 0), -EINVAL);
+  tko_options o = tko_elastic_options(2, 2, 0);
+  tko_pool *p;
+  o.max_threads = 3; /* below workers + max_elastic */
+  cr_assert_eq(tko_pool_create(&p, &o), -EINVAL);
+  o.max_threads = TKO_MAX_WORKERS + TKO_MAX_ELASTIC + 1;
+  cr_assert_eq(tko_pool_create(&p, &o), -EINVAL);
+  o.max_threads = 5;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_resize(p, 0, 0), -EINVAL);
+  cr_assert_eq(tko_pool_resize(p, 4, 2), -EINVAL); /* 6 > max_threads */
+  cr_assert_eq(tko_pool_resize(p, TKO_MAX_WORKERS + 1, 0), -EINVAL);
+  cr_assert_eq(tko_pool_resize(p, 0, TKO_MAX_ELASTIC + 1), -EINVAL);
+  cr_assert_eq(tko_pool_resize(p, 5, 0), 0);
+  cr_assert_eq(tko_pool_resize(p, 0, 5), 0);
+  cr_assert_eq(tko_pool_resize(p, 1, 1), 0);
+  cr_assert_eq(tko_pool_resize(p, 1, 1), 0); /* the same size: nothing to do */
+  cr_assert_eq(tko_pool_shutdown(p, TKO_DRAIN), 0);
+  cr_assert_eq(tko_pool_resize(p, 2, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  /* The default leaves room to grow to 4 threads per CPU: 4 at least. */
+  o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_resize(p, 4, 0), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- racing: submitters, resizers, resizing tasks, a shutdown ---------- */
+
+typedef struct race {
+  tko_pool *pool;
+  atomic_long accepted, ran;
+  tt_count progress; /* one per 64 tasks accepted */
+  atomic_int bad_rc;
+  atomic_int starts, stops;
+} race;
+
+static void race_start(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index, (void)kind;
+  atomic_fetch_add(&((race *)user)->starts, 1);
+}
+
+static void race_stop(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index, (void)kind;
+  atomic_fetch_add(&((race *)user)->stops, 1);
+}
+
+static int race_task(void *arg) {
+  atomic_fetch_add(&((race *)arg)->ran, 1);
+  return 0;
+}
+
+static bool resize_ok(int rc) {
+  return rc == 0 || rc == -ESHUTDOWN;
+}
+
+/* A size from a fixed sequence: 0..4 basic, 0..3 elastic, never both 0. */
+static void next_size(uint64_t *seed, unsigned *basic, unsigned *elastic) {
+  uint64_t r = tt_rand(seed);
+  *basic = (unsigned)(r % 5);
+  *elastic = (unsigned)((r >> 8) % 4);
+  if (*basic + *elastic == 0) *basic = 1;
+}
+
+static int race_resize_task(void *arg) {
+  race *r = arg;
+  uint64_t seed = (uint64_t)atomic_fetch_add(&r->ran, 1) * 2654435761u + 1;
+  unsigned b, e;
+  next_size(&seed, &b, &e);
+  if (!resize_ok(tko_pool_resize(r->pool, b, e))) atomic_store(&r->bad_rc, 1);
+  return 0;
+}
+
+static void *race_submitter(void *arg) {
+  race *r = arg;
+  for (long i = 0;; i++) {
+    /* One task in 64 resizes the pool from inside it. */
+    int rc = tko_submit(r->pool, i % 64 == 63 ? race_resize_task : race_task, r, (int)(i % 7));
+    if (rc == -ESHUTDOWN) break;
+    if (rc) {
+      atomic_store(&r->bad_rc, 1);
+      break;
+    }
+    if (atomic_fetch_add(&r->accepted, 1) % 64 == 63) tt_count_add(&r->progress, 1);
+  }
+  return NULL;
+}
+
+static void *race_resizer(void *arg) {
+  race *r = arg;
+  uint64_t seed = (uint64_t)(uintptr_t)&seed | 1;
+  for (;;) {
+    unsigned b, e;
+    next_size(&seed, &b, &e);
+    int rc = tko_pool_resize(r->pool, b, e);
+    if (rc == -ESHUTDOWN) break;
+    if (rc) {
+      atomic_store(&r->bad_rc, 1);
+      break;
+    }
+    sched_yield(); /* let submits and workers in between resizes */
+  }
+  return NULL;
+}
+
+Test(resize, races_submits_resizes_and_shutdown, .timeout = 240) {
+  int threads_before = tt_thread_count();
+  for (int round = 0; round < TT_SCALE(12, 6); round++) {
+    race r;
+    memset(&r, 0, sizeof r);
+    tt_count_init(&r.progress);
+    tko_options o = tko_elastic_options(2, 2, 1); /* idle retirements race too */
+    o.max_threads = 8;
+    o.hooks.user = &r;
+    o.hooks.thread_start = race_start;
+    o.hooks.thread_stop = race_stop;
+    cr_assert_eq(tko_pool_create(&r.pool, &o), 0);
+    pthread_t sub[3], rsz[2];
+    for (int i = 0; i < 3; i++)
+      cr_assert_eq(pthread_create(&sub[i], NULL, race_submitter, &r), 0);
+    for (int i = 0; i < 2; i++)
+      cr_assert_eq(pthread_create(&rsz[i], NULL, race_resizer, &r), 0);
+    cr_assert(tt_count_wait_geq(&r.progress, TT_SCALE(100, 30)));
+    tko_shutdown_mode mode = round % 2 ? TKO_CANCEL : TKO_DRAIN;
+    cr_assert_eq(tko_pool_shutdown(r.pool, mode), 0);
+    for (int i = 0; i < 3; i++)
+      pthread_join(sub[i], NULL);
+    for (int i = 0; i < 2; i++)
+      pthread_join(rsz[i], NULL);
+    cr_assert_eq(atomic_load(&r.bad_rc), 0);
+    tko_stats s;
+    tko_pool_stats(r.pool, &s);
+    long accepted = atomic_load(&r.accepted);
+    cr_assert_eq(s.submitted, (uint64_t)accepted);
+    cr_assert_eq(s.completed + s.cancelled, (uint64_t)accepted); /* each once */
+    cr_assert_eq(s.completed, (uint64_t)atomic_load(&r.ran));
+    if (mode == TKO_DRAIN) cr_assert_eq(s.cancelled, 0);
+    cr_assert_eq(s.queued + s.running, 0);
+    cr_assert_eq(tko_pool_destroy(r.pool), 0);
+    cr_assert_eq(atomic_load(&r.starts), atomic_load(&r.stops));
+    tt_count_fini(&r.progress);
+  }
+  /* Destroy joined every thread any resize started. */
+  cr_assert_leq(tt_wait_thread_count_leq(threads_before), threads_before);
+}
