@@ -9,6 +9,7 @@
  * hint, and exit status 2, before anything is started or written. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ typedef enum wb_opt_type {
   OPT_POOL,      /* wb_pool_kind, "basic" or "elastic" */
   OPT_PATH,      /* const char *, an output file */
   OPT_SCENARIO,  /* const wb_scenario *, by name */
-  OPT_FULL       /* tko_full_policy, "block", "reject" or "caller" */
+  OPT_FULL,      /* tko_full_policy, "block", "reject" or "caller" */
+  OPT_RESIZE     /* wb_resize, "B:E" */
 } wb_opt_type;
 
 typedef struct wb_option {
@@ -90,6 +92,8 @@ static const wb_option options[] = {
      "blocking tasks run as async tasks, completed by a completer thread"},
     {"max-async", "N", OPT_UINT, FIELD(max_async), 1, 1000000,
      "most async tasks in flight at once (needs --async)"},
+    {"resize", "B:E", OPT_RESIZE, FIELD(resize), 0, 0,
+     "halfway through the submissions, resize the pool to B basic + up to E elastic"},
     {"quiet", NULL, OPT_FLAG, FIELD(quiet), 0, 0, "no progress bar"},
     {"json", "FILE", OPT_PATH, FIELD(json_path), 0, 0,
      "write the summary as JSON (- = stdout; the table then goes to stderr)"},
@@ -119,6 +123,7 @@ static size_t size_of(wb_opt_type t) {
     case OPT_PATH: return sizeof(const char *);
     case OPT_SCENARIO: return sizeof(const wb_scenario *);
     case OPT_FULL: return sizeof(tko_full_policy);
+    case OPT_RESIZE: return sizeof(wb_resize);
   }
   return 0;
 }
@@ -247,6 +252,27 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
         return usage_error("--%s must be block, reject or caller (got '%s')", o->name, q);
       }
       return 0;
+    case OPT_RESIZE: {
+      wb_resize r = {true, 0, 0};
+      char *end;
+      errno = 0;
+      unsigned long b = v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : ULONG_MAX;
+      unsigned long e = b != ULONG_MAX && *end == ':' && end[1] >= '0' && end[1] <= '9'
+                            ? strtoul(end + 1, &end, 10)
+                            : ULONG_MAX;
+      if (e == ULONG_MAX || *end || errno)
+        return usage_error("--%s: '%s' is not B:E (basic workers, most elastic workers)",
+                           o->name, q);
+      if (b > TKO_MAX_WORKERS || e > TKO_MAX_ELASTIC)
+        return usage_error("--%s: at most %u basic and %u elastic workers (got '%s')", o->name,
+                           TKO_MAX_WORKERS, TKO_MAX_ELASTIC, q);
+      if (b + e == 0)
+        return usage_error("--%s 0:0 would leave the pool no workers at all", o->name);
+      r.basic = (unsigned)b;
+      r.max_elastic = (unsigned)e;
+      *(wb_resize *)field = r;
+      return 0;
+    }
   }
   return usage_error("--%s: internal error", o->name);
 }
@@ -367,6 +393,10 @@ int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
     return usage_error("--delay-ms and --async cannot be combined: timers submit plain tasks");
   if (cfg->max_async && !cfg->async)
     return usage_error("--max-async needs --async");
+  if (cfg->resize.on && cfg->resize.max_elastic && cfg->pool == WB_POOL_BASIC)
+    return usage_error("--resize with elastic workers needs --pool elastic (this pool is basic)");
+  if (cfg->resize.on && cfg->resize.basic == 0 && cfg->pool == WB_POOL_BASIC)
+    return usage_error("--resize: a basic pool needs at least one worker (got 0)");
   /* Two outputs into one file would overwrite each other. */
   const char *paths[] = {cfg->json_path, cfg->timeline_path, cfg->plot_path};
   static const char *const path_opts[] = {"--json", "--timeline", "--plot"};
@@ -382,7 +412,8 @@ int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
     }
   }
   if (cfg->tail_ms < 0) {
-    bool retire_visible = cfg->pool == WB_POOL_ELASTIC && cfg->max_elastic > 0 &&
+    bool retire_visible = cfg->pool == WB_POOL_ELASTIC &&
+                          (cfg->max_elastic > 0 || cfg->resize.max_elastic > 0) &&
                           cfg->idle_ms <= 2000;
     cfg->tail_ms = retire_visible ? (long)cfg->idle_ms + 150 : 0;
   }

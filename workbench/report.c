@@ -69,17 +69,27 @@ void wb_report_table(FILE *f, const wb_result *r) {
             " tasks run by callers, async in flight at the end: %u\n",
             "features", r->groups_waited, r->rejected, s->caller_runs,
             r->before_shutdown.async_inflight);
+  if (c->resize.on && !r->resized)
+    fprintf(f, "%-18s not reached (the run stopped first)\n", "resize");
+  else if (c->resize.on)
+    fprintf(f, "%-18s to %u basic + up to %u elastic at %.3f s: %s\n", "resize",
+            c->resize.basic, c->resize.max_elastic, r->resize_at_s,
+            r->resize_rc ? tko_strerror(r->resize_rc) : "done");
   wb_fmt_ns(a, sizeof a, r->run.mean);
   wb_fmt_ns(b, sizeof b, (double)r->run.p50);
   wb_fmt_ns(d, sizeof d, (double)r->run.p99);
   wb_fmt_ns(e, sizeof e, (double)r->run.max);
   fprintf(f, "%-18s mean %s, p50 %s, p99 %s, max %s\n", "run time per task", a, b, d, e);
   const tko_stats *es = &r->before_shutdown;
+  /* The most the pool allowed: after a resize, the larger of the two. */
+  unsigned max_elastic = c->resize.on && c->resize.max_elastic > c->max_elastic
+                             ? c->resize.max_elastic
+                             : c->max_elastic;
   if (c->pool == WB_POOL_ELASTIC)
     fprintf(f,
             "%-18s peak %u of %u, spawned %" PRIu64 ", retired %" PRIu64 "; %" PRIu64
             " tasks (%.0f%%) ran on them\n",
-            "elastic workers", es->elastic_peak, c->max_elastic, es->elastic_spawned,
+            "elastic workers", es->elastic_peak, max_elastic, es->elastic_spawned,
             es->elastic_retired, r->ran_on_elastic,
             r->wait.count ? 100.0 * (double)r->ran_on_elastic / (double)r->wait.count : 0.0);
   else
@@ -159,6 +169,13 @@ int wb_report_json(FILE *f, const wb_result *r) {
           ", \"rejected\": %" PRIu64 ", \"caller_runs\": %" PRIu64 ", \"groups\": %" PRIu64 "},\n",
           s->submitted, s->completed, s->failed, s->cancelled, r->submit_errors, r->rejected,
           s->caller_runs, r->groups_waited);
+  if (c->resize.on)
+    fprintf(f, "  \"resize\": {\"basic\": %u, \"max_elastic\": %u, \"done\": %s, "
+               "\"at_s\": %.6g, \"error\": \"%s\"},\n",
+            c->resize.basic, c->resize.max_elastic, r->resized ? "true" : "false",
+            r->resize_at_s, tko_err_name(r->resize_rc));
+  else
+    fputs("  \"resize\": null,\n", f);
   fputs("  \"wait_ns\": ", f);
   json_dist(f, &r->wait);
   fputs(",\n  \"run_ns\": ", f);

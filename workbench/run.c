@@ -231,6 +231,11 @@ typedef struct run_state {
   pthread_cond_t done_cv;  /* broadcast when done changes */
   uint64_t done;
   tko_timer *timers;       /* one per task (--delay-ms) */
+  /* --resize: written by the one producer that submits the middle task,
+   * read after the producers are joined. */
+  bool resized;
+  int resize_rc;
+  uint64_t resize_ns;
 } run_state;
 
 typedef struct producer {
@@ -321,6 +326,19 @@ static void flush_batch(producer *p, size_t n) {
   }
 }
 
+/* --resize: the producer whose slice holds the middle task resizes the
+ * pool before submitting it (with several floods, the middle flood's
+ * first task comes first in its slice: the resize then happens between
+ * floods). */
+static void maybe_resize(producer *p, uint64_t i) {
+  run_state *st = p->st;
+  const wb_config *cfg = &st->res->cfg;
+  if (!cfg->resize.on || i != cfg->tasks / 2) return;
+  st->resize_rc = tko_pool_resize(st->pool, cfg->resize.basic, cfg->resize.max_elastic);
+  st->resize_ns = wb_now_ns();
+  st->resized = true;
+}
+
 /* Submits tasks [from, to) in groups, in batches, or one by one. */
 static void submit_slice(producer *p, uint64_t from, uint64_t to) {
   run_state *st = p->st;
@@ -334,7 +352,10 @@ static void submit_slice(producer *p, uint64_t from, uint64_t to) {
         note_error(p, rc);
         continue;
       }
-      for (uint64_t i = g0; i < g1 && !interrupted(st); i++) submit_one(p, i, &g);
+      for (uint64_t i = g0; i < g1 && !interrupted(st); i++) {
+        maybe_resize(p, i);
+        submit_one(p, i, &g);
+      }
       tko_group_wait(&g, -1);
       tko_group_destroy(&g);
       p->groups++;
@@ -343,6 +364,7 @@ static void submit_slice(producer *p, uint64_t from, uint64_t to) {
     size_t n = 0;
     for (uint64_t i = from; i < to && !interrupted(st); i++) {
       wb_task *t = &st->res->tasks[i];
+      maybe_resize(p, i);
       if (cfg->async && t->kind == WB_TASK_IO) { /* async tasks are not batched */
         submit_one(p, i, NULL);
         continue;
@@ -355,7 +377,10 @@ static void submit_slice(producer *p, uint64_t from, uint64_t to) {
     }
     flush_batch(p, n);
   } else {
-    for (uint64_t i = from; i < to && !interrupted(st); i++) submit_one(p, i, NULL);
+    for (uint64_t i = from; i < to && !interrupted(st); i++) {
+      maybe_resize(p, i);
+      submit_one(p, i, NULL);
+    }
   }
 }
 
@@ -513,6 +538,10 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
   o.full_policy = cfg->full;
   o.aging_ms = cfg->aging_ms;
   o.max_async_inflight = cfg->max_async;
+  if (cfg->resize.on) { /* room for the size it grows to */
+    unsigned now = o.workers + o.max_elastic, later = cfg->resize.basic + cfg->resize.max_elastic;
+    o.max_threads = now > later ? now : later;
+  }
 
   rc = tko_pool_create(&st.pool, &o);
   if (rc == 0) rc = wb_interrupt_watch(intr, on_interrupt, &st);
@@ -589,6 +618,9 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
     res->rejected += prods[i].rejected;
     res->groups_waited += prods[i].groups;
   }
+  res->resized = st.resized; /* the joins order the producer's writes */
+  res->resize_rc = st.resize_rc;
+  res->resize_at_s = st.resized ? (double)(st.resize_ns - first) * 1e-9 : 0;
 
   /* The tail: idle time in which elastic workers retire, on the timeline. */
   if (cfg->tail_ms > 0) gate_sleep(&st, (uint64_t)cfg->tail_ms * 1000000u);

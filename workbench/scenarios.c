@@ -58,6 +58,14 @@ static const wb_scenario scenarios[] = {
      {POOL_DEFAULTS(WB_POOL_ELASTIC, 2, 8, 200), .tasks = 2000, .producers = 1,
       .weights = {0, 3}, .task_us = 100, .io_ms = 3, .io_pct = 70, .fail_pct = 0,
       .bursts = 1, .gap_ms = 300, .tail_ms = -1, .seed = 42}},
+    {"resize",
+     "4 floods of CPU and blocking tasks on a pool of one worker, resized to 4 basic "
+     "+ up to 4 elastic workers before the third (tko_pool_resize): the floods after "
+     "it run on more workers",
+     false,
+     {POOL_DEFAULTS(WB_POOL_ELASTIC, 1, 0, 200), .tasks = 1200, .producers = 1,
+      .weights = {0, 3}, .task_us = 200, .io_ms = 2, .io_pct = 30, .fail_pct = 0,
+      .bursts = 4, .gap_ms = 100, .tail_ms = -1, .seed = 42, .resize = {true, 4, 4}}},
 };
 #define NSCENARIOS (sizeof scenarios / sizeof scenarios[0])
 
@@ -117,6 +125,9 @@ void wb_config_describe(FILE *f, const wb_config *c, const char *indent) {
   if (c->blocking_hint) ADD(", blocking hint");
   if (c->async) ADD(", blocking tasks async");
   if (c->max_async) ADD(" (at most %u in flight)", c->max_async);
+  if (c->resize.on)
+    ADD(", resized to %u basic + up to %u elastic halfway", c->resize.basic,
+        c->resize.max_elastic);
 #undef ADD
   if (n) fprintf(f, "%sfeatures: %s\n", indent, buf + 2);
 }

@@ -30,6 +30,13 @@ typedef struct wb_range {
   int lo, hi;
 } wb_range;
 
+/* --resize B:E: tko_pool_resize(pool, B, E) before the middle task is
+ * submitted (with several floods: at the start of the middle one). */
+typedef struct wb_resize {
+  bool on;
+  unsigned basic, max_elastic;
+} wb_resize;
+
 /* Everything a run needs. A scenario supplies the defaults; options given on
  * the command line replace them field by field (cli.c). */
 typedef struct wb_config {
@@ -60,6 +67,7 @@ typedef struct wb_config {
   bool async;             /* blocking tasks run as async tasks, completed by a
                              completer thread when their sleep would end */
   unsigned max_async;     /* max_async_inflight (with async) */
+  wb_resize resize;       /* resize the pool halfway through the submissions */
   bool quiet;             /* no progress bar */
   const char *json_path;
   const char *timeline_path;
@@ -124,6 +132,9 @@ typedef struct wb_result {
   tko_stats stats;            /* after shutdown */
   tko_stats before_shutdown;  /* elastic counts after the tail */
   bool interrupted;           /* stopped by Ctrl-C: the figures cover what ran */
+  bool resized;               /* --resize: the middle task was reached */
+  int resize_rc;              /* what tko_pool_resize returned */
+  double resize_at_s;         /* when, since the first flood began */
   bool allocs_known;
   uint64_t allocs;            /* heap allocations from first submit to shutdown */
   wb_timeline timeline;

@@ -312,12 +312,17 @@ features)
   expect_usage_error run --scenario mixed --max-async 2
   expect_usage_error run --scenario mixed --aging-ms 0
   expect_usage_error run --scenario mixed --blocking-hint=yes
+  expect_usage_error run --scenario mixed --resize 3
+  expect_usage_error run --scenario mixed --resize 0:0
+  expect_usage_error run --scenario mixed --resize 1:2000
+  expect_usage_error run --scenario cpu --resize 1:2
   n=0
   for opts in "--groups 7" "--batch 16" "--capacity 8 --full block" "--capacity 8 --full reject" \
       "--capacity 8 --full caller" "--capacity 8" "--aging-ms 1" "--blocking-hint" \
       "--delay-ms 2" "--async" "--async --max-async 2" \
       "--groups 5 --async --capacity 4 --full reject" "--batch 4 --async --capacity 4" \
-      "--delay-ms 1 --capacity 4 --full caller" "--blocking-hint --aging-ms 2 --producers 2"; do
+      "--delay-ms 1 --capacity 4 --full caller" "--blocking-hint --aging-ms 2 --producers 2" \
+      "--resize 3:1" "--resize 0:3 --bursts 2 --producers 2" "--resize 1:0 --batch 8"; do
     n=$((n + 1))
     # shellcheck disable=SC2086 # opts is a list of words
     expect_ok run --scenario mixed --tasks 120 --task-us 20 --io-ms 1 --tail-ms 0 --quiet \
@@ -352,6 +357,12 @@ assert c["blocking_hint"] == ("--blocking-hint" in opts)
 if "--delay-ms" in opts: assert c["delay_ms"] == int(val("--delay-ms"))
 assert c["async"] == ("--async" in opts)
 if "--max-async" in opts: assert c["max_async"] == int(val("--max-async"))
+if "--resize" in opts:
+    b, e = map(int, val("--resize").split(":"))
+    r = d["resize"]
+    assert r == dict(r, basic=b, max_elastic=e, done=True, error="OK"), r
+else:
+    assert d["resize"] is None, d["resize"]
 assert d["wait_ns"]["count"] == 120, d["wait_ns"]
 PY
     grep -q "^features\|features: " "$tmp/out" || fail "'$opts': the summary does not show the features"
