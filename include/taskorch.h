@@ -237,7 +237,12 @@ typedef struct tko_stats {
   uint64_t submitted;        /**< tasks accepted */
   uint64_t completed;        /**< tasks that ran and returned (failed included) */
   uint64_t failed;           /**< of those, returned non-zero */
-  uint64_t cancelled;        /**< handed to on_cancel by TKO_CANCEL */
+  uint64_t cancelled;        /**< queued tasks that will never run: handed to
+                                on_cancel (shutdown, group cancel, refused
+                                timers), or, for the runners of a lane table
+                                (taskorch/lanes.h), whose tasks count there,
+                                to that table's on_cancel. A lane table's
+                                runners also count in submitted and completed */
   uint64_t queued;           /**< accepted, not yet started */
   uint64_t running;          /**< started, not yet returned */
   unsigned basic_workers;    /**< basic worker threads alive */
@@ -246,7 +251,10 @@ typedef struct tko_stats {
   uint64_t elastic_spawned;  /**< elastic workers started, ever */
   uint64_t elastic_retired;  /**< elastic workers retired after idling, ever */
   unsigned blocking;         /**< workers inside tko_blocking_begin/end now */
-  uint64_t caller_runs;      /**< tasks run on submitting threads (CALLER_RUNS) */
+  uint64_t caller_runs;      /**< tasks run on threads the pool does not own:
+                                submitters (CALLER_RUNS, keyed tasks included),
+                                the timer thread and the shutting-down thread
+                                during a shutdown */
   uint64_t lock_contended;   /**< times a worker or full-inbox submitter waited
                                 for the queue lock (a contention gauge) */
   unsigned async_inflight;   /**< async tasks started, not yet completed */
@@ -481,7 +489,9 @@ TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
  * runs on this thread) and returns 0 at once, whatever still runs (shutdown
  * calls take turns: while another thread's call is under way, this one
  * first waits for it, within timeout_ms, like any call - pass 0 to get
- * -ETIMEDOUT at once rather than wait);
+ * -ETIMEDOUT at once rather than wait; a submit racing with the call may
+ * still be accepted and its task still queued when the call returns: that
+ * task goes to on_cancel later, at the latest in tko_pool_destroy);
  * tko_pool_destroy then waits for the running tasks before it frees the
  * pool (bound that wait with another timed call first). No shutdown waits
  * forever for a task that can no longer complete unless the caller asked

@@ -170,6 +170,10 @@ struct tko_pool {
   pthread_mutex_t space_mu; /* guards nothing but the wait on space_cv */
   pthread_cond_t space_cv;
   atomic_uint_fast64_t caller_runs; /* CALLER_RUNS tasks: part of submitted */
+  /* Tasks counted as submitted elsewhere (keyed tasks, queued ones) that
+   * ran off the workers - a caller-runs submitter, the shutting-down
+   * thread: stats.caller_runs adds them; submitted does not. */
+  atomic_uint_fast64_t off_worker_runs;
   atomic_uint blocking;             /* workers inside a blocking hint */
 
   /* Delayed tasks (timer.c). */

@@ -32,7 +32,9 @@ int tko__keyed_run(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint6
   if (w != &pool->caller) return tko__run_item(pool, w, &item);
   /* On a thread the pool does not own (a caller-runs submitter, or the
    * shutting-down thread): it counts as the pool's meanwhile (-EDEADLK for
-   * its waits), as run_on_caller does. */
+   * its waits), and in stats.caller_runs, as run_on_caller does (found by
+   * the keyed attack: attack_keyed/caller_run_keyed_tasks_count_in_caller_runs). */
+  tko__add_relaxed(&pool->off_worker_runs, 1); /* relaxed: a statistic only */
   tko_pool *prev = tko__enter_pool(pool);
   int status = tko__run_item(pool, w, &item);
   tko__leave_pool(prev);

@@ -180,8 +180,12 @@ void tko__empty_queue(tko_pool *pool, bool run) {
     for (size_t i = 0; i < n; i++) tko__release_room(pool, tko__item_room(&batch[i]));
     if (!n) return;
     for (size_t i = 0; i < n; i++) {
-      if (run) tko__run_item(pool, &pool->caller, &batch[i]);
-      else tko__cancel_item(pool, &batch[i]);
+      if (run) {
+        tko__add_relaxed(&pool->off_worker_runs, 1); /* relaxed: a statistic only */
+        tko__run_item(pool, &pool->caller, &batch[i]);
+      } else {
+        tko__cancel_item(pool, &batch[i]);
+      }
     }
   }
 }

@@ -372,7 +372,8 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   out->elastic_spawned = tko__load_relaxed(&pool->elastic_spawned);
   out->elastic_retired = tko__load_relaxed(&pool->elastic_retired);
   out->blocking = tko__load_relaxed(&pool->blocking);
-  out->caller_runs = tko__load_relaxed(&pool->caller_runs);
+  out->caller_runs =
+      tko__load_relaxed(&pool->caller_runs) + tko__load_relaxed(&pool->off_worker_runs);
   out->lock_contended = tko__load_relaxed(&pool->lock.contended);
   out->async_inflight = tko__load_relaxed(&pool->async_inflight);
   /* Relaxed, both: statistics (see queue.c's grow_items). */

@@ -491,3 +491,79 @@ Test(keyed_tasks, caller_runs_submitter_runs_its_own_task_only) {
   cr_assert_eq(tft_first_bad(c->tok, MAXA), -1);
   cr_assert_eq(tko_pool_destroy(c->pool), 0);
 }
+
+/* Found by the adversarial review of the keyed fixes: a keyed task run on a
+ * CALLER_RUNS submitter (its key idle, the queue full) counts in
+ * stats.caller_runs, as a plain one does. */
+static int count_run(void *arg) {
+  tt_count_add(arg, 1);
+  return 0;
+}
+
+Test(keyed_tasks, caller_run_keyed_tasks_count_in_caller_runs) {
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0); /* the queue is full now */
+  tt_count runs = TT_COUNT_INIT;
+  enum { N = 20 };
+  for (int i = 0; i < N; i++) cr_assert_eq(tko_submit_keyed(p, 100u + (uint64_t)i, count_run, &runs, 0), 0);
+  cr_assert_eq(tt_count_get(&runs), N); /* the only worker is pinned: all ran here */
+  tko_stats s = tf_stats(p);
+  cr_assert_eq(s.caller_runs, (uint64_t)N, "caller_runs %llu", (unsigned long long)s.caller_runs);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_pool_wait_idle(p, KT_WAIT_MS), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* A lane table's runners are tasks of the pool: a TKO_CANCEL shutdown hands
+ * their lanes' tasks to the table's on_cancel (never the pool's hook) and
+ * counts each runner in stats.cancelled, as taskorch.h says; the pool's
+ * on_cancel sees only the keyed tasks. */
+static atomic_int pool_cancels, lane_cancels;
+
+static void count_pool_cancel(void *user, const tko_task_info *t) {
+  (void)user;
+  (void)t;
+  atomic_fetch_add(&pool_cancels, 1);
+}
+
+static void count_lane_cancel(void *user, const tko_lane_task *t) {
+  (void)user;
+  (void)t;
+  atomic_fetch_add(&lane_cancels, 1);
+}
+
+Test(keyed_tasks, cancelled_lane_runners_count_as_cancelled) {
+  tko_options o = tko_basic_options(1);
+  o.hooks.on_cancel = count_pool_cancel;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.on_cancel = count_lane_cancel;
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, &lo), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  enum { K = 5 };
+  uint64_t keys[K];
+  for (int k = 0, key = 0; k < K; key++) { /* K keys on K different lanes: K runners */
+    bool fresh = true;
+    for (int j = 0; j < k; j++) fresh = fresh && tko_lanes_index(l, keys[j]) != tko_lanes_index(l, (uint64_t)key);
+    if (fresh) keys[k++] = (uint64_t)key;
+  }
+  for (int k = 0; k < K; k++) cr_assert_eq(tko_lanes_submit(l, keys[k], tt_nop_fn, NULL, 0), 0);
+  for (int k = 0; k < K; k++) cr_assert_eq(tko_submit_keyed(p, (uint64_t)k, tt_nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_stats s = tf_stats(p);
+  cr_assert_eq(atomic_load(&lane_cancels), K);
+  cr_assert_eq(atomic_load(&pool_cancels), K); /* the keyed tasks only */
+  cr_assert_eq(s.cancelled, (uint64_t)(2 * K), "cancelled %llu", (unsigned long long)s.cancelled);
+  cr_assert_eq(s.submitted, s.completed + s.cancelled);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
