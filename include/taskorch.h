@@ -552,7 +552,9 @@ TKO_API int tko_pool_trim(tko_pool *pool);
  * stats may count more workers than asked (stats.elastic_workers above
  * max_elastic included), and each such worker starts at most one more
  * task. Its thread_stop hook runs, and a later grow or shutdown joins its
- * thread. Safe from any thread, concurrently with any call (another
+ * thread. Once the pool's shutdown has closed it, workers no longer retire
+ * for a shrink: they drain (or cancel) together, so every task still runs
+ * on a worker. Safe from any thread, concurrently with any call (another
  * resize: the last to take effect wins), tasks and hooks of the pool
  * included. 0; -EINVAL: NULL or destroyed pool, basic_workers and
  * max_elastic both 0, one above TKO_MAX_WORKERS / TKO_MAX_ELASTIC, or

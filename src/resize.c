@@ -54,6 +54,14 @@
 #include "internal.h"
 
 bool tko__resize_retire(tko_pool *pool, tko__worker *w) {
+  /* Once shutdown has closed the pool, a shrink no longer retires anyone:
+   * the workers drain together and end as shutdown ends them. A worker that
+   * retired then would hand its batch back after the others may have left,
+   * and shutdown would run those tasks on its own thread, past a timed
+   * call's deadline (found by the adversarial review of resize:
+   * attack_resize/shrink_then_drain_runs_tasks_only_on_workers). seq_cst:
+   * as worker_sleep's read of closing. */
+  if (tko__load_seq(&pool->closing)) return false;
   bool retire = false;
   pthread_mutex_lock(&pool->spawn_mu);
   if (w->kind == TKO_WORKER_BASIC) {

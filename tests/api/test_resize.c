@@ -473,3 +473,62 @@ Test(resize, races_submits_resizes_and_shutdown, .timeout = 240) {
   /* Destroy joined every thread any resize started. */
   cr_assert_leq(tt_wait_thread_count_leq(threads_before), threads_before);
 }
+
+/* Found by the adversarial review of resize: after a shrink, a drain ran
+ * the batches that retiring workers handed back on the thread that called
+ * shutdown or destroy (its thread_start never ran; past a timed call's
+ * deadline). Four workers each hold a batch, blocked in its first task; the
+ * pool shrinks to one, the tasks are let go and the pool is drained: every
+ * task runs on a worker. */
+static _Thread_local bool dr_on_worker, dr_held;
+static tt_count dr_held_count = TT_COUNT_INIT;
+static tt_gate dr_gate = TT_GATE_INIT;
+static atomic_int dr_off_worker, dr_ran;
+
+static void dr_thread_start(void *user, unsigned index, tko_worker_kind kind) {
+  (void)user, (void)index, (void)kind;
+  dr_on_worker = true;
+  dr_held = false;
+}
+
+static int dr_task(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&dr_ran, 1);
+  if (!dr_on_worker) atomic_fetch_add(&dr_off_worker, 1);
+  if (dr_on_worker && !dr_held) { /* each worker's first task holds it */
+    dr_held = true;
+    tt_count_add(&dr_held_count, 1);
+    tt_gate_wait(&dr_gate);
+  }
+  return 0;
+}
+
+Test(resize, a_drain_after_a_shrink_runs_every_task_on_a_worker) {
+  enum { TASKS = 2000, ROUNDS = TT_SCALE(300, 40) };
+  static tko_task ts[TASKS];
+  for (int i = 0; i < TASKS; i++) ts[i] = (tko_task){dr_task, NULL, 0};
+  for (int r = 0; r < ROUNDS; r++) {
+    tt_count_fini(&dr_held_count);
+    tt_count_init(&dr_held_count);
+    dr_gate = (tt_gate)TT_GATE_INIT;
+    atomic_store(&dr_off_worker, 0);
+    atomic_store(&dr_ran, 0);
+    tko_options o = tko_basic_options(4);
+    o.hooks.thread_start = dr_thread_start;
+    tko_pool *p;
+    cr_assert_eq(tko_pool_create(&p, &o), 0);
+    cr_assert_eq(tko_pool_pause(p), 0);
+    cr_assert_eq(tko_submit_batch(p, ts, TASKS), 0);
+    cr_assert_eq(tko_pool_resume(p), 0);
+    cr_assert(tt_count_wait_geq(&dr_held_count, 4)); /* every worker holds a batch */
+    cr_assert_eq(tko_pool_resize(p, 1, 0), 0);
+    /* The drain begins before the held workers look at the new size. */
+    cr_assert_eq(tko_pool_shutdown_timed(p, TKO_DRAIN, 0), -ETIMEDOUT);
+    tt_gate_open(&dr_gate);
+    if (r & 1) cr_assert_eq(tko_pool_shutdown_timed(p, TKO_DRAIN, TT_LONG_MS), 0);
+    cr_assert_eq(tko_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&dr_ran), TASKS);
+    cr_assert_eq(atomic_load(&dr_off_worker), 0, "round %d: %d tasks ran off the workers", r,
+                 atomic_load(&dr_off_worker));
+  }
+}
