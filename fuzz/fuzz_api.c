@@ -461,7 +461,10 @@ static void task_hook(void *user, const tko_task_info *info) {
 static void thread_hook(void *user, unsigned index, tko_worker_kind kind) {
   slot *s = user;
   CHECK(kind == TKO_WORKER_BASIC || kind == TKO_WORKER_ELASTIC);
-  CHECK(kind == TKO_WORKER_BASIC ? index < s->o.workers : index < s->o.max_elastic);
+  /* Basic workers hold slots [0, workers) here (these pools are never
+   * resized); an elastic one may take any elastic slot of the pool's
+   * max_threads (tko_pool_resize's reserve), a retiring one's not yet free. */
+  CHECK(kind == TKO_WORKER_BASIC ? index < s->o.workers : index < TKO_MAX_WORKERS + TKO_MAX_ELASTIC);
   tko_pool *p = atomic_load(&s->pool);
   if (p) CHECK(tko_pool_wait_idle(p, 0) == -EDEADLK);
 }
@@ -1180,9 +1183,14 @@ static void op_cq(input *in) {
   }
 }
 
+static int resize_count(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
 static void op_misc(input *in) {
   uint8_t what = u8(in);
-  switch (what % 7) {
+  switch (what % 8) {
     case 0: {
       /* Any int, INT_MIN included: negate as unsigned (negating INT_MIN as
        * an int is undefined, which UBSan reported here). */
@@ -1285,6 +1293,25 @@ static void op_misc(input *in) {
       tko_completion out;
       CHECK(tko_cq_take(q, &out, 1) == 1 && out.id == 7);
       CHECK(tko_cq_destroy(q) == 0);
+      break;
+    }
+    case 7: { /* tko_pool_resize on a pool of its own, between submits */
+      tko_options o = tko_elastic_options(1 + u8(in) % 2, u8(in) % 2, 1);
+      o.max_threads = 4;
+      tko_pool *p;
+      if (tko_pool_create(&p, &o)) break;
+      atomic_int ran = 0;
+      int accepted = 0;
+      for (int round = 0; round < 3; round++) {
+        for (int i = u8(in) % 8; i > 0; i--) accepted += tko_submit(p, resize_count, &ran, 0) == 0;
+        unsigned b = u8(in) % 4, e = u8(in) % 3;
+        int rc = tko_pool_resize(p, b, e);
+        CHECK(b + e == 0 || b + e > 4 ? rc == -EINVAL : rc == 0 || rc == -EAGAIN);
+      }
+      CHECK(tko_pool_wait_idle(p, -1) == 0); /* never both 0: someone runs them */
+      CHECK(atomic_load(&ran) == accepted);
+      CHECK(tko_pool_destroy(p) == 0);
+      CHECK(tko_pool_resize(NULL, 1, 0) == -EINVAL);
       break;
     }
   }
