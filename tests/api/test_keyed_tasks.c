@@ -38,18 +38,6 @@ static void two_lanes(uint64_t *a, uint64_t *b) {
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
-/* Waits up to KT_WAIT_MS for c >= target. */
-static bool count_wait_within(tt_count *c, long target) {
-  struct timespec dl;
-  tt_deadline(&dl, KT_WAIT_MS);
-  bool ok = true;
-  pthread_mutex_lock(&c->mu);
-  while (c->v < target && ok) ok = pthread_cond_timedwait(&c->cv, &c->mu, &dl) != ETIMEDOUT;
-  ok = c->v >= target;
-  pthread_mutex_unlock(&c->mu);
-  return ok;
-}
-
 /* ---- defect 5: hooks and failures see the host's keyed tasks ---------------- */
 
 enum { NFAIL = 100 };
@@ -254,7 +242,7 @@ static meet meet_;
 static int meet_task(void *arg) {
   meet *m = arg;
   tt_count_add(&m->started, 1);
-  if (!count_wait_within(&m->started, 2)) atomic_fetch_add(&m->missed, 1);
+  if (!tt_count_wait_geq_within(&m->started, 2, KT_WAIT_MS)) atomic_fetch_add(&m->missed, 1);
   return 0;
 }
 

@@ -95,16 +95,21 @@ static inline long tt_count_max(tt_count *c) {
   return v;
 }
 
-/* Waits until the counter is at least `target`; false if TT_LONG_MS passed. */
-static inline bool tt_count_wait_geq(tt_count *c, long target) {
+/* Waits until the counter is at least `target`; false if ms passed. */
+static inline bool tt_count_wait_geq_within(tt_count *c, long target, long ms) {
   struct timespec dl;
-  tt_deadline(&dl, TT_LONG_MS);
+  tt_deadline(&dl, ms);
   bool ok = true;
   pthread_mutex_lock(&c->mu);
   while (c->v < target && ok) ok = pthread_cond_timedwait(&c->cv, &c->mu, &dl) != ETIMEDOUT;
   ok = c->v >= target;
   pthread_mutex_unlock(&c->mu);
   return ok;
+}
+
+/* Waits until the counter is at least `target`; false if TT_LONG_MS passed. */
+static inline bool tt_count_wait_geq(tt_count *c, long target) {
+  return tt_count_wait_geq_within(c, target, TT_LONG_MS);
 }
 
 /* Waits until the counter equals `target` exactly. */
