@@ -93,6 +93,9 @@ struct tko_coalescer {
    * destroy is -EBUSY meanwhile, so the timer thread, which may submit at
    * any tick, never touches a freed pool. */
   tko__attachment attach;
+  /* The sweep task's owner (lifecycle.h): a sweep the pool cancels comes
+   * back here (sweep_cancelled), never to the pool's on_cancel. */
+  tko__task_owner sweep_owner;
 };
 
 /* The coalescer whose flush_fn runs on this thread (for -EDEADLK). */
@@ -222,6 +225,8 @@ static void take_token(tko_coalescer *c) {
   c->running = true;
 }
 
+static void sweep_cancelled(tko__task_owner *owner, void *arg);
+
 static int sweep_task(void *arg) {
   tko_coalescer *c = arg;
   pthread_mutex_lock(&c->mu);
@@ -318,7 +323,7 @@ static void *timer_main(void *arg) {
     /* Never waits for room in a full TKO_FULL_BLOCK queue (timeout 0): the
      * thread that drains that queue may be the one closing this coalescer,
      * which joins this thread. A full queue is a refusal like any other. */
-    int rc = tko_submit_timed(c->pool, sweep_task, c, c->weight, 0);
+    int rc = tko__submit_owned(c->pool, &c->sweep_owner, sweep_task, c, c->weight, 0, true);
     pthread_mutex_lock(&c->mu);
     if (rc == 0) continue;
     /* The pool refused (shut down, full, out of memory): sweep here. */
@@ -393,6 +398,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
   bool attached = false;
   if (!rc) {
     c->attach.close = pool_closing;
+    c->sweep_owner = (tko__task_owner){.cancelled = sweep_cancelled};
     rc = tko__attach(pool, &c->attach); /* -ESHUTDOWN once the pool's shutdown began */
     attached = rc == 0;
   }
@@ -502,14 +508,24 @@ int tko_coalescer_destroy(tko_coalescer *c) {
   return 0;
 }
 
-int tko_coalescer_pool_cancelled(const tko_task_info *task) {
-  if (!task || task->fn != sweep_task || !task->arg) return 0;
-  tko_coalescer *c = task->arg;
-  if (check(c)) return 0;
+/* A queued sweep the pool dropped: the next tick or destroy may go on. */
+static void sweep_dropped(tko_coalescer *c) {
   pthread_mutex_lock(&c->mu);
   c->queued = false;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
+}
+
+static void sweep_cancelled(tko__task_owner *owner, void *arg) {
+  (void)owner;
+  sweep_dropped(arg);
+}
+
+int tko_coalescer_pool_cancelled(const tko_task_info *task) {
+  if (!task || task->fn != sweep_task || !task->arg) return 0;
+  tko_coalescer *c = task->arg;
+  if (check(c)) return 0;
+  sweep_dropped(c);
   return 1;
 }
 

@@ -272,15 +272,25 @@ static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
 #define TKO__CTX_ASYNC ((uintptr_t)2)
 #define TKO__CTX_TIMER ((uintptr_t)4) /* a periodic timer's firing (timer.c) */
 #define TKO__CTX_TAGS ((uintptr_t)7)
-/* Tags with no record: a lane runner of the pool's keyed table (keyed.c).
- * It takes no room in a bounded queue, is not counted as a task nor seen
- * by hooks (its keyed tasks are), and a worker takes it alone (the
- * queue's alone_ctx: issue 17, defect 6). */
-#define TKO__CTX_RUNNER (TKO__CTX_GROUP | TKO__CTX_TIMER)
+/* An owned task (lifecycle.h): its record is its tko__task_owner. */
+#define TKO__CTX_OWNED (TKO__CTX_GROUP | TKO__CTX_TIMER)
 
-/* Room a queued item holds in a bounded queue: a runner holds none. */
+/* The owner of an owned task, NULL for any other. */
+static inline tko__task_owner *tko__item_owner(const tko__item *item) {
+  return (item->ctx & TKO__CTX_TAGS) == TKO__CTX_OWNED
+             ? (tko__task_owner *)(item->ctx & ~TKO__CTX_TAGS)
+             : NULL;
+}
+
+/* An internal owner's task (the keyed table's runners): not a host task. */
+static inline bool tko__item_internal(const tko__item *item) {
+  const tko__task_owner *o = tko__item_owner(item);
+  return o && o->internal;
+}
+
+/* Room a queued item holds in a bounded queue: an internal task holds none. */
 static inline size_t tko__item_room(const tko__item *item) {
-  return item->ctx != TKO__CTX_RUNNER;
+  return !tko__item_internal(item);
 }
 
 /* group.c: a member finished (or was cancelled, status -ECANCELED). */
@@ -304,9 +314,6 @@ void tko__release_room(tko_pool *pool, size_t n);
  * with the pool, whatever this returned. */
 enum { TKO__ADMITTED = 0, TKO__RUN_HERE = 1 };
 int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy, bool *gated);
-/* Queues a runner (TKO__CTX_RUNNER): no room, never waits. 0, -ESHUTDOWN,
- * -ENOMEM. */
-int tko__submit_runner(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 /* The submit time to stamp on a task: only when the pool measures times
  * or ages tasks. */
 uint64_t tko__enqueue_time(tko_pool *pool);

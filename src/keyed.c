@@ -13,10 +13,6 @@ uint64_t tko__keyed_accept(tko_pool *pool, uint64_t *enq_ns) {
   return tko__side_task(pool); /* counted submitted: seq_cst */
 }
 
-int tko__keyed_runner(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
-  return tko__submit_runner(pool, fn, arg, weight);
-}
-
 /* The worker slot that counts a task run on this thread: the thread's own
  * if it is one of the pool's workers, else the shared caller slot. */
 static tko__worker *counting_slot(tko_pool *pool) {

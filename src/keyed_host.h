@@ -26,8 +26,6 @@
  * nonzero and unique in the pool, and *enq_ns its submit time (0 when the
  * pool measures no times). */
 uint64_t tko__keyed_accept(tko_pool *pool, uint64_t *enq_ns);
-/* Queues a lane runner: 0, -ESHUTDOWN or -ENOMEM; it never waits. */
-int tko__keyed_runner(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 /* Runs a keyed task on the calling thread as the pool runs a task (its room
  * back, hooks, counters); returns its status. */
 int tko__keyed_run(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint64_t enq_ns);

@@ -22,15 +22,22 @@
  * in ring (submit) order, and each runner's unlock happens-before the next
  * runner's lock: each task happens-before the next one.
  *
+ * Runners are owned tasks (lifecycle.h, runner_owner): a worker takes one
+ * alone, so that two lanes' runners never share a take (issue 17, defect
+ * 6), and one the pool cancels comes back to runner_cancelled.
+ *
  * If the pool refuses the resubmission (it is shutting down, or a bounded
- * queue is full), the runner keeps draining on the spot; the pool waits for
- * running tasks, so the lane is finished before shutdown returns. A bounded
- * pool with TKO_FULL_CALLER_RUNS may run a runner at once on the thread that
- * submits it, which holds the lane's mutex: that runner sees the
- * thread-local starting_lane, does nothing but say so, and the submitting
- * thread, still owning the lane, drives it itself (drive()). So the mutex is
- * never taken twice by one thread, and still at most one thread drives a
- * lane. A queued runner that the pool cancels is reported through
+ * queue is full and this is its worker), the runner keeps draining on the
+ * spot; the pool waits for running tasks, so the lane is finished before
+ * shutdown returns. A bounded pool with TKO_FULL_CALLER_RUNS may run a
+ * lane's first runner at once on the thread that submits it, which holds
+ * the lane's mutex: that runner sees the thread-local starting_lane, does
+ * nothing but say so, and the submitting thread, still owning the lane,
+ * drives its first visit itself (drive()). So the mutex is never taken
+ * twice by one thread, and still at most one thread drives a lane. The
+ * requeue after a visit never runs on the caller (issue 17, defect 7: the
+ * submitter drained its lane while others appended): a full queue makes
+ * that thread wait for room with the lane unlocked (start_unlocked). A queued runner that the pool cancels is reported through
  * tko_lanes_pool_cancelled, or found by destroy once the pool is idle;
  * either way the one party that clears `scheduled` under the mutex hands
  * the ring's tasks to on_cancel.
@@ -135,6 +142,9 @@ struct tko_lanes {
   /* Held on the pool from create to destroy (lifecycle.h): the pool's
    * destroy is -EBUSY meanwhile, and its shutdown closes the table. */
   tko__attachment attach;
+  /* The runners' owner (lifecycle.h): a worker takes a runner alone, and
+   * a runner the pool cancels comes back here (runner_cancelled). */
+  tko__task_owner runner_owner;
 };
 
 /* The lane table whose batch is running on this thread (for -EDEADLK). */
@@ -186,6 +196,7 @@ static int pool_closing(tko__attachment *a, tko_shutdown_mode mode, long timeout
 }
 
 static int lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts, bool keyed);
+static void runner_cancelled(tko__task_owner *owner, void *arg);
 
 int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts) {
   return lanes_create(out, pool, opts, false);
@@ -211,6 +222,7 @@ static int lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options 
   l->fork_gen = tko__fork_generation();
   l->pool = pool;
   l->keyed = keyed;
+  l->runner_owner = (tko__task_owner){.cancelled = runner_cancelled, .internal = keyed};
   l->opts = o;
   l->mask = o.lanes - 1;
   l->raw = tko__mem_alloc(a, (size_t)o.lanes * LANE_STRIDE + TKO_CACHE_LINE);
@@ -322,6 +334,44 @@ static int ring_grow(tko_lanes *l, lane *ln) {
   return 0;
 }
 
+/* A ring that drained empty after a burst grew it past SHRINK_FACTOR times
+ * its first size goes back to that size (issue 14, defect 18: rings stayed
+ * at their high-water mark, 61 MiB after a burst). Only then, so that a
+ * lane that keeps a few tasks queued allocates nothing per burst. Swaps,
+ * under ln->mu with the ring empty, for a fresh ring (and meta); the old
+ * ones are left in *old for the caller to free unlocked. Nothing changes
+ * if the allocation fails: the big ring serves on. */
+enum { SHRINK_FACTOR = 4 };
+
+typedef struct ring_old {
+  tko_lane_task *ring;
+  lane_meta *meta;
+} ring_old;
+
+static void ring_shrink(tko_lanes *l, lane *ln, ring_old *old) {
+  *old = (ring_old){NULL, NULL};
+  size_t small = l->opts.lane_capacity;
+  if (ln->count || ln->cap / SHRINK_FACTOR <= small) return;
+  const tko_allocator *a = l->opts.allocator;
+  tko_lane_task *nr = tko__mem_alloc(a, small * sizeof *nr);
+  lane_meta *nm = l->keyed ? tko__mem_alloc(a, small * sizeof *nm) : NULL;
+  if (!nr || (l->keyed && !nm)) {
+    tko__mem_free(a, nr);
+    tko__mem_free(a, nm);
+    return;
+  }
+  *old = (ring_old){ln->ring, ln->meta};
+  ln->ring = nr;
+  ln->meta = nm;
+  ln->cap = small;
+  ln->head = 0;
+}
+
+static void ring_free(tko_lanes *l, const ring_old *old) {
+  tko__mem_free(l->opts.allocator, old->ring);
+  tko__mem_free(l->opts.allocator, old->meta);
+}
+
 static int lane_runner(void *arg);
 
 /* Pops the ring's head into *t and, for the keyed table, *m. Under ln->mu,
@@ -347,14 +397,16 @@ static _Thread_local bool caller_ran;
  * (timeout_ms 0: a full TKO_FULL_BLOCK queue is -ETIMEDOUT, or -EAGAIN on a
  * worker of the pool): a lane task or any other submit to this lane could
  * then be the one that has to take the lock to free room. Only a submit
- * that has released ln->mu waits (timeout_ms -1). */
-static int submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms) {
-  if (l->keyed) return tko__keyed_runner(l->pool, lane_runner, ln, weight); /* never waits */
+ * that has released ln->mu waits (timeout_ms -1). With may_run_here false,
+ * a full TKO_FULL_CALLER_RUNS queue is treated as a blocking one. */
+static int submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms, bool may_run_here) {
   lane *saved = starting_lane;
   bool saved_ran = caller_ran;
   starting_lane = ln;
   caller_ran = false;
-  int rc = tko_submit_timed(l->pool, lane_runner, ln, weight, timeout_ms);
+  /* The keyed table's owner is internal: its runner never waits nor runs here. */
+  int rc = tko__submit_owned(l->pool, &l->runner_owner, lane_runner, ln, weight, timeout_ms,
+                             may_run_here);
   bool ran = caller_ran;
   starting_lane = saved;
   caller_ran = saved_ran;
@@ -383,6 +435,8 @@ static uint64_t run_batch(tko_lanes *l, lane *ln, size_t n) {
   return failed;
 }
 
+static void start_unlocked(tko_lanes *l, lane *ln, int weight);
+
 /* Drives the lane: entered with ln->mu held by the owner of the runner
  * token; returns with the mutex released and the token either passed to a
  * new runner in the pool or given back (scheduled cleared, runner_done). */
@@ -403,18 +457,32 @@ static void drive(tko_lanes *l, lane *ln) {
     }
     if (ln->count == 0) {
       ln->scheduled = false;
+      ring_old old;
+      ring_shrink(l, ln, &old);
       pthread_mutex_unlock(&ln->mu);
+      ring_free(l, &old); /* before runner_done: the table is still ours */
       runner_done(l);
       return;
     }
     /* More queued: give the worker back to the pool's ordering, ranked by
-     * the new head. The new runner inherits this one's count in runners. */
-    if (submit_runner(l, ln, ln->ring[ln->head].weight, 0) == 0) {
+     * the new head. The new runner inherits this one's count in runners.
+     * Never run here again: a caller-runs submitter runs one visit at most
+     * (issue 17, defect 7: it drained its lane while others appended). */
+    int weight = ln->ring[ln->head].weight;
+    int rc = submit_runner(l, ln, weight, 0, false);
+    if (rc == 0) {
       pthread_mutex_unlock(&ln->mu);
       return;
     }
-    /* The pool refused (shutting down, or a full bounded queue) or ran the
-     * runner on this thread: keep draining here, still owning the lane. */
+    if (rc == -ETIMEDOUT) {
+      /* A full queue, on a thread that may wait for room (a caller-runs
+       * submitter, not a worker): wait with the lane unlocked. */
+      pthread_mutex_unlock(&ln->mu);
+      start_unlocked(l, ln, weight);
+      return;
+    }
+    /* The pool refused (shutting down, or full and this is its worker):
+     * keep draining here, still owning the lane. */
   }
 }
 
@@ -434,7 +502,7 @@ static int lane_runner(void *arg) {
  * (shut down meanwhile), this thread drives the lane itself, as a runner
  * whose requeue was refused does, so the accepted tasks still run. */
 static void start_unlocked(tko_lanes *l, lane *ln, int weight) {
-  if (submit_runner(l, ln, weight, -1) == 0) return;
+  if (submit_runner(l, ln, weight, -1, false) == 0) return;
   pthread_mutex_lock(&ln->mu);
   drive(l, ln);
 }
@@ -479,7 +547,7 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
      * lane's mutex, and the decrement comes after a later lock of ln->mu. */
     tko__add_relaxed(&l->runners, 1);
     ln->scheduled = true;
-    started = submit_runner(l, ln, weight, 0);
+    started = submit_runner(l, ln, weight, 0, true);
     if (started == -ETIMEDOUT) {
       /* A full TKO_FULL_BLOCK queue: accept the task and wait for room with
        * the lane unlocked. Others append behind it meanwhile (they see
@@ -541,7 +609,7 @@ int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *ar
   /* Caller-runs: the lane was idle, so ours is its only task: drive's first
    * visit runs it here, then hands the lane to the pool (a runner, refused
    * only at shutdown), whatever others queued meanwhile. */
-  if (run_here || submit_runner(l, ln, weight, 0) != 0) drive(l, ln);
+  if (run_here || submit_runner(l, ln, weight, 0, false) != 0) drive(l, ln);
   else pthread_mutex_unlock(&ln->mu);
   return 0;
 }
@@ -612,6 +680,13 @@ int tko_lanes_cancel(tko_lanes *l) {
   for (unsigned i = 0; i <= l->mask; i++)
     lane_cancel(l, lane_at(l, i), false);
   return 0;
+}
+
+/* A runner the pool cancelled (its owner's callback, lifecycle.h). */
+static void runner_cancelled(tko__task_owner *owner, void *arg) {
+  (void)owner;
+  lane *ln = arg;
+  lane_cancel(ln->owner, ln, true);
 }
 
 int tko_lanes_pool_cancelled(const tko_task_info *task) {

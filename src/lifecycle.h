@@ -77,6 +77,38 @@ int tko__attach(tko_pool *pool, tko__attachment *a);
 /* Unregisters a; safe in any state, once per successful tko__attach. */
 void tko__detach(tko_pool *pool, tko__attachment *a);
 
+/* Owned tasks: tasks the library submits for itself (a lane's runner, a
+ * coalescer's sweep). The engine never names their owners: it reaches
+ * them through the tko__task_owner record each carries (issue 14's
+ * layering). Two promises differ from a host's task:
+ * - a worker takes an owned task alone: a take ends before one, and one
+ *   taken starts a take of its own, so that an owned task not yet started
+ *   stays available to an idle worker (issue 17, defect 6: two lanes'
+ *   runners in one take ran their keys one after the other);
+ * - a queued owned task that the pool cancels goes to its owner's
+ *   cancelled callback, never to the pool's on_cancel hook, which would
+ *   not know what its argument is. It is called on the cancelling thread,
+ *   with no pool lock held, once per task.
+ * Otherwise an owned task is the host's task (room in a bounded queue,
+ * hooks, stats), unless its owner is `internal`: the pool's own keyed
+ * table, whose runners take no room, are not counted nor seen by hooks
+ * (their keyed tasks are), and are refused only at shutdown or for want of
+ * memory. The record must outlive its tasks (an owner counts them). */
+typedef struct tko__task_owner tko__task_owner;
+struct tko__task_owner {
+  void (*cancelled)(tko__task_owner *owner, void *arg);
+  bool internal;
+};
+
+/* Submits fn(arg) as owner's task: as tko_submit_timed does (the pool's
+ * full policy, waiting up to timeout_ms for room), except that with
+ * run_here false a full TKO_FULL_CALLER_RUNS queue waits for room as
+ * TKO_FULL_BLOCK does instead of running the task on this thread. An
+ * internal owner's task never waits and never runs here. 0 or a negative
+ * errno, as tko_submit_timed. */
+int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
+                      int weight, long timeout_ms, bool run_here);
+
 /* Enters the gate (see above): 0, or -ESHUTDOWN once the pool is closed
  * (DRAINING or later). Every successful enter is paired with a leave. */
 int tko__gate_enter(tko_pool *pool);

@@ -159,7 +159,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   if (rc == 0) rc = tko__queue_init(&pool->queue, opts->initial_capacity ? opts->initial_capacity : 256, a);
   if (rc == 0) rc = tko__queue_init(&pool->async_queue, 16, a);
   pool->queue.aging_ns = pool->async_queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
-  pool->queue.alone_ctx = TKO__CTX_RUNNER; /* a worker takes a lane runner alone */
+  pool->queue.alone_tag = TKO__CTX_OWNED; /* a worker takes an owned task alone */
   pool->stamp_enqueue = pool->timing || opts->aging_ms;
   if (rc == 0) {
     pool->slots = tko__mem_alloc(a, (size_t)pool->nslots * sizeof *pool->slots);

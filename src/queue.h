@@ -61,10 +61,11 @@ typedef struct tko__queue {
   atomic_size_t slab_bytes; /* items_cap * item size, for lock-free stats */
   uint32_t initial_cap;     /* items_cap at init: what a trim goes back to */
   uint64_t aging_ns;      /* 0 = off; else one weight unit per aging_ns waited */
-  /* Items whose ctx equals this (0 = none) are popped only alone: first in
-   * a pop, which then ends; a pop that already holds items stops before
-   * one (the pool's lane runners: issue 17, defect 6). */
-  uintptr_t alone_ctx;
+  /* Items whose ctx's low three bits equal this (0 = none) are popped
+   * only alone: first in a pop, which then ends; a pop that already holds
+   * items stops before one (the pool's owned tasks: lane runners,
+   * coalescer sweeps; issue 17, defect 6). */
+  uintptr_t alone_tag;
   const tko_allocator *alloc;
 } tko__queue;
 
@@ -83,7 +84,7 @@ int tko__queue_push(tko__queue *q, const tko__item *item);
  * (queue unchanged) if it could not grow. */
 int tko__queue_push_ordered(tko__queue *q, const tko__item *item);
 /* Moves up to max items, highest priority first, into out; returns how
- * many. An alone_ctx item is only ever popped by itself. */
+ * many. An alone_tag item is only ever popped by itself. */
 size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max);
 /* True if a's highest-priority item goes before b's; both non-empty. */
 bool tko__queue_top_before(const tko__queue *a, const tko__queue *b);

@@ -173,12 +173,15 @@ static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int
   return 0;
 }
 
-int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
-                     long timeout_ms) {
+/* may_run_here false: a full caller-runs queue waits as a blocking one. */
+static int submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
+                       long timeout_ms, bool may_run_here) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
+  tko_full_policy policy = pool->opts.full_policy;
+  if (!may_run_here && policy == TKO_FULL_CALLER_RUNS) policy = TKO_FULL_BLOCK;
   bool gated;
-  rc = tko__admit(pool, 1, timeout_ms, pool->opts.full_policy, &gated);
+  rc = tko__admit(pool, 1, timeout_ms, policy, &gated);
   if (rc == RUN_HERE) {
     tko_task task = {fn, arg, weight};
     return run_here(pool, &task, 1, ctx); /* never gated: caller-runs does not wait */
@@ -191,13 +194,26 @@ int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, i
   return rc;
 }
 
-int tko__submit_runner(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
+int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
+                     long timeout_ms) {
+  return submit_item(pool, fn, arg, ctx, weight, timeout_ms, true);
+}
+
+/* The keyed table's runners (lifecycle.h's internal owner). */
+static int submit_internal(tko_pool *pool, uintptr_t ctx, tko_task_fn fn, void *arg, int weight) {
   /* seq_cst: counted out before the inbox reservation that counts it
    * submitted, so stats never count it as a task (pool.c). */
   tko__add_seq(&pool->runners_out, 1);
-  int rc = enqueue(pool, fn, arg, TKO__CTX_RUNNER, weight);
+  int rc = enqueue(pool, fn, arg, ctx, weight);
   if (rc) tko__add_seq(&pool->runners_done, 1); /* never queued: back at once */
   return rc;
+}
+
+int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
+                      int weight, long timeout_ms, bool run_here) {
+  uintptr_t ctx = (uintptr_t)owner | TKO__CTX_OWNED;
+  if (owner->internal) return submit_internal(pool, ctx, fn, arg, weight);
+  return submit_item(pool, fn, arg, ctx, weight, timeout_ms, run_here);
 }
 
 int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {

@@ -42,12 +42,12 @@ static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item
 
 /* Tells the task's group or periodic timer, if any, that it is done. */
 static void ctx_done(const tko__item *item, int status, bool cancelled) {
-  if (!(item->ctx & ~TKO__CTX_TAGS)) return;
+  if (!(item->ctx & ~TKO__CTX_TAGS) || tko__item_owner(item)) return;
   if (item->ctx & TKO__CTX_TIMER) tko__timer_firing_done(item, cancelled);
   else tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status);
 }
 
-/* A runner of the pool's keyed table is the library's own: no hooks, no
+/* An internal task (the keyed table's runner) is the library's own: no hooks, no
  * task counters (the keyed tasks it runs have their own), only its
  * runners_done. seq_cst: with the finished counts, wait_idle's half of the
  * Dekker pair (see tko__notify_idle). */
@@ -59,7 +59,7 @@ static int run_runner(tko_pool *pool, const tko__item *item) {
 
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (item->ctx & TKO__CTX_ASYNC) return tko__async_start(pool, w, item);
-  if (item->ctx == TKO__CTX_RUNNER) return run_runner(pool, item);
+  if (tko__item_internal(item)) return run_runner(pool, item);
   const tko_hooks *h = &pool->opts.hooks;
   tko__count(pool, w, &w->started);
   if (!pool->timing) {
@@ -91,17 +91,17 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
   tko_task_info info;
   fill_info(&info, &pool->caller, item);
   info.worker = UINT32_MAX;
-  /* A lane runner or a coalescer sweep is the library's own task: its lane
-   * hands its queued tasks to the lanes' on_cancel, and the host's hook
-   * never sees (or frees) the library's argument. */
-  if (item->ctx == TKO__CTX_RUNNER) { /* its keyed tasks count as cancelled, one by one */
-    tko_lanes_pool_cancelled(&info);
+  /* An owned task (a lane runner, a coalescer sweep) goes to its owner,
+   * which knows what its argument is (a lane hands its queued tasks to the
+   * lanes' on_cancel); the host's hook never sees (or frees) it. */
+  tko__task_owner *owner = tko__item_owner(item);
+  if (owner) owner->cancelled(owner, item->arg);
+  if (owner && owner->internal) { /* its keyed tasks counted as cancelled, one by one */
     tko__add_seq(&pool->runners_done, 1); /* seq_cst: as cancelled, below */
     tko__notify_idle(pool);
     return;
   }
-  bool own = tko_lanes_pool_cancelled(&info) || tko_coalescer_pool_cancelled(&info);
-  if (!own && h->on_cancel) {
+  if (!owner && h->on_cancel) {
     tko_pool *prev = tko__enter_pool(pool);
     h->on_cancel(h->user, &info);
     tko__leave_pool(prev);

@@ -8,7 +8,9 @@
  * "runner" pool task. The runner drains up to max_drain queued tasks in one
  * visit (or hands them to a batch callback all at once), then resubmits
  * itself if more are queued. Nothing is allocated per task: a lane's ring is
- * allocated at the lane's first use and grows geometrically, never shrinks.
+ * allocated at the lane's first use and grows geometrically; a ring that a
+ * burst grew past four times lane_capacity goes back to lane_capacity when
+ * the lane drains empty.
  *
  * Guarantees:
  * - Per-key order: tasks with the same key start in submit order (for
@@ -20,6 +22,9 @@
  *   exclusion then hold across all of those keys together (they are
  *   serialized as one key would be); only parallelism is lost. The table
  *   is never "full": every key has a lane. tko_lanes_index says which.
+ * - Parallelism: keys on different lanes run in parallel. A pool worker
+ *   takes a runner by itself, never in one batch with other tasks, so a
+ *   runner not yet started stays available to an idle worker.
  * - Exactly once: every task accepted (submit returned 0) is run exactly
  *   once or handed exactly once to the on_cancel callback.
  * - Weights: within a lane, order is submit order whatever the weights.
@@ -38,15 +43,17 @@
  * stats and the pool's tasks never wait for it (if the pool is shut down
  * while it waits, that thread runs the lane itself and returns 0).
  * TKO_FULL_REJECT fails with -EAGAIN,
- * and TKO_FULL_CALLER_RUNS makes the submitting thread run the lane itself
- * (its queued tasks, up to the lane's end) before the submit returns. A
- * runner that cannot requeue itself (full queue, or shutdown) keeps
- * draining its lane on its worker.
+ * and TKO_FULL_CALLER_RUNS makes the submitting thread run the lane's first
+ * visit itself - its own task, since the lane was idle - before the submit
+ * returns; tasks appended meanwhile go to a runner in the pool, which that
+ * thread queues, waiting for room as TKO_FULL_BLOCK would (it never runs
+ * them). A runner on a pool worker that cannot requeue itself (full queue,
+ * or shutdown) keeps draining its lane on its worker.
  *
  * Cancellation: the pool only ever sees runners, never lane tasks. If the
  * pool is shut down with TKO_CANCEL while a runner is queued, the pool
- * recognises the runner itself and hands that lane's queued tasks to the
- * lanes' on_cancel; the pool's own on_cancel hook never sees a runner.
+ * hands the runner back to its table, which hands that lane's queued tasks
+ * to the lanes' on_cancel; the pool's own on_cancel hook never sees a runner.
  * (tko_lanes_pool_cancelled remains for hooks written before that, and is
  * harmless.) A runner already running
  * when the pool shuts down, in either mode, finishes its lane on the spot

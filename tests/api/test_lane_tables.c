@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/* Lane tables made with tko_lanes_create (taskorch/lanes.h), where their
+ * runners meet the pool: issue 17's defects 6 and 7 as they held for these
+ * tables after the pool's own keyed table was fixed, and issue 14's defect
+ * 18 for lane rings.
+ * - Different keys run in parallel whatever the workers' take size: a
+ *   runner not yet started stays available to an idle worker.
+ * - A TKO_FULL_CALLER_RUNS submitter runs its own task at most, not the
+ *   tasks others append to its lane meanwhile.
+ * - A ring grown by a burst goes back to its first size once it drains. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <taskorch.h>
+#include <taskorch/lanes.h>
+
+#include "tko_test.h"
+#include "tko_test_sync.h"
+
+#define LTB_WAIT_MS 10000L
+
+/* Two keys on different lanes of a default table. */
+static void two_lanes(tko_lanes *l, uint64_t *a, uint64_t *b) {
+  *a = 1;
+  *b = 2;
+  while (tko_lanes_index(l, *b) == tko_lanes_index(l, *a)) (*b)++;
+}
+
+typedef struct meet {
+  tt_count started;
+  atomic_int missed; /* a task that never saw the other's start */
+} meet;
+
+static meet meet_;
+
+/* Blocks until two meet tasks have started (a bounded rendezvous). */
+static int meet_task(void *arg) {
+  meet *m = arg;
+  tt_count_add(&m->started, 1);
+  if (!tt_count_wait_geq_within(&m->started, 2, LTB_WAIT_MS)) atomic_fetch_add(&m->missed, 1);
+  return 0;
+}
+
+/* Empty tasks by the thousand: the workers' takes grow to their cap, so
+ * that a worker would take two runners in one batch if it could. */
+static void grow_takes(tko_pool *p) {
+  for (int i = 0; i < 5000; i++) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+}
+
+/* ---- issue 17, defect 6, for user tables ----------------------------------- */
+
+Test(lane_tables, different_keys_run_in_parallel_whatever_the_take_size) {
+  meet *m = &meet_;
+  tko_options o = tko_basic_options(2);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  uint64_t ka, kb;
+  two_lanes(l, &ka, &kb);
+  for (int round = 0; round < 20; round++) {
+    grow_takes(p);
+    memset(m, 0, sizeof *m);
+    tt_count_init(&m->started);
+    /* Both runners queued at once, ahead of a few plain tasks. */
+    cr_assert_eq(tko_pool_pause(p), 0);
+    cr_assert_eq(tko_lanes_submit(l, ka, meet_task, m, 5), 0);
+    cr_assert_eq(tko_lanes_submit(l, kb, meet_task, m, 5), 0);
+    for (int i = 0; i < 4; i++) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
+    cr_assert_eq(tko_pool_resume(p), 0);
+    cr_assert_eq(tko_lanes_wait_idle(l, TT_LONG_MS), 0);
+    cr_assert_eq(atomic_load(&m->missed), 0, "round %d: one key waited behind the other", round);
+    tt_count_fini(&m->started);
+  }
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* A runner and a plain task never share a take: a plain task queued behind
+ * a runner (even rounds) or before it (odd rounds) meets the lane's task. */
+Test(lane_tables, a_runner_is_taken_alone) {
+  meet *m = &meet_;
+  tko_options o = tko_basic_options(2);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  for (int round = 0; round < 20; round++) {
+    grow_takes(p);
+    memset(m, 0, sizeof *m);
+    tt_count_init(&m->started);
+    cr_assert_eq(tko_pool_pause(p), 0);
+    int plain_weight = round % 2 ? 6 : 4; /* before or after the runner (5) */
+    cr_assert_eq(tko_lanes_submit(l, 3, meet_task, m, 5), 0);
+    cr_assert_eq(tko_submit(p, meet_task, m, plain_weight), 0);
+    for (int i = 0; i < 4; i++) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
+    cr_assert_eq(tko_pool_resume(p), 0);
+    cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+    cr_assert_eq(atomic_load(&m->missed), 0, "round %d: a runner shared a take", round);
+    tt_count_fini(&m->started);
+  }
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- issue 17, defect 7, for user tables ----------------------------------- */
+
+typedef struct appender {
+  tko_lanes *l;
+  pthread_t submitter;
+  tt_pin *pin; /* the worker's pin, released once the tasks are appended */
+  atomic_int on_submitter, elsewhere;
+} appender;
+
+static int where_task(void *arg) {
+  appender *a = arg;
+  if (pthread_equal(pthread_self(), a->submitter)) atomic_fetch_add(&a->on_submitter, 1);
+  else atomic_fetch_add(&a->elsewhere, 1);
+  return 0;
+}
+
+enum { APPENDED = 3 };
+
+/* The caller-run task: others append to its lane while it runs; then the
+ * pool's only worker is released so that room appears. */
+static int append_task(void *arg) {
+  appender *a = arg;
+  where_task(a);
+  for (int i = 0; i < APPENDED; i++) cr_assert_eq(tko_lanes_submit(a->l, 7, where_task, a, 0), 0);
+  tt_gate_open(&a->pin->gate);
+  return 0;
+}
+
+Test(lane_tables, a_caller_runs_submitter_runs_only_its_own_task) {
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  appender a = {.submitter = pthread_self()};
+  cr_assert_eq(tko_lanes_create(&a.l, p, NULL), 0);
+  tt_pin pin = TT_PIN_INIT;
+  a.pin = &pin;
+  /* Pin the only worker, then fill the one queue slot. */
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
+  /* The runner cannot be queued: this thread runs the lane's one task,
+   * which appends three more; those go to the pool once room appears. */
+  cr_assert_eq(tko_lanes_submit(a.l, 7, append_task, &a, 0), 0);
+  cr_assert_eq(tko_lanes_wait_idle(a.l, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&a.on_submitter), 1, "the submitter ran others' tasks");
+  cr_assert_eq(atomic_load(&a.elsewhere), APPENDED);
+  cr_assert_eq(tko_lanes_destroy(a.l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- issue 14, defect 18, for lane rings ----------------------------------- */
+
+/* An allocator that counts the bytes it has handed out and not had back. */
+typedef struct byte_counter {
+  atomic_long live;
+  tko_allocator al;
+} byte_counter;
+
+typedef struct { size_t size; max_align_t align; } block_head;
+
+static void *bc_alloc(void *ctx, size_t size) {
+  block_head *h = malloc(sizeof *h + size);
+  if (!h) return NULL;
+  h->size = size;
+  atomic_fetch_add(&((byte_counter *)ctx)->live, (long)size);
+  return h + 1;
+}
+
+static void bc_free(void *ctx, void *p) {
+  if (!p) return;
+  block_head *h = (block_head *)p - 1;
+  atomic_fetch_sub(&((byte_counter *)ctx)->live, (long)h->size);
+  free(h);
+}
+
+static void *bc_realloc(void *ctx, void *p, size_t size) {
+  void *q = bc_alloc(ctx, size);
+  if (q && p) {
+    size_t old = ((block_head *)p - 1)->size;
+    memcpy(q, p, old < size ? old : size);
+    bc_free(ctx, p);
+  }
+  return q;
+}
+
+Test(lane_tables, a_ring_grown_by_a_burst_shrinks_once_it_drains) {
+  enum { BURST = 20000 };
+  byte_counter bc = {.live = 0};
+  bc.al = (tko_allocator){bc_alloc, bc_realloc, bc_free, &bc};
+  tko_options o = tko_basic_options(1);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.allocator = &bc.al;
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, &lo), 0);
+  /* The lane's first use allocates its ring and scratch: the baseline. */
+  cr_assert_eq(tko_lanes_submit(l, 9, tt_nop_fn, NULL, 0), 0);
+  cr_assert_eq(tko_lanes_wait_idle(l, TT_LONG_MS), 0);
+  long base = atomic_load(&bc.live);
+  for (int round = 0; round < 2; round++) {
+    cr_assert_eq(tko_pool_pause(p), 0); /* the burst queues up in one ring */
+    for (int i = 0; i < BURST; i++) cr_assert_eq(tko_lanes_submit(l, 9, tt_nop_fn, NULL, 0), 0);
+    long peak = atomic_load(&bc.live);
+    cr_assert_gt(peak, base + (long)(BURST * sizeof(tko_lane_task)) / 2);
+    cr_assert_eq(tko_pool_resume(p), 0);
+    cr_assert_eq(tko_lanes_wait_idle(l, TT_LONG_MS), 0);
+    /* The drained lane's runner gave the big ring back before it left. */
+    cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+    cr_assert_eq(atomic_load(&bc.live), base, "round %d: the burst's ring stayed", round);
+  }
+  tko_lane_stats st;
+  tko_lanes_stats(l, &st);
+  cr_assert_eq(st.completed, 1 + 2 * BURST);
+  cr_assert_eq(st.lanes_used, 1);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(atomic_load(&bc.live), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
