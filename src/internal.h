@@ -353,9 +353,8 @@ void tko__async_release_slot(tko_pool *pool);
 void tko__async_quiesce(tko_pool *pool);
 void tko__async_fini(tko_pool *pool);
 
-/* keyed.c: the keyed lanes at shutdown (cancel, or drain within
- * timeout_ms: 0 or -ETIMEDOUT) and destroy. */
-int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms);
+/* keyed.c: frees the pool's keyed table at destroy (at shutdown it is an
+ * attachment like any other: lanes.c's pool_closing). */
 void tko__keyed_free(tko_pool *pool);
 
 /* timer.c: stops the timer thread, then disarms every timer (each to

@@ -113,23 +113,6 @@ int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, in
   return rc;
 }
 
-/* Called by shutdown as the first attachment it resolves (lifecycle.c), just
- * before the pool closes. DRAIN only closes the table: its queued runners
- * still run, and a runner that cannot requeue itself (the pool is closed by
- * then) finishes its lane on its worker, or on the shutting-down thread if
- * no worker is left, before shutdown reports STOPPED.
- * So nothing here waits: not for a paused pool, nor for an elastic-only
- * pool that could start no thread. */
-int tko__keyed_shutdown(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms) {
-  (void)timeout_ms; /* nothing here waits */
-  int rc;
-  tko_lanes *l = keyed_table(pool, false, &rc); /* waits for one being made */
-  if (!l) return 0;
-  if (mode == TKO_CANCEL) tko_lanes_cancel(l);
-  else tko_lanes_close(l);
-  return 0;
-}
-
 void tko__keyed_free(tko_pool *pool) {
   tko_lanes *l = atomic_exchange(&pool->keyed, NULL);
   if (l) tko_lanes_destroy(l);

@@ -183,15 +183,21 @@ static unsigned round_pow2(unsigned v) {
 
 static void close_table(tko_lanes *l);
 
+static void cancel_lanes(tko_lanes *l);
+
 /* The pool's shutdown resolves the table (lifecycle.h): it closes it, so
  * later submits are -ESHUTDOWN, and waits for nothing. Queued runners then
  * run (DRAIN; one that cannot requeue itself finishes its lane where it
- * runs) or are cancelled by the pool, which hands their lanes' tasks to
- * on_cancel (CANCEL); a runner already running finishes its lane. */
+ * runs) or are cancelled by the pool, which hands them back here
+ * (runner_cancelled: their lanes' tasks go to on_cancel) (CANCEL); a
+ * runner already running finishes its lane. The pool's keyed table, under
+ * CANCEL, also cancels the keyed tasks queued behind a running runner: a
+ * CANCEL shutdown hands every queued keyed task to the pool's on_cancel. */
 static int pool_closing(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms) {
-  (void)mode;
   (void)timeout_ms;
-  close_table((tko_lanes *)((char *)a - offsetof(tko_lanes, attach)));
+  tko_lanes *l = (tko_lanes *)((char *)a - offsetof(tko_lanes, attach));
+  if (l->keyed && mode == TKO_CANCEL) cancel_lanes(l);
+  else close_table(l);
   return 0;
 }
 
@@ -673,12 +679,16 @@ int tko_lanes_close(tko_lanes *l) {
   return 0;
 }
 
-int tko_lanes_cancel(tko_lanes *l) {
-  int bad = check(l);
-  if (bad) return bad;
+static void cancel_lanes(tko_lanes *l) {
   close_table(l);
   for (unsigned i = 0; i <= l->mask; i++)
     lane_cancel(l, lane_at(l, i), false);
+}
+
+int tko_lanes_cancel(tko_lanes *l) {
+  int bad = check(l);
+  if (bad) return bad;
+  cancel_lanes(l);
   return 0;
 }
 

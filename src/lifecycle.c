@@ -25,9 +25,10 @@
 #include "internal.h"
 
 /* The pool whose shutdown the calling thread is in: from taking the
- * shutter role (role) and from closing the pool (closing_pool). The keyed
- * lanes' close runs between the two and must not look like a call from
- * inside the pool (lanes ask tko_pool_wait_idle whether it is -EDEADLK). */
+ * shutter role (role) and from closing the pool (closing_pool). The
+ * attachments' close callbacks run between the two and must not look like
+ * calls from inside the pool (lanes ask tko_pool_wait_idle whether it is
+ * -EDEADLK). */
 static _Thread_local const tko_pool *role, *closing_pool;
 
 bool tko__in_shutdown(const tko_pool *pool) { return closing_pool == pool; }
@@ -135,12 +136,12 @@ static long ms_left(const struct timespec *deadline) {
   return ms > 0 ? ms : 0;
 }
 
-/* Calls close on every unresolved attachment (the keyed lanes first). With
- * nowait, once each with 0 ms, whatever it returns. */
+/* Calls close on every unresolved attachment, the newest first (the pool's
+ * keyed table among them: the engine names none of them). With nowait,
+ * once each with 0 ms, whatever it returns. */
 static int resolve_attachments(tko_pool *pool, tko_shutdown_mode mode,
                                const struct timespec *deadline, bool nowait) {
-  int rc = tko__keyed_shutdown(pool, mode, nowait ? 0 : ms_left(deadline));
-  if (rc && !nowait) return rc;
+  int rc = 0;
   pthread_mutex_lock(&pool->gate_mu);
   for (;;) {
     tko__attachment *a = pool->attached;
