@@ -185,6 +185,8 @@ def main(argv):
     sync_tree(tree)
     subprocess.run(["cmake", "-S", tree, "-B", bdir, "-G", "Ninja" if shutil.which("ninja")
                     else "Unix Makefiles", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                    # the witness-* mutants need the lock-order checker
+                    "-DTKO_LOCK_ORDER_CHECK=ON",
                     "-DTKO_BUILD_BENCHMARKS=OFF", "-DTKO_BUILD_WORKBENCH=OFF"],
                    check=True, stdout=subprocess.DEVNULL)
     all_targets = {exe for m in mutants for exe, _ in m["runs"]}

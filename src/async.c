@@ -42,7 +42,7 @@ typedef struct chunk {
 } chunk;
 
 static struct tko_async *take_record(tko_pool *pool) {
-  pthread_mutex_lock(&pool->async_mu);
+  tko__mutex_lock(&pool->async_mu, TKO__RANK_ASYNC);
   struct tko_async *r = pool->async_free;
   if (!r) {
     chunk *c = tko__mem_alloc(pool->opts.allocator, sizeof *c);
@@ -58,15 +58,15 @@ static struct tko_async *take_record(tko_pool *pool) {
     }
   }
   if (r) pool->async_free = r->next_free;
-  pthread_mutex_unlock(&pool->async_mu);
+  tko__mutex_unlock(&pool->async_mu, TKO__RANK_ASYNC);
   return r;
 }
 
 static void give_record(tko_pool *pool, struct tko_async *r) {
-  pthread_mutex_lock(&pool->async_mu);
+  tko__mutex_lock(&pool->async_mu, TKO__RANK_ASYNC);
   r->next_free = pool->async_free;
   pool->async_free = r;
-  pthread_mutex_unlock(&pool->async_mu);
+  tko__mutex_unlock(&pool->async_mu, TKO__RANK_ASYNC);
 }
 
 /* Async functions travel in the task slot and are cast back before the
@@ -174,9 +174,10 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
 
 void tko__async_quiesce(tko_pool *pool) {
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify */
-  pthread_mutex_lock(&pool->idle_mu);
-  while (tko__load_seq(&pool->async_inflight) > 0) pthread_cond_wait(&pool->idle_cv, &pool->idle_mu);
-  pthread_mutex_unlock(&pool->idle_mu);
+  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  while (tko__load_seq(&pool->async_inflight) > 0)
+    tko__cond_wait(&pool->idle_cv, &pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
   tko__sub_seq(&pool->idle_waiters, 1);
   /* A completer past its notify is a few instructions from leaving. */
   while (tko__load_seq(&pool->completers) > 0) sched_yield();

@@ -75,7 +75,7 @@ static tko__worker *claim_slot(tko_pool *pool) {
 
 void tko__elastic_spawn(tko_pool *pool) {
   if (!reserve_count(pool)) return;
-  pthread_mutex_lock(&pool->spawn_mu);
+  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
   /* A slot is free unless a retiring worker is between releasing its count
    * and marking its slot; then this spawn is dropped, and that worker's
    * re-check of the inbox picks up the work. */
@@ -89,7 +89,7 @@ void tko__elastic_spawn(tko_pool *pool) {
     w->spawning = true; /* no other spawner may claim it until we are done */
     pool->spawns_active++;
   }
-  pthread_mutex_unlock(&pool->spawn_mu);
+  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
   if (!w) {
     tko__sub_seq(&pool->elastic_count, 1);
     return;
@@ -99,7 +99,7 @@ void tko__elastic_spawn(tko_pool *pool) {
   if (join_old) pthread_join(old, NULL);
   pthread_t t;
   int rc = tko__worker_spawn(pool, w, &t);
-  pthread_mutex_lock(&pool->spawn_mu);
+  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
   if (rc == 0) {
     w->thread = t;
     w->has_thread = true;
@@ -108,7 +108,7 @@ void tko__elastic_spawn(tko_pool *pool) {
   }
   w->spawning = false;
   if (--pool->spawns_active == 0) pthread_cond_broadcast(&pool->spawn_cv);
-  pthread_mutex_unlock(&pool->spawn_mu);
+  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
   if (rc) {
     tko__sub_seq(&pool->elastic_count, 1);
     return;
@@ -171,15 +171,15 @@ bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w) {
 }
 
 void tko__elastic_set_stopping(tko_pool *pool, tko__worker *w, bool stopping) {
-  pthread_mutex_lock(&pool->spawn_mu);
+  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
   w->stopping = stopping;
-  pthread_mutex_unlock(&pool->spawn_mu);
+  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
 }
 
 void tko__elastic_close_and_join(tko_pool *pool) {
-  pthread_mutex_lock(&pool->spawn_mu);
+  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
   pool->spawn_closed = true;
-  while (pool->spawns_active) pthread_cond_wait(&pool->spawn_cv, &pool->spawn_mu);
+  while (pool->spawns_active) tko__cond_wait(&pool->spawn_cv, &pool->spawn_mu, TKO__RANK_SPAWN);
   for (unsigned i = pool->elastic_base; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
     bool join = w->has_thread;
@@ -189,9 +189,9 @@ void tko__elastic_close_and_join(tko_pool *pool) {
     if (!join) continue;
     /* Join without the lock: a worker still draining may try to spawn,
      * find spawn_closed, and must not block on spawn_mu meanwhile. */
-    pthread_mutex_unlock(&pool->spawn_mu);
+    tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
     pthread_join(t, NULL);
-    pthread_mutex_lock(&pool->spawn_mu);
+    tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
   }
-  pthread_mutex_unlock(&pool->spawn_mu);
+  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
 }

@@ -60,9 +60,9 @@ int tko_group_init(tko_group *group) {
 int tko_group_destroy(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   uint64_t pending = g->pending;
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   if (pending) return -EBUSY;
   g->magic = 0;
   pthread_mutex_destroy(&g->mu);
@@ -71,18 +71,18 @@ int tko_group_destroy(tko_group *group) {
 }
 
 void tko__wake_helpers(tko_pool *pool) {
-  pthread_mutex_lock(&pool->help_mu);
+  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
   pthread_cond_broadcast(&pool->help_cv);
-  pthread_mutex_unlock(&pool->help_mu);
+  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
 }
 
 void tko__group_finished(void *group, int status) {
   tko__group *g = group;
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   if (status && !g->status) g->status = status;
   tko_pool *pool = g->pool; /* read now: g may be freed once mu is released */
   if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   /* seq_cst: a helper counts itself, then reads pending under g->mu; we
    * changed pending under g->mu, then look for helpers. */
   if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
@@ -96,24 +96,24 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
                           void *arg, int weight) {
   tko__group *g = get(group);
   if (!pool || !g || !fn) return -EINVAL;
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   /* Bound to a pool only while it has members there; an empty group may
    * move to another pool. */
   if (g->pending > 0 && g->pool != pool) {
-    pthread_mutex_unlock(&g->mu);
+    tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
     return -EINVAL;
   }
   g->pool = pool;
   g->pending++;
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP | tag, weight, -1);
   if (rc) {
-    pthread_mutex_lock(&g->mu);
+    tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
     if (--g->pending == 0) {
       g->pool = NULL; /* no member anywhere: not bound to that pool */
       pthread_cond_broadcast(&g->cv);
     }
-    pthread_mutex_unlock(&g->mu);
+    tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
     return rc;
   }
   return 0; /* the submit woke any helper (tko__signal_work) */
@@ -122,18 +122,18 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
 uint64_t tko_group_pending(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return 0;
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   uint64_t n = g->pending;
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   return n;
 }
 
 int tko_group_status(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   int st = g->status;
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   return st;
 }
 
@@ -145,16 +145,16 @@ static bool group_done(void *g) { return ((tko__group *)g)->pending == 0; }
 static bool helper_wait(tko_pool *pool, long timeout_ms, const struct timespec *deadline) {
   if (timeout_ms == 0) return false;
   if (timeout_ms < 0) {
-    pthread_cond_wait(&pool->help_cv, &pool->help_mu);
+    tko__cond_wait(&pool->help_cv, &pool->help_mu, TKO__RANK_HELP);
     return true;
   }
-  return pthread_cond_timedwait(&pool->help_cv, &pool->help_mu, deadline) != ETIMEDOUT;
+  return tko__cond_timedwait(&pool->help_cv, &pool->help_mu, TKO__RANK_HELP, deadline) != ETIMEDOUT;
 }
 
 static uint64_t pending_now(tko__group *g) {
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   uint64_t n = g->pending;
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   return n;
 }
 
@@ -182,13 +182,13 @@ static int help_until_done(tko__group *g, tko__worker *self, long timeout_ms,
   while (pending_now(g) > 0) {
     if (deadline_passed(timeout_ms, deadline)) return -ETIMEDOUT;
     if (tko__help_one(pool, self)) continue;
-    pthread_mutex_lock(&pool->help_mu);
+    tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
     tko__add_seq(&pool->helpers, 1); /* seq_cst: see tko__group_finished */
     bool timed_out = false;
     if (pending_now(g) > 0 && !tko__runnable_seq(pool))
       timed_out = !helper_wait(pool, timeout_ms, deadline);
     tko__sub_seq(&pool->helpers, 1);
-    pthread_mutex_unlock(&pool->help_mu);
+    tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
     if (timed_out && pending_now(g) > 0) return -ETIMEDOUT;
   }
   return 0;
@@ -200,11 +200,11 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
   struct timespec deadline;
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__worker *self = tko__current_worker;
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   /* g->pool is only meaningful (and its pool only alive) while members
    * are pending. */
   tko_pool *pool = g->pending ? g->pool : NULL;
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   /* A forked child's copy: the members live in the parent; running them
    * here would run them twice, and nothing here can finish them. */
   if (pool && tko__pool_forked(pool)) return -ECHILD;
@@ -217,19 +217,19 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
     help_depth--;
     return rc;
   }
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   int rc = tko__cond_wait_until(&g->cv, &g->mu, timeout_ms < 0 ? NULL : &deadline, group_done, g);
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   return rc;
 }
 
 long tko_group_cancel(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
-  pthread_mutex_lock(&g->mu);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   /* With no member pending the pool may be gone: nothing to cancel there. */
   tko_pool *pool = g->pending ? g->pool : NULL;
-  pthread_mutex_unlock(&g->mu);
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   if (!pool) return 0;
   if (tko__pool_forked(pool)) return -ECHILD; /* its queue is the parent's */
   long total = 0;

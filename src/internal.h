@@ -8,17 +8,15 @@
  * and tko_pool_destroy is -EBUSY while any remains) - is declared and
  * explained in lifecycle.h, which needs nothing of this layout.
  *
- * Lock ranks, the one place that orders every lock in the engine (a lock
- * may be taken while holding only locks ranked before it):
- *   1. spawn_mu   worker slots' threads and states, the resize targets
- *                 (elastic.c, resize.c)
- *   2. lock       the queue lock (a spinlock, lock.h)
- *   3. idle.mu    the idle list (signal.c)
- * Leaves, each taken with no other lock held: gate_mu (lifecycle.c),
- * space_mu, idle_mu, help_mu, timer_mu, async_mu, and the parkers'
- * fallback mutexes. No lock is held while a task, a hook or an attachment's
- * close callback runs; shutdown holds no lock while it waits (the shutter
- * role, under gate_mu, serialises shutdown calls instead). */
+ * Lock ranks: witness.h orders every lock of the library in one place,
+ * with each lock's role, and checks the order in debug and sanitizer
+ * builds; every lock below is taken through its wrappers with its rank.
+ * Outermost first: spawn_mu, the queue lock, help_mu; every other lock
+ * (gate_mu, idle.mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
+ * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
+ * a hook or an attachment's close callback runs; shutdown holds no lock
+ * while it waits (the shutter role, under gate_mu, serialises shutdown
+ * calls instead). */
 #ifndef TKO_INTERNAL_H
 #define TKO_INTERNAL_H
 /* Layering: extensions (lanes, coalescer) use the public API and the

@@ -49,36 +49,36 @@ static int gate_wait(tko_pool *pool, bool (*done)(void *pool), const struct time
 }
 
 int tko__gate_enter(tko_pool *pool) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   int rc = get_state(pool) >= TKO__DRAINING ? -ESHUTDOWN : 0;
   if (rc == 0) pool->gate_count++;
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
   return rc;
 }
 
 void tko__gate_leave(tko_pool *pool) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   if (--pool->gate_count == 0) pthread_cond_broadcast(&pool->gate_cv);
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
 }
 
 void tko__thread_enter(tko_pool *pool) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   pool->threads++;
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
 }
 
 void tko__thread_exit(tko_pool *pool) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   if (--pool->threads == 0) pthread_cond_broadcast(&pool->gate_cv);
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
 }
 
 int tko__attach(tko_pool *pool, tko__attachment *a) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   if (!a || !a->close) return -EINVAL;
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   rc = get_state(pool) == TKO__RUNNING ? 0 : -ESHUTDOWN;
   if (rc == 0) {
     a->resolved = false;
@@ -87,14 +87,14 @@ int tko__attach(tko_pool *pool, tko__attachment *a) {
     if (a->next) a->next->prev = a;
     pool->attached = a;
   }
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
   return rc;
 }
 
 static bool not_resolving(void *pool) { return ((tko_pool *)pool)->resolving == NULL; }
 
 void tko__detach(tko_pool *pool, tko__attachment *a) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   /* A shutdown may be calling a's close right now: wait for it to return
    * before the owner frees a. */
   while (pool->resolving == a) gate_wait(pool, not_resolving, NULL);
@@ -102,7 +102,7 @@ void tko__detach(tko_pool *pool, tko__attachment *a) {
   else pool->attached = a->next;
   if (a->next) a->next->prev = a->prev;
   a->prev = a->next = NULL;
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
 }
 
 static bool role_free(void *pool) { return !((tko_pool *)pool)->shutter; }
@@ -110,20 +110,20 @@ static bool role_free(void *pool) { return !((tko_pool *)pool)->shutter; }
 /* The shutter role: one thread at a time advances a shutdown; the others
  * wait for it within their own deadline. */
 static int take_role(tko_pool *pool, const struct timespec *deadline) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   int rc = gate_wait(pool, role_free, deadline);
   if (rc == 0) pool->shutter = true;
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
   if (rc == 0) role = pool;
   return rc;
 }
 
 static void give_role(tko_pool *pool) {
   role = closing_pool = NULL;
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   pool->shutter = false;
   pthread_cond_broadcast(&pool->gate_cv);
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
 }
 
 /* Milliseconds left until deadline (NULL: -1, no limit). */
@@ -142,22 +142,22 @@ static long ms_left(const struct timespec *deadline) {
 static int resolve_attachments(tko_pool *pool, tko_shutdown_mode mode,
                                const struct timespec *deadline, bool nowait) {
   int rc = 0;
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   for (;;) {
     tko__attachment *a = pool->attached;
     while (a && a->resolved) a = a->next;
     if (!a) break;
     pool->resolving = a;
-    pthread_mutex_unlock(&pool->gate_mu);
+    tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
     rc = a->close(a, mode, nowait ? 0 : ms_left(deadline));
-    pthread_mutex_lock(&pool->gate_mu);
+    tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
     pool->resolving = NULL;
     pthread_cond_broadcast(&pool->gate_cv); /* a detach may wait for it */
     if (rc && !nowait) break;
     a->resolved = true;
     rc = 0;
   }
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
   return rc;
 }
 
@@ -195,9 +195,9 @@ void tko__empty_queue(tko_pool *pool, bool run) {
  * here on, and everyone who waits is woken. */
 static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   bool cancel = mode == TKO_CANCEL;
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   set_state(pool, cancel ? TKO__CANCELLING : TKO__DRAINING);
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
   tko__lock_acquire(&pool->lock);
   /* Release: pairs with the acquire in run_or_cancel (worker.c). */
   if (cancel) tko__store_release(&pool->cancelling, true);
@@ -206,9 +206,9 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   tko__store_seq(&pool->closing, true);
   tko__inbox_close(&pool->inbox);
   tko__unlock(&pool->lock);
-  pthread_mutex_lock(&pool->space_mu); /* blocked submitters see closing */
+  tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE); /* blocked submitters see closing */
   pthread_cond_broadcast(&pool->space_cv);
-  pthread_mutex_unlock(&pool->space_mu);
+  tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
   /* The timer thread, if blocked submitting to a full queue, is woken by
    * closing too; timers close last, in finish. */
   if (cancel) tko__empty_queue(pool, false);
@@ -218,9 +218,9 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
 /* A DRAIN that timed out, continued as a CANCEL: what is still queued goes
  * to on_cancel, and tasks workers had taken are cancelled, not started. */
 static void escalate(tko_pool *pool) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   set_state(pool, TKO__CANCELLING);
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
   tko__store_release(&pool->cancelling, true); /* pairs with run_or_cancel's acquire */
   tko__empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
@@ -238,9 +238,9 @@ static bool no_async_in_flight(void *pool) {
 /* Waits, within the deadline, for async tasks in flight to complete. */
 static int wait_async(tko_pool *pool, const struct timespec *deadline) {
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify (async.c) */
-  pthread_mutex_lock(&pool->idle_mu);
+  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
   int rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, deadline, no_async_in_flight, pool);
-  pthread_mutex_unlock(&pool->idle_mu);
+  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
   tko__sub_seq(&pool->idle_waiters, 1);
   if (rc == 0) tko__async_quiesce(pool); /* completers leaving: a few instructions */
   return rc;
@@ -248,9 +248,9 @@ static int wait_async(tko_pool *pool, const struct timespec *deadline) {
 
 /* DRAINING or CANCELLING -> STOPPED, once nobody is left inside. */
 static int finish(tko_pool *pool, const struct timespec *deadline) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   int rc = gate_wait(pool, quiet, deadline);
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
   if (rc) return rc;
   /* Every worker is at its end: these joins return at once. */
   /* Every basic slot: a grow (tko_pool_resize) may have used any, and it
@@ -270,12 +270,12 @@ static int finish(tko_pool *pool, const struct timespec *deadline) {
    * an async task waited for above - its task runs on the timer thread, the
    * closed pool cannot queue it. Those still armed now go to on_cancel. */
   tko__timers_close(pool);
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   set_state(pool, TKO__STOPPED);
-  pthread_mutex_unlock(&pool->gate_mu);
-  pthread_mutex_lock(&pool->idle_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
   pthread_cond_broadcast(&pool->idle_cv);
-  pthread_mutex_unlock(&pool->idle_mu);
+  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
   return 0;
 }
 
@@ -287,9 +287,9 @@ static int advance(tko_pool *pool, tko_shutdown_mode mode, const struct timespec
   bool nowait = mode == TKO_CANCEL_NOWAIT;
   if (nowait) mode = TKO_CANCEL;
   if (state == TKO__RUNNING) {
-    pthread_mutex_lock(&pool->gate_mu);
+    tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
     set_state(pool, TKO__CLOSING);
-    pthread_mutex_unlock(&pool->gate_mu);
+    tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
     state = TKO__CLOSING;
   }
   if (state == TKO__CLOSING) {
@@ -328,9 +328,9 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
 
 /* Whether anything still holds the pool (tko_pool_destroy's -EBUSY). */
 bool tko__attached(tko_pool *pool) {
-  pthread_mutex_lock(&pool->gate_mu);
+  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   bool any = pool->attached != NULL;
-  pthread_mutex_unlock(&pool->gate_mu);
+  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
   return any;
 }
 

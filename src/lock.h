@@ -7,7 +7,10 @@
  * producer and two workers into a convoy of context switches. A waiter here
  * spins briefly with a pause, then yields the core so that a preempted
  * holder can run (pause-spinning against a holder that shares the core only
- * burns its time slice). */
+ * burns its time slice).
+ *
+ * The pool's queue lock is the only tko__lock: it has the rank
+ * TKO__RANK_QUEUE in the lock order (witness.h). */
 #ifndef TKO_LOCK_H
 #define TKO_LOCK_H
 
@@ -16,6 +19,7 @@
 #include <stdint.h>
 
 #include "atomics.h"
+#include "witness.h"
 
 typedef struct tko__lock {
   atomic_int held;
@@ -55,6 +59,7 @@ static inline void tko__lock_slow(tko__lock *l) {
 }
 
 static inline void tko__lock_acquire(tko__lock *l) {
+  tko__witness_acquire(TKO__RANK_QUEUE);
   /* Acquire: pairs with the release in tko__unlock. */
   if (tko__exchange_acquire(&l->held, 1)) tko__lock_slow(l);
   TKO__AUDIT_LOCKED(&l->held, 1); /* the sharing audit: a serialised section begins */
@@ -62,6 +67,7 @@ static inline void tko__lock_acquire(tko__lock *l) {
 
 static inline void tko__unlock(tko__lock *l) {
   TKO__AUDIT_LOCKED(&l->held, -1);
+  tko__witness_release(TKO__RANK_QUEUE);
   tko__store_release(&l->held, 0); /* pairs with the acquires above */
 }
 

@@ -58,6 +58,7 @@
 #include <time.h>
 
 #include "atomics.h"
+#include "witness.h"
 
 int tko__parker_init(tko__parker *pk) {
   atomic_init(&pk->permit, 0);
@@ -100,19 +101,19 @@ bool tko__parker_park(tko__parker *pk, uint64_t timeout_ns) {
 #ifdef TKO_HAVE_FUTEX
     tko__futex_wait(&pk->permit, 0, left);
 #else
-    pthread_mutex_lock(&pk->mu);
+    tko__mutex_lock(&pk->mu, TKO__RANK_PARKER);
     if (!tko__load_acquire(&pk->permit)) { /* pairs with unpark's release */
       if (left == UINT64_MAX) {
-        pthread_cond_wait(&pk->cv, &pk->mu);
+        tko__cond_wait(&pk->cv, &pk->mu, TKO__RANK_PARKER);
       } else {
         struct timespec ts;
         uint64_t at = deadline;
         ts.tv_sec = (time_t)(at / 1000000000u);
         ts.tv_nsec = (long)(at % 1000000000u);
-        pthread_cond_timedwait(&pk->cv, &pk->mu, &ts);
+        tko__cond_timedwait(&pk->cv, &pk->mu, TKO__RANK_PARKER, &ts);
       }
     }
-    pthread_mutex_unlock(&pk->mu);
+    tko__mutex_unlock(&pk->mu, TKO__RANK_PARKER);
 #endif
   }
   return true;
@@ -124,9 +125,9 @@ void tko__parker_unpark(tko__parker *pk) {
 #ifdef TKO_HAVE_FUTEX
   tko__futex_wake_one(&pk->permit);
 #else
-  pthread_mutex_lock(&pk->mu); /* so the store cannot slip between check and wait */
+  tko__mutex_lock(&pk->mu, TKO__RANK_PARKER); /* so the store cannot slip between check and wait */
   pthread_cond_signal(&pk->cv);
-  pthread_mutex_unlock(&pk->mu);
+  tko__mutex_unlock(&pk->mu, TKO__RANK_PARKER);
 #endif
 }
 
@@ -154,7 +155,7 @@ static void unlink_sleeper(tko__idle *idle, tko__sleeper *s) {
 }
 
 void tko__idle_sleep_prepare(tko__idle *idle, tko__sleeper *s) {
-  pthread_mutex_lock(&idle->mu);
+  tko__mutex_lock(&idle->mu, TKO__RANK_IDLE_LIST);
   s->prev = NULL;
   s->next = idle->top;
   if (idle->top) idle->top->prev = s;
@@ -162,17 +163,17 @@ void tko__idle_sleep_prepare(tko__idle *idle, tko__sleeper *s) {
   s->listed = true;
   /* Step (1) of the essay: seq_cst, ordered before the caller's re-check. */
   tko__add_seq(&idle->state, TKO__SLEEPING_ONE - TKO__SEARCHING_ONE);
-  pthread_mutex_unlock(&idle->mu);
+  tko__mutex_unlock(&idle->mu, TKO__RANK_IDLE_LIST);
 }
 
 bool tko__idle_sleep_cancel(tko__idle *idle, tko__sleeper *s) {
-  pthread_mutex_lock(&idle->mu);
+  tko__mutex_lock(&idle->mu, TKO__RANK_IDLE_LIST);
   bool was_listed = s->listed;
   if (was_listed) {
     unlink_sleeper(idle, s);
     tko__add_seq(&idle->state, TKO__SEARCHING_ONE - TKO__SLEEPING_ONE);
   }
-  pthread_mutex_unlock(&idle->mu);
+  tko__mutex_unlock(&idle->mu, TKO__RANK_IDLE_LIST);
   return was_listed;
 }
 
@@ -191,9 +192,9 @@ bool tko__idle_wake_one(tko__idle *idle) {
    * increment of the queued count. */
   uint64_t st = tko__load_seq(&idle->state);
   if (tko__idle_sleeping(st) == 0) return false;
-  pthread_mutex_lock(&idle->mu);
+  tko__mutex_lock(&idle->mu, TKO__RANK_IDLE_LIST);
   tko__sleeper *s = claim_top(idle);
-  pthread_mutex_unlock(&idle->mu);
+  tko__mutex_unlock(&idle->mu, TKO__RANK_IDLE_LIST);
   if (!s) return false;
   tko__parker_unpark(&s->parker);
   return true;
@@ -201,9 +202,9 @@ bool tko__idle_wake_one(tko__idle *idle) {
 
 void tko__idle_wake_all(tko__idle *idle) {
   for (;;) {
-    pthread_mutex_lock(&idle->mu);
+    tko__mutex_lock(&idle->mu, TKO__RANK_IDLE_LIST);
     tko__sleeper *s = claim_top(idle);
-    pthread_mutex_unlock(&idle->mu);
+    tko__mutex_unlock(&idle->mu, TKO__RANK_IDLE_LIST);
     if (!s) return;
     tko__parker_unpark(&s->parker);
   }

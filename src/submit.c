@@ -54,9 +54,9 @@ void tko__release_room(tko_pool *pool, size_t n) {
   tko__sub_seq(&pool->bounded_count, n);
   /* seq_cst: after the release above; pairs with wait_for_room. */
   if (tko__load_seq(&pool->space_waiters)) {
-    pthread_mutex_lock(&pool->space_mu);
+    tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
     pthread_cond_broadcast(&pool->space_cv);
-    pthread_mutex_unlock(&pool->space_mu);
+    tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
   }
 }
 
@@ -73,21 +73,21 @@ static bool try_admit(tko_pool *pool, size_t k) {
 static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct timespec *deadline) {
   int rc = 0;
   tko__add_seq(&pool->space_waiters, 1); /* seq_cst: see tko__release_room */
-  pthread_mutex_lock(&pool->space_mu);
+  tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
   while (tko__load_seq(&pool->bounded_count) + k > pool->opts.queue_capacity) {
     if (tko__load_seq(&pool->closing)) {
       rc = -ESHUTDOWN;
       break;
     }
     if (timeout_ms < 0) {
-      pthread_cond_wait(&pool->space_cv, &pool->space_mu);
-    } else if (timeout_ms == 0 ||
-               pthread_cond_timedwait(&pool->space_cv, &pool->space_mu, deadline) == ETIMEDOUT) {
+      tko__cond_wait(&pool->space_cv, &pool->space_mu, TKO__RANK_SPACE);
+    } else if (timeout_ms == 0 || tko__cond_timedwait(&pool->space_cv, &pool->space_mu,
+                                                      TKO__RANK_SPACE, deadline) == ETIMEDOUT) {
       rc = -ETIMEDOUT;
       break;
     }
   }
-  pthread_mutex_unlock(&pool->space_mu);
+  tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
   tko__sub_seq(&pool->space_waiters, 1);
   return rc;
 }

@@ -118,9 +118,9 @@ void tko__notify_idle(tko_pool *pool) {
    * its finished count seq_cst, then loads idle_waiters; the waiter adds
    * itself to idle_waiters, then loads the finished counts. */
   if (tko__load_seq(&pool->idle_waiters) == 0) return;
-  pthread_mutex_lock(&pool->idle_mu);
+  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
   pthread_cond_broadcast(&pool->idle_cv);
-  pthread_mutex_unlock(&pool->idle_mu);
+  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
 }
 
 static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/* Lock ranks and the lock-order checker ("witness", after jemalloc's
+ * witness.h): the one place that orders every lock of the library.
+ *
+ * The rule: a thread may take a lock only while every lock it holds ranks
+ * before it (a smaller rank), and takes nothing at all while it holds a
+ * leaf (a rank from TKO__RANK_LEAF on). Two locks of one rank (two lanes'
+ * mutexes) are never held together. A condition wait holds only the
+ * mutex it waits with: waiting while holding another lock would block
+ * that lock's other users for as long as the wait lasts. No lock is held
+ * while a task, a hook, a callback of the host (flush, on_cancel) or an
+ * attachment's close runs; shutdown holds none while it waits.
+ *
+ * Every lock is taken through the wrappers below, which name its rank at
+ * the call site (the queue's spinlock, the only tko__lock, takes
+ * TKO__RANK_QUEUE in lock.h). In a build with TKO_LOCK_ORDER_CHECK (CMake's
+ * option of that name: on for Debug and the sanitizer builds, so CI's TSan
+ * and ASan flavours run every test with it) each thread keeps the ranks it
+ * holds, and a violation - a lock taken out of order, one released or
+ * waited on that the thread does not hold, a wait holding another lock -
+ * prints both ranks and aborts. Checked before the lock is taken, so an
+ * inversion is reported the first time it happens, not only when it
+ * deadlocks. Without the option the wrappers are the bare pthread calls.
+ *
+ * Platform layer: extensions (lanes.c, coalescer.c) include it too. */
+#ifndef TKO_WITNESS_H
+#define TKO_WITNESS_H
+
+#include <pthread.h>
+#include <time.h>
+
+/* Outermost first. A lock's role and what it is held across: */
+typedef enum tko__rank {
+  TKO__RANK_NONE = 0, /* no lock (a report's "held" when nothing was) */
+  /* lanes.c: one lane's mu (its ring and flags). Held while the lane
+   * submits its runner to the pool, so it ranks before every engine lock,
+   * and while it updates the lanes' pending count (TKO__RANK_LANES_IDLE). */
+  TKO__RANK_LANE,
+  /* internal.h: spawn_mu, the slots' threads and states, the resize
+   * targets (elastic.c, resize.c). Held while checking the queue. */
+  TKO__RANK_SPAWN,
+  /* internal.h: lock, the queue's spinlock (lock.h). */
+  TKO__RANK_QUEUE,
+  /* internal.h: help_mu, the helping waiters' sleep (group.c); a helper
+   * reads its group's count under it before it sleeps. */
+  TKO__RANK_HELP,
+  /* Leaves: nothing is taken while one is held. */
+  TKO__RANK_LEAF,
+  TKO__RANK_GATE = TKO__RANK_LEAF, /* internal.h: gate_mu, the lifecycle (lifecycle.c) */
+  TKO__RANK_IDLE_LIST,  /* tko_signal.h: idle.mu, the sleeping workers (signal.c) */
+  TKO__RANK_GROUP,      /* group.c: a group's mu, its count and status */
+  TKO__RANK_SPACE,      /* internal.h: space_mu, bounded queues' blocked submitters */
+  TKO__RANK_IDLE_WAIT,  /* internal.h: idle_mu, wait_idle's and shutdown's waiters */
+  TKO__RANK_TIMER,      /* internal.h: timer_mu, the timers' heap and records */
+  TKO__RANK_ASYNC,      /* internal.h: async_mu, the async records' free list */
+  TKO__RANK_PARKER,     /* tko_signal.h: a parker's fallback mu (no futex) */
+  TKO__RANK_LANES_IDLE, /* lanes.c: idle_mu, the lanes' pending and runner counts */
+  TKO__RANK_COALESCER,  /* coalescer.c: mu, the dirty tables and the sweep token */
+  TKO__RANK_COUNT
+} tko__rank;
+
+#ifdef TKO_LOCK_ORDER_CHECK
+/* The calling thread is about to take a lock of rank r: checks the order,
+ * then counts r as held. */
+void tko__witness_acquire(tko__rank r);
+/* The calling thread releases a lock of rank r: checks that it holds one. */
+void tko__witness_release(tko__rank r);
+/* The calling thread waits on a condition with the mutex of rank r. */
+void tko__witness_wait(tko__rank r);
+/* A rank's name, for reports ("spawn_mu"). */
+const char *tko__rank_name(tko__rank r);
+
+/* What a report found. */
+enum { TKO__WITNESS_ORDER = 1, TKO__WITNESS_NOT_HELD, TKO__WITNESS_WAIT_HOLDING };
+/* Test seam: when set, a violation calls it instead of printing and
+ * aborting (tests/unit/test_witness.c); held is TKO__RANK_NONE for
+ * NOT_HELD. Never set by the library. */
+typedef void (*tko__witness_fn)(int what, tko__rank held, tko__rank r);
+extern _Atomic(tko__witness_fn) tko__test_witness_hook;
+#else
+static inline void tko__witness_acquire(tko__rank r) { (void)r; }
+static inline void tko__witness_release(tko__rank r) { (void)r; }
+static inline void tko__witness_wait(tko__rank r) { (void)r; }
+#endif
+
+static inline void tko__mutex_lock(pthread_mutex_t *mu, tko__rank r) {
+  tko__witness_acquire(r);
+  pthread_mutex_lock(mu);
+}
+
+static inline void tko__mutex_unlock(pthread_mutex_t *mu, tko__rank r) {
+  tko__witness_release(r);
+  pthread_mutex_unlock(mu);
+}
+
+/* The wait releases mu and takes it back before it returns, so the thread
+ * holds r again, as the checker still counts it. */
+static inline void tko__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, tko__rank r) {
+  tko__witness_wait(r);
+  pthread_cond_wait(cv, mu);
+}
+
+static inline int tko__cond_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, tko__rank r,
+                                      const struct timespec *deadline) {
+  tko__witness_wait(r);
+  return pthread_cond_timedwait(cv, mu, deadline);
+}
+
+#endif

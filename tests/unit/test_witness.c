@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/* The lock-order checker (src/witness.h): the orders the ranks allow pass
+ * silently; a lock taken out of order, under a leaf or beside one of its
+ * own rank, a release of a lock not held and a condition wait that holds
+ * another lock are each reported once, with both ranks. The library's
+ * report aborts; these tests install the checker's seam, which records the
+ * reports instead. Every other suite checks the library's own orders: a
+ * build with the checker (Debug, TSan, ASan) aborts at a violation. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lock.h"
+#include "tko_test.h"
+#include "witness.h"
+
+#ifdef TKO_LOCK_ORDER_CHECK
+#define MAX_REPORTS 8
+static struct {
+  int what;
+  tko__rank held, r;
+} reports[MAX_REPORTS];
+static unsigned nreports;
+
+/* The seam: runs on the test's own thread (no pool here). */
+static void record(int what, tko__rank held, tko__rank r) {
+  if (nreports < MAX_REPORTS) {
+    reports[nreports].what = what;
+    reports[nreports].held = held;
+    reports[nreports].r = r;
+  }
+  nreports++;
+}
+
+static void start(void) {
+  nreports = 0;
+  atomic_store(&tko__test_witness_hook, record);
+}
+
+static void assert_one_report(int what, tko__rank held, tko__rank r) {
+  cr_assert_eq(nreports, 1, "%u reports", nreports);
+  cr_assert_eq(reports[0].what, what);
+  cr_assert_eq(reports[0].held, held, "held %d", (int)reports[0].held);
+  cr_assert_eq(reports[0].r, r, "taken %d", (int)reports[0].r);
+}
+#define CHECKER_ON() start()
+#else
+#define CHECKER_ON() cr_skip_test("the lock-order checker is compiled out (TKO_LOCK_ORDER_CHECK)")
+#endif
+
+static pthread_mutex_t lane_a = PTHREAD_MUTEX_INITIALIZER, lane_b = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t spawn_mu = PTHREAD_MUTEX_INITIALIZER, help_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER, timer_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static tko__lock queue_lock; /* zero: unlocked */
+
+/* Kills witness-order-flipped and witness-release-keeps-rank
+ * (scripts/mutants.list). */
+Test(witness, the_ranked_orders_pass) {
+  CHECKER_ON();
+  for (int round = 0; round < 3; round++) { /* what is released is forgotten */
+    tko__mutex_lock(&lane_a, TKO__RANK_LANE);
+    tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
+    tko__lock_acquire(&queue_lock);
+    tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN); /* out of order: allowed */
+    tko__mutex_lock(&help_mu, TKO__RANK_HELP);
+    tko__mutex_lock(&gate_mu, TKO__RANK_GATE); /* one leaf, innermost */
+    tko__mutex_unlock(&gate_mu, TKO__RANK_GATE);
+    tko__mutex_unlock(&help_mu, TKO__RANK_HELP);
+    tko__unlock(&queue_lock);
+    tko__mutex_unlock(&lane_a, TKO__RANK_LANE);
+  }
+  /* A wait holding only its own mutex (the deadline has passed: returns). */
+  struct timespec past = {0, 0};
+  tko__mutex_lock(&gate_mu, TKO__RANK_GATE);
+  cr_assert_eq(tko__cond_timedwait(&gate_cv, &gate_mu, TKO__RANK_GATE, &past), ETIMEDOUT);
+  tko__mutex_unlock(&gate_mu, TKO__RANK_GATE);
+#ifdef TKO_LOCK_ORDER_CHECK
+  cr_assert_eq(nreports, 0, "%u reports, the first: held %d, taken %d", nreports,
+               (int)reports[0].held, (int)reports[0].r);
+#endif
+}
+
+/* Kills witness-queue-lock-unranked. */
+Test(witness, a_lock_taken_under_a_later_rank_is_reported) {
+  CHECKER_ON();
+  tko__lock_acquire(&queue_lock);
+  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN); /* spawn_mu ranks before the queue lock */
+  tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__unlock(&queue_lock);
+#ifdef TKO_LOCK_ORDER_CHECK
+  assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_QUEUE, TKO__RANK_SPAWN);
+#endif
+}
+
+/* Kills witness-leaf-rule-dropped: the timer's rank follows the gate's,
+ * so only the leaf rule refuses it. */
+Test(witness, nothing_is_taken_under_a_leaf) {
+  CHECKER_ON();
+  tko__mutex_lock(&gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&timer_mu, TKO__RANK_TIMER);
+  tko__mutex_unlock(&timer_mu, TKO__RANK_TIMER);
+  tko__mutex_unlock(&gate_mu, TKO__RANK_GATE);
+#ifdef TKO_LOCK_ORDER_CHECK
+  assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_GATE, TKO__RANK_TIMER);
+#endif
+}
+
+/* Kills witness-equal-rank-allowed. */
+Test(witness, two_locks_of_one_rank_are_reported) {
+  CHECKER_ON();
+  tko__mutex_lock(&lane_a, TKO__RANK_LANE);
+  tko__mutex_lock(&lane_b, TKO__RANK_LANE);
+  tko__mutex_unlock(&lane_b, TKO__RANK_LANE);
+  tko__mutex_unlock(&lane_a, TKO__RANK_LANE);
+#ifdef TKO_LOCK_ORDER_CHECK
+  assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_LANE, TKO__RANK_LANE);
+#endif
+}
+
+/* Kills witness-release-drops-another: releasing the outer lock first
+ * must leave the inner one counted. */
+Test(witness, a_lock_released_out_of_order_leaves_the_other_held) {
+  CHECKER_ON();
+  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__lock_acquire(&queue_lock);
+  tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN); /* the queue lock is still held */
+  tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__unlock(&queue_lock);
+#ifdef TKO_LOCK_ORDER_CHECK
+  assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_QUEUE, TKO__RANK_SPAWN);
+#endif
+}
+
+/* Kills witness-release-unchecked. Only the checker's half: unlocking a
+ * mutex not held is undefined. */
+Test(witness, releasing_a_lock_not_held_is_reported) {
+  CHECKER_ON();
+  tko__witness_release(TKO__RANK_TIMER);
+#ifdef TKO_LOCK_ORDER_CHECK
+  assert_one_report(TKO__WITNESS_NOT_HELD, TKO__RANK_NONE, TKO__RANK_TIMER);
+#endif
+}
+
+/* Kills witness-wait-unchecked. */
+Test(witness, a_wait_holding_another_lock_is_reported) {
+  CHECKER_ON();
+  struct timespec past = {0, 0};
+  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&gate_mu, TKO__RANK_GATE);
+  tko__cond_timedwait(&gate_cv, &gate_mu, TKO__RANK_GATE, &past);
+  tko__mutex_unlock(&gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN);
+#ifdef TKO_LOCK_ORDER_CHECK
+  assert_one_report(TKO__WITNESS_WAIT_HOLDING, TKO__RANK_SPAWN, TKO__RANK_GATE);
+#endif
+}
+
+/* Without the seam: a child process takes the queue lock, then spawn_mu;
+ * the checker names both on stderr and aborts before the lock is taken. */
+Test(witness, a_violation_prints_both_ranks_and_aborts) {
+  CHECKER_ON();
+#ifdef TKO_LOCK_ORDER_CHECK
+  atomic_store(&tko__test_witness_hook, NULL);
+#endif
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], STDERR_FILENO);
+    tko__lock_acquire(&queue_lock);
+    tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
+    _exit(0);
+  }
+  close(fds[1]);
+  char out[1024];
+  size_t len = 0;
+  for (ssize_t n; len < sizeof out - 1 && (n = read(fds[0], out + len, sizeof out - 1 - len)) > 0;)
+    len += (size_t)n;
+  out[len] = '\0';
+  close(fds[0]);
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the child was not aborted");
+  cr_assert_not_null(strstr(out, "takes spawn_mu (rank 2) while holding the queue lock (rank 3)"),
+                     "the report: %s", out);
+}
