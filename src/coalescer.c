@@ -31,8 +31,8 @@
  * queued or running while `queued` is still set (a live sweep task clears
  * it when it starts, before the pool can count it finished).
  *
- * Lock order: mu only; no lock is held while flush_fn runs or while calling
- * into the pool. The sweep task's last access to the coalescer is the
+ * Lock order: mu only, a leaf (witness.h); no lock is held while flush_fn
+ * runs or while calling into the pool. The sweep task's last access to the coalescer is the
  * unlock of mu after clearing `running` or `queued`; destroy waits for both
  * under mu before freeing. */
 #define _GNU_SOURCE
@@ -48,6 +48,7 @@
 #include "lifecycle.h"
 #include "mem.h"
 #include "prim.h"
+#include "witness.h"
 #include "taskorch/coalescer.h"
 
 typedef struct dirty_set {
@@ -194,11 +195,11 @@ static void set_clear(dirty_set *s) {
 /* Sweeps: called by the token holder with mu released; returns the token
  * (the last access to c by a sweep task). */
 static void sweep(tko_coalescer *c) {
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   dirty_set *s = c->active;
   c->active = c->spare;
   c->spare = s;
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   size_t n = s->n;
   if (n) {
     tko_coalescer *saved = current_flush;
@@ -207,7 +208,7 @@ static void sweep(tko_coalescer *c) {
     current_flush = saved;
     set_clear(s);
   }
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   if (n) {
     c->st.sweeps++;
     c->st.flushed += n;
@@ -215,13 +216,13 @@ static void sweep(tko_coalescer *c) {
   }
   c->running = false;
   pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
 }
 
 /* Takes the sweep token; mu held (released while waiting). */
 static void take_token(tko_coalescer *c) {
   while (c->running)
-    pthread_cond_wait(&c->cv, &c->mu);
+    tko__cond_wait(&c->cv, &c->mu, TKO__RANK_COALESCER);
   c->running = true;
 }
 
@@ -229,15 +230,15 @@ static void sweep_cancelled(tko__task_owner *owner, void *arg);
 
 static int sweep_task(void *arg) {
   tko_coalescer *c = arg;
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   c->queued = false;
   if (c->running) { /* a flush is under way on another thread: it covers us */
     pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
     return 0;
   }
   c->running = true;
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   sweep(c);
   return 0;
 }
@@ -247,9 +248,9 @@ static int sweep_task(void *arg) {
  * starts, before the pool can count it finished, and the pool's idle check
  * errs only towards "busy"), so clear it. Releases mu meanwhile. */
 static void check_dropped(tko_coalescer *c) {
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   bool idle = tko_pool_wait_idle(c->pool, 0) == 0;
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   if (idle && c->queued) {
     c->queued = false;
     pthread_cond_broadcast(&c->cv);
@@ -298,9 +299,9 @@ static void *timer_main(void *arg) {
   struct timespec next, now;
   clock_gettime(CLOCK_MONOTONIC, &next);
   add_ms(&next, c->interval_ms);
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   while (!c->stop) {
-    if (pthread_cond_timedwait(&c->tick_cv, &c->mu, &next) != ETIMEDOUT) continue;
+    if (tko__cond_timedwait(&c->tick_cv, &c->mu, TKO__RANK_COALESCER, &next) != ETIMEDOUT) continue;
     /* Due. The next tick keeps the cadence, skipping ticks already missed. */
     clock_gettime(CLOCK_MONOTONIC, &now);
     add_ms(&next, c->interval_ms);
@@ -319,12 +320,12 @@ static void *timer_main(void *arg) {
       continue;
     }
     c->queued = true;
-    pthread_mutex_unlock(&c->mu);
+    tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
     /* Never waits for room in a full TKO_FULL_BLOCK queue (timeout 0): the
      * thread that drains that queue may be the one closing this coalescer,
      * which joins this thread. A full queue is a refusal like any other. */
     int rc = tko__submit_owned(c->pool, &c->sweep_owner, sweep_task, c, c->weight, 0, true);
-    pthread_mutex_lock(&c->mu);
+    tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
     if (rc == 0) continue;
     /* The pool refused (shut down, full, out of memory): sweep here. */
     c->queued = false;
@@ -332,11 +333,11 @@ static void *timer_main(void *arg) {
     if (c->running) continue;
     c->running = true;
     c->st.inline_sweeps++;
-    pthread_mutex_unlock(&c->mu);
+    tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
     sweep(c);
-    pthread_mutex_lock(&c->mu);
+    tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   }
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   return NULL;
 }
 
@@ -429,7 +430,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
 int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value) {
   int bad = check(c);
   if (bad) return bad;
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   int rc;
   if (c->closed) {
     c->st.rejected++;
@@ -438,7 +439,7 @@ int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value) {
     rc = set_mark(c->alloc, c->active, key, value);
     if (!rc) c->st.marks++;
   }
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   return rc;
 }
 
@@ -446,9 +447,9 @@ int tko_coalescer_flush(tko_coalescer *c) {
   int bad = check(c);
   if (bad) return bad;
   if (current_flush == c) return -EDEADLK;
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   take_token(c);
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   sweep(c);
   return 0;
 }
@@ -457,27 +458,27 @@ int tko_coalescer_close(tko_coalescer *c) {
   int bad = check(c);
   if (bad) return bad;
   if (current_flush == c) return -EDEADLK;
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   c->closed = true;
   if (c->closing) { /* another close runs the final flush: wait for it */
     while (!c->close_done)
-      pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
+      tko__cond_wait(&c->cv, &c->mu, TKO__RANK_COALESCER);
+    tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
     return 0;
   }
   c->closing = true;
   c->stop = true;
   pthread_cond_signal(&c->tick_cv);
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   if (c->has_thread) pthread_join(c->thread, NULL);
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   take_token(c);
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   sweep(c); /* the final flush: every accepted mark is in a table by now */
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   c->close_done = true;
   pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   return 0;
 }
 
@@ -488,15 +489,15 @@ int tko_coalescer_destroy(tko_coalescer *c) {
   if (current_flush == c) return -EDEADLK;
   if (tko_pool_wait_idle(c->pool, 0) == -EDEADLK) return -EDEADLK;
   tko_coalescer_close(c);
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   while (c->queued || c->running) {
     if (c->queued && !c->running) {
       check_dropped(c);
       if (!c->queued) continue;
     }
-    pthread_cond_wait(&c->cv, &c->mu);
+    tko__cond_wait(&c->cv, &c->mu, TKO__RANK_COALESCER);
   }
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
   pthread_cond_destroy(&c->tick_cv);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
@@ -510,10 +511,10 @@ int tko_coalescer_destroy(tko_coalescer *c) {
 
 /* A queued sweep the pool dropped: the next tick or destroy may go on. */
 static void sweep_dropped(tko_coalescer *c) {
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   c->queued = false;
   pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
 }
 
 static void sweep_cancelled(tko__task_owner *owner, void *arg) {
@@ -535,8 +536,8 @@ void tko_coalescer_stats(tko_coalescer *c, tko_coalesce_stats *out) {
     memset(out, 0, sizeof *out);
     return;
   }
-  pthread_mutex_lock(&c->mu);
+  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   *out = c->st;
   out->dirty = c->active->n;
-  pthread_mutex_unlock(&c->mu);
+  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
 }

@@ -218,7 +218,8 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
     return rc;
   }
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
-  int rc = tko__cond_wait_until(&g->cv, &g->mu, timeout_ms < 0 ? NULL : &deadline, group_done, g);
+  int rc = tko__cond_wait_until(&g->cv, &g->mu, TKO__RANK_GROUP, timeout_ms < 0 ? NULL : &deadline,
+                                group_done, g);
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   return rc;
 }

@@ -70,7 +70,8 @@
  * if the lane was idle (ours is then the only task drive's first visit
  * finds); then it hands the lane to a runner.
  *
- * Lock order: a lane's mu, then idle_mu. No lock is held while a task, the
+ * Lock order (ranked in witness.h): a lane's mu, then the pool's locks (a
+ * runner's submit) or idle_mu. No lock is held while a task, the
  * batch callback or on_cancel runs. A runner is submitted under a lane's mu
  * only with a zero timeout (never a wait for room); the pool never calls back
  * into this file while holding its own locks. */
@@ -89,6 +90,7 @@
 #include "lifecycle.h"
 #include "mem.h"
 #include "prim.h"
+#include "witness.h"
 #include "taskorch/lanes.h"
 
 /* What the pool's keyed table keeps beside each task (keyed_host.h). */
@@ -293,18 +295,18 @@ static void pending_sub(tko_lanes *l, uint64_t n) {
   /* seq_cst: the zero-crossing is then broadcast under idle_mu, and
    * wait_idle reads pending under idle_mu: the mutex orders them. */
   if (tko__sub_seq(&l->pending, n) == n) {
-    pthread_mutex_lock(&l->idle_mu);
+    tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
     pthread_cond_broadcast(&l->idle_cv);
-    pthread_mutex_unlock(&l->idle_mu);
+    tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   }
 }
 
 /* A runner is back (finished, or dropped and disposed of). The table's last
  * access by that runner: destroy may free it as soon as idle_mu is released. */
 static void runner_done(tko_lanes *l) {
-  pthread_mutex_lock(&l->idle_mu);
+  tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   if (tko__sub_seq(&l->runners, 1) == 1) pthread_cond_broadcast(&l->idle_cv);
-  pthread_mutex_unlock(&l->idle_mu);
+  tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
 }
 
 /* Moves the ring into a new allocation twice its size, oldest first. */
@@ -451,9 +453,9 @@ static void drive(tko_lanes *l, lane *ln) {
     size_t n = ln->count < l->opts.max_drain ? ln->count : l->opts.max_drain;
     for (size_t i = 0; i < n; i++)
       ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
-    pthread_mutex_unlock(&ln->mu);
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
     uint64_t failed = n ? run_batch(l, ln, n) : 0;
-    pthread_mutex_lock(&ln->mu);
+    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
     if (n) {
       ln->visits++;
       ln->completed += n;
@@ -465,7 +467,7 @@ static void drive(tko_lanes *l, lane *ln) {
       ln->scheduled = false;
       ring_old old;
       ring_shrink(l, ln, &old);
-      pthread_mutex_unlock(&ln->mu);
+      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
       ring_free(l, &old); /* before runner_done: the table is still ours */
       runner_done(l);
       return;
@@ -477,13 +479,13 @@ static void drive(tko_lanes *l, lane *ln) {
     int weight = ln->ring[ln->head].weight;
     int rc = submit_runner(l, ln, weight, 0, false);
     if (rc == 0) {
-      pthread_mutex_unlock(&ln->mu);
+      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
       return;
     }
     if (rc == -ETIMEDOUT) {
       /* A full queue, on a thread that may wait for room (a caller-runs
        * submitter, not a worker): wait with the lane unlocked. */
-      pthread_mutex_unlock(&ln->mu);
+      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
       start_unlocked(l, ln, weight);
       return;
     }
@@ -498,7 +500,7 @@ static int lane_runner(void *arg) {
     caller_ran = true;
     return 0;
   }
-  pthread_mutex_lock(&ln->mu);
+  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
   drive(ln->owner, ln);
   return 0;
 }
@@ -509,7 +511,7 @@ static int lane_runner(void *arg) {
  * whose requeue was refused does, so the accepted tasks still run. */
 static void start_unlocked(tko_lanes *l, lane *ln, int weight) {
   if (submit_runner(l, ln, weight, -1, false) == 0) return;
-  pthread_mutex_lock(&ln->mu);
+  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
   drive(l, ln);
 }
 
@@ -541,10 +543,10 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
   if (bad) return bad;
   if (!fn && !l->opts.batch) return -EINVAL;
   lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
-  pthread_mutex_lock(&ln->mu);
+  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
   int rc = ring_push(l, ln, key, fn, arg, weight);
   if (rc) {
-    pthread_mutex_unlock(&ln->mu);
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
     return rc;
   }
   int started = 0;
@@ -560,7 +562,7 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
        * `scheduled`); the runner, once out, finds them all. */
       tko__add_relaxed(&l->pending, 1); /* relaxed: see below */
       ln->submitted++;
-      pthread_mutex_unlock(&ln->mu);
+      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
       start_unlocked(l, ln, weight);
       return 0;
     }
@@ -570,7 +572,7 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
       ln->count--;
       ln->scheduled = false;
       tko__sub_relaxed(&l->runners, 1);
-      pthread_mutex_unlock(&ln->mu);
+      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
       return started;
     }
   }
@@ -582,7 +584,7 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
     drive(l, ln); /* the pool ran our runner here: this thread runs the lane */
     return 0;
   }
-  pthread_mutex_unlock(&ln->mu);
+  tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
   return 0;
 }
 
@@ -594,20 +596,20 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
 int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight,
                             bool run_here) {
   lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
-  pthread_mutex_lock(&ln->mu);
+  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
   if (run_here && ln->scheduled) { /* earlier tasks of the lane come first */
-    pthread_mutex_unlock(&ln->mu);
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
     return TKO__LANE_BUSY;
   }
   int rc = ring_push(l, ln, key, fn, arg, weight);
   if (rc) {
-    pthread_mutex_unlock(&ln->mu);
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
     return rc;
   }
   tko__add_relaxed(&l->pending, 1); /* relaxed: see tko_lanes_submit */
   ln->submitted++;
   if (ln->scheduled) {
-    pthread_mutex_unlock(&ln->mu);
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
     return 0;
   }
   tko__add_relaxed(&l->runners, 1); /* relaxed: see tko_lanes_submit */
@@ -616,7 +618,7 @@ int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *ar
    * visit runs it here, then hands the lane to the pool (a runner, refused
    * only at shutdown), whatever others queued meanwhile. */
   if (run_here || submit_runner(l, ln, weight, 0, false) != 0) drive(l, ln);
-  else pthread_mutex_unlock(&ln->mu);
+  else tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
   return 0;
 }
 
@@ -631,7 +633,7 @@ int tko__lanes_create_keyed(tko_lanes **out, tko_pool *pool, const tko_allocator
  * this caller owns its runner count: it clears the flag and returns the
  * count. Returns whether it did. */
 static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
-  pthread_mutex_lock(&ln->mu);
+  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
   bool owned = unschedule && ln->scheduled;
   if (owned) ln->scheduled = false;
   uint64_t n = 0;
@@ -642,21 +644,21 @@ static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
     ln->cancelled++;
     n++;
     if (l->keyed) { /* the pool's on_cancel, with the task's id */
-      pthread_mutex_unlock(&ln->mu);
+      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
       tko__keyed_cancel(l->pool, &t, m.id, m.enq_ns);
-      pthread_mutex_lock(&ln->mu);
+      tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
     } else if (l->opts.on_cancel) {
-      pthread_mutex_unlock(&ln->mu);
+      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
       /* As in a batch: waiting on or destroying these lanes from on_cancel
        * would wait for this very call, so it is -EDEADLK. */
       tko_lanes *saved = current_lanes;
       current_lanes = l;
       l->opts.on_cancel(l->opts.user, &t);
       current_lanes = saved;
-      pthread_mutex_lock(&ln->mu);
+      tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
     }
   }
-  pthread_mutex_unlock(&ln->mu);
+  tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
   pending_sub(l, n);
   if (owned) runner_done(l);
   return owned;
@@ -667,8 +669,8 @@ static void close_table(tko_lanes *l) {
   tko__store_seq(&l->closed, true); /* seq_cst: see tko_lanes_submit */
   for (unsigned i = 0; i <= l->mask; i++) {
     lane *ln = lane_at(l, i);
-    pthread_mutex_lock(&ln->mu);
-    pthread_mutex_unlock(&ln->mu);
+    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
   }
 }
 
@@ -722,10 +724,10 @@ int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
   if (in_own_task(l)) return -EDEADLK;
   struct timespec deadline;
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
-  pthread_mutex_lock(&l->idle_mu);
-  int rc = tko__cond_wait_until(&l->idle_cv, &l->idle_mu, timeout_ms < 0 ? NULL : &deadline,
-                                nothing_pending, l);
-  pthread_mutex_unlock(&l->idle_mu);
+  tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+  int rc = tko__cond_wait_until(&l->idle_cv, &l->idle_mu, TKO__RANK_LANES_IDLE,
+                                timeout_ms < 0 ? NULL : &deadline, nothing_pending, l);
+  tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   return rc;
 }
 
@@ -735,22 +737,23 @@ int tko_lanes_destroy(tko_lanes *l) {
   if (bad) return bad;
   if (in_own_task(l)) return -EDEADLK;
   close_table(l);
-  pthread_mutex_lock(&l->idle_mu);
+  tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   while (tko__load_seq(&l->runners) != 0) {
     /* Runners are out. If the pool has nothing queued or running, they
      * cannot be live: a live runner is queued or running, or has already
      * counted itself out (the pool's idle check errs only towards "busy").
      * Then the pool dropped them: dispose of their lanes here. */
-    pthread_mutex_unlock(&l->idle_mu);
+    tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
     bool pool_idle = tko_pool_wait_idle(l->pool, 0) == 0;
     if (pool_idle && tko__load_seq(&l->runners) != 0) {
       for (unsigned i = 0; i <= l->mask; i++)
         lane_cancel(l, lane_at(l, i), true);
     }
-    pthread_mutex_lock(&l->idle_mu);
-    if (!pool_idle && tko__load_seq(&l->runners) != 0) pthread_cond_wait(&l->idle_cv, &l->idle_mu);
+    tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+    if (!pool_idle && tko__load_seq(&l->runners) != 0)
+      tko__cond_wait(&l->idle_cv, &l->idle_mu, TKO__RANK_LANES_IDLE);
   }
-  pthread_mutex_unlock(&l->idle_mu);
+  tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   const tko_allocator *a = l->opts.allocator;
   for (unsigned i = 0; i <= l->mask; i++) {
     lane *ln = lane_at(l, i);
@@ -775,7 +778,7 @@ void tko_lanes_stats(tko_lanes *l, tko_lane_stats *out) {
   if (check(l)) return;
   for (unsigned i = 0; i <= l->mask; i++) {
     lane *ln = lane_at(l, i);
-    pthread_mutex_lock(&ln->mu);
+    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
     out->submitted += ln->submitted;
     out->completed += ln->completed;
     out->failed += ln->failed;
@@ -784,6 +787,6 @@ void tko_lanes_stats(tko_lanes *l, tko_lane_stats *out) {
     out->visits += ln->visits;
     if (ln->max_batch > out->max_batch) out->max_batch = ln->max_batch;
     if (ln->ring) out->lanes_used++;
-    pthread_mutex_unlock(&ln->mu);
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
   }
 }

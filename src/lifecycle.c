@@ -45,7 +45,7 @@ static void set_state(tko_pool *pool, int state) { tko__store_relaxed(&pool->sta
 /* Waits on gate_cv until done(pool) or the deadline (NULL = none); caller
  * holds gate_mu. */
 static int gate_wait(tko_pool *pool, bool (*done)(void *pool), const struct timespec *deadline) {
-  return tko__cond_wait_until(&pool->gate_cv, &pool->gate_mu, deadline, done, pool);
+  return tko__cond_wait_until(&pool->gate_cv, &pool->gate_mu, TKO__RANK_GATE, deadline, done, pool);
 }
 
 int tko__gate_enter(tko_pool *pool) {
@@ -239,7 +239,8 @@ static bool no_async_in_flight(void *pool) {
 static int wait_async(tko_pool *pool, const struct timespec *deadline) {
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify (async.c) */
   tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
-  int rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, deadline, no_async_in_flight, pool);
+  int rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, TKO__RANK_IDLE_WAIT, deadline,
+                                no_async_in_flight, pool);
   tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
   tko__sub_seq(&pool->idle_waiters, 1);
   if (rc == 0) tko__async_quiesce(pool); /* completers leaving: a few instructions */

@@ -43,7 +43,7 @@
  * returns -EBUSY, freeing nothing, while any attachment remains; the host
  * destroys the attached objects and calls tko_pool_destroy again.
  *
- * Lock: the gate's mutex (gate_mu, ranked in internal.h) guards the state
+ * Lock: the gate's mutex (gate_mu, ranked in witness.h) guards the state
  * changes, the count, the attachment list and the worker-thread count; it
  * is never held while a callback, a task or a hook runs. */
 #ifndef TKO_LIFECYCLE_H

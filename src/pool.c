@@ -226,8 +226,8 @@ int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: see sum_finished */
   tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
-  rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, timeout_ms < 0 ? NULL : &deadline,
-                            pool_is_idle, pool);
+  rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, TKO__RANK_IDLE_WAIT,
+                            timeout_ms < 0 ? NULL : &deadline, pool_is_idle, pool);
   tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
   tko__sub_seq(&pool->idle_waiters, 1);
   return rc;

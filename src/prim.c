@@ -44,11 +44,12 @@ void tko__deadline_after(struct timespec *ts, long ms) {
   }
 }
 
-int tko__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *deadline,
-                         bool (*done)(void *ctx), void *ctx) {
+int tko__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, tko__rank r,
+                         const struct timespec *deadline, bool (*done)(void *ctx), void *ctx) {
   while (!done(ctx)) {
-    if (!deadline) pthread_cond_wait(cv, mu);
-    else if (pthread_cond_timedwait(cv, mu, deadline) == ETIMEDOUT) return done(ctx) ? 0 : -ETIMEDOUT;
+    if (!deadline) tko__cond_wait(cv, mu, r);
+    else if (tko__cond_timedwait(cv, mu, r, deadline) == ETIMEDOUT)
+      return done(ctx) ? 0 : -ETIMEDOUT;
   }
   return 0;
 }
