@@ -279,8 +279,12 @@ TKO_API tko_options tko_elastic_options(unsigned workers, unsigned max_elastic,
 TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
 
 /** Queues fn(arg). Higher weight runs first over the whole int range; equal
- * weights run in submit order. Safe from any thread, tasks and hooks
- * included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
+ * weights run in submit order: a task whose submit returned before another
+ * submit began runs no later than that one's (so one thread's tasks are
+ * FIFO); overlapping submits may go either way. A submitter stopped inside
+ * its submit (preempted, in a debugger) delays only its own task, ordered
+ * from the moment the submit publishes it. Safe from any thread, tasks and
+ * hooks included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
  * -ENOMEM: the queue could not grow.
  * A worker may take a few queued tasks at once (up to max_batch, fewer when
  * the queue is short or its tasks are long: about 20 us of work), so a task

@@ -13,6 +13,7 @@ int tko__inbox_init(tko__inbox *in, uint32_t capacity, const tko_allocator *allo
   atomic_init(&in->head, 0);
   atomic_init(&in->head_seen, 0);
   in->mixed_weights = false;
+  in->claim_begin = in->claim_end = 0;
   in->mask = cap - 1;
   in->slots = tko__mem_alloc(alloc, cap * sizeof *in->slots);
   if (!in->slots) return -ENOMEM;
@@ -25,14 +26,31 @@ void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc) {
   in->slots = NULL;
 }
 
-/* A submitter between its reservation and its publish is a few
- * instructions away from done, unless preempted: spin briefly, then yield
- * to it. Acquire: pairs with the release in tko__inbox_publish. */
+void (*_Atomic tko__test_publish_window)(uint64_t pos);
+
+/* The slot of position pos if it is published and not yet moved, else
+ * NULL (a hole: reserved, not yet published; or done already). Acquire:
+ * pairs with the release in tko__inbox_publish. */
+/* What a slot's seq holds once position p is done without head passing it. */
+static uint64_t done_mark(uint64_t p) { return (p + 1) | TKO__INBOX_MOVED; }
+
 static const tko__inbox_slot *published(tko__inbox *in, uint64_t pos) {
   const tko__inbox_slot *s = &in->slots[pos & in->mask];
-  for (unsigned spins = 0; tko__load_acquire(&s->seq) != pos + 1; spins++)
-    tko__wait_step(spins, 64);
-  return s;
+  return tko__load_acquire(&s->seq) == pos + 1 ? s : NULL;
+}
+
+bool tko__inbox_ready(tko__inbox *in) {
+  /* head first: then head <= t. seq_cst all: signal.c's essay, step (2). */
+  uint64_t h = tko__load_seq(&in->head);
+  uint64_t t = tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
+  /* Past head + capacity there are only claims, never a slot to move. */
+  uint64_t end = t - h > in->mask ? h + in->mask + 1 : t;
+  /* Newest first: in the common case the last reservation is published. */
+  for (uint64_t p = end; p != h;) {
+    p--;
+    if (tko__load_seq(&in->slots[p & in->mask].seq) == p + 1) return true;
+  }
+  return false;
 }
 
 static tko__item item_at(const tko__inbox_slot *s, uint64_t pos) {
@@ -56,7 +74,8 @@ static tko__item item_at(const tko__inbox_slot *s, uint64_t pos) {
 enum { GROUPS_MAX = 8, GROUPED_MIN = 256, GROUPED_MAX = 1024 };
 
 /* Fills order with offsets from h, grouped by weight; false if the tasks
- * cannot be grouped (too many weights, an async task, too many tasks). */
+ * cannot be grouped (too many weights, an async task, too many tasks, a
+ * slot not published). */
 static bool group_by_weight(tko__inbox *in, uint64_t h, uint64_t t, uintptr_t async_tag,
                             uint16_t *order, size_t *groups_out) {
   if (t - h > GROUPED_MAX) return false;
@@ -66,7 +85,7 @@ static bool group_by_weight(tko__inbox *in, uint64_t h, uint64_t t, uintptr_t as
   size_t groups = 0;
   for (uint64_t p = h; p != t; p++) {
     const tko__inbox_slot *s = published(in, p);
-    if (s->ctx & async_tag) return false;
+    if (!s || s->ctx & async_tag) return false;
     size_t g = 0;
     while (g < groups && weights[g] != s->weight) g++;
     if (g == groups) {
@@ -83,47 +102,112 @@ static bool group_by_weight(tko__inbox *in, uint64_t h, uint64_t t, uintptr_t as
   return true;
 }
 
+/* Head passes position p, whose slot is then free until head passes p +
+ * capacity. If a claim holds that position (past the ring until now), it
+ * is done: mark it so in the slot, for the drains that reach it. */
+static void pass(tko__inbox *in, uint64_t p) {
+  uint64_t q = p + in->mask + 1;
+  if (q < in->claim_end) tko__store_relaxed(&in->slots[p & in->mask].seq, done_mark(q));
+}
+
+/* Advances h over positions done with, up to t: marked moved, or in the
+ * last claim (skipped whole). */
+static uint64_t settle(tko__inbox *in, uint64_t h, uint64_t t) {
+  while (h != t) {
+    if (h >= in->claim_begin && h < in->claim_end) {
+      h = in->claim_end; /* its positions inside the window are marked; none is used */
+    } else if (tko__load_relaxed(&in->slots[h & in->mask].seq) == done_mark(h)) {
+      pass(in, h);
+      h++;
+    } else {
+      break; /* a hole */
+    }
+  }
+  return h;
+}
+
 int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
   uint64_t h = tko__load_relaxed(&in->head); /* only the lock holder writes it */
   uint64_t t = tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
   if (h == t) return 0;
+  /* Slots lie below head + capacity; past it there are only claims. */
+  uint64_t end = t - h > in->mask ? h + in->mask + 1 : t;
   /* One allocation for the lot when possible; if the queue cannot grow, move
    * what fits in its free slots (pushes below stop at the first failure),
    * so accepted tasks never wait on memory that may not come. */
-  bool room = tko__queue_reserve(q, (size_t)(t - h)) == 0;
+  bool room = tko__queue_reserve(q, (size_t)(end - h)) == 0;
   uint16_t order[GROUPED_MAX];
   size_t groups = 0;
-  bool big = t - h >= GROUPED_MIN;
+  bool big = end - h >= GROUPED_MIN;
   /* Tally only when the last big drain was mixed: a stream of one weight
-   * then pays nothing for the grouping it never needs. */
-  bool tallied = big && in->mixed_weights && room;
-  bool grouped = tallied && group_by_weight(in, h, t, async_tag, order, &groups);
+   * then pays nothing for the grouping it never needs. Not with a claim
+   * ahead (then end == t: all slots). */
+  bool tallied = big && in->mixed_weights && room && in->claim_end <= h;
+  bool grouped = tallied && group_by_weight(in, h, end, async_tag, order, &groups);
   if (grouped && groups > 1 && tko__queue_reserve_buckets(q, groups) == 0) {
-    for (uint64_t i = 0; i < t - h; i++) {
+    for (uint64_t i = 0; i < end - h; i++) {
       uint64_t pos = h + order[i];
       tko__item item = item_at(&in->slots[pos & in->mask], pos);
       (void)tko__queue_push(q, &item); /* cannot fail: items and buckets reserved */
     }
     /* Release: pairs with the acquire in tko__inbox_reserve. */
-    tko__store_release(&in->head, t);
+    tko__store_release(&in->head, end);
     return 0;
   }
   /* One weight, or more than grouping takes (too many weights, async
-   * tasks): stop tallying until a drain looks mixed again, so a pool fed
-   * many weights pays the pass on at most every other big drain. */
+   * tasks, a hole): stop tallying until a drain looks mixed again, so a
+   * pool fed many weights pays the pass on at most every other big drain. */
   if (tallied && (groups == 1 || !grouped)) in->mixed_weights = false;
   int rc = 0;
-  /* A cheap sign of interleaved weights: the first and last differ. */
-  int first_weight = big ? published(in, h)->weight : 0;
-  for (; h != t; h++) {
-    tko__item item = item_at(published(in, h), h);
+  /* A cheap sign of interleaved weights: the first and last moved differ. */
+  int first_weight = 0, last_weight = 0;
+  size_t moved = 0;
+  for (uint64_t p = h; p != end; p++) {
+    const tko__inbox_slot *s = published(in, p);
+    if (!s) continue; /* a hole (its publish wakes a worker), or done already */
+    tko__item item = item_at(s, p);
     rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
     if (rc) break; /* out of memory: the rest stay in the inbox for later */
+    if (!moved++) first_weight = item.weight;
+    last_weight = item.weight;
+    if (p == h) {
+      pass(in, h++); /* the common case: no hole before it */
+    } else {
+      /* Past a hole: marked, so no later drain moves it again. Relaxed:
+       * the slot's next reservation follows head's release below. */
+      tko__store_relaxed(&in->slots[p & in->mask].seq, done_mark(p));
+    }
   }
-  if (big && !tallied && !in->mixed_weights && h == t &&
-      in->slots[(t - 1) & in->mask].weight != first_weight)
+  h = settle(in, h, t);
+  if (big && !tallied && !in->mixed_weights && rc == 0 && last_weight != first_weight)
     in->mixed_weights = true;
   /* Release: pairs with the acquire in tko__inbox_reserve. */
   tko__store_release(&in->head, h);
   return rc;
+}
+
+int tko__inbox_claim(tko__inbox *in, uint64_t n, uint64_t *pos) {
+  uint64_t h = tko__load_relaxed(&in->head); /* only the lock holder writes it */
+  uint64_t cap = in->mask + 1;
+  uint64_t t = tko__load_relaxed(&in->tail);
+  do {
+    if (t & TKO__INBOX_CLOSED) return -ESHUTDOWN;
+    if (n <= cap && t + n - h <= cap) return TKO__INBOX_ROOM;
+    /* seq_cst: as a reservation's (tko__inbox_reserve). */
+  } while (!tko__cas_seq(&in->tail, &t, t + n));
+  *pos = t;
+  if (h == t) {
+    /* Nothing before it is left: head jumps over it (a big batch, most
+     * often). Release: pairs with the acquire in tko__inbox_reserve. */
+    tko__store_release(&in->head, t + n);
+    return 0;
+  }
+  /* Behind a hole. The positions inside head's window are marked done in
+   * their slots, free until head passes them; the others as head's window
+   * reaches them (pass). */
+  in->claim_begin = t;
+  in->claim_end = t + n;
+  for (uint64_t p = t; p != t + n && p - h < cap; p++)
+    tko__store_relaxed(&in->slots[p & in->mask].seq, done_mark(p));
+  return 0;
 }

@@ -2,19 +2,44 @@
 /* The inbox: a bounded multi-producer ring that submitters write tasks into
  * without taking the queue lock. Workers, holding the queue lock, move what
  * has been published into the weighted queue before they pick the best
- * task, so priority order is exact among everything submitted so far.
+ * task, so priority order is exact among everything published so far.
  *
  * Why: with one lock for submit and take, a worker holding the lock while it
  * copies a batch of cold items made the producer wait for it; on a 2-core
  * machine that was most of the cost per task. Here a submit is one CAS on
  * the tail, a 40-byte store into the next slot (sequential, so prefetched)
- * and a release store; the lock is the workers' business.
+ * and a seq_cst store of its seq (signal.c: step (1')); the lock is the
+ * workers' business.
  *
- * Positions: tail counts reservations (its top bit marks the inbox closed),
- * head counts slots moved out. A slot is published when its seq equals its
- * position + 1; a reservation is only made when tail - head < capacity, so
- * the slot it names has already been moved out. A task's id is its position
- * + 1: unique, gap-free and in submit order. */
+ * Positions: tail counts positions handed out (its top bit marks the inbox
+ * closed), head is the first position not yet done with. A slot is
+ * published when its seq equals its position + 1. A reservation is only
+ * made when tail - head < capacity, so the slot it names is free: every
+ * earlier position that used it is done.
+ *
+ * A submitter stopped between its reservation and its publish (preempted,
+ * or in a debugger) holds back nobody else's tasks. A drain moves every
+ * published slot it sees and skips the holes; a slot it moves past a hole
+ * is marked done in its seq (TKO__INBOX_MOVED), and head advances only over
+ * the contiguous run of done positions, so the stopped reservation keeps
+ * just its own slot. When head, stuck at such a hole, leaves no room, a
+ * submitter does not wait either: under the queue lock it claims its
+ * positions on the tail past the ring and puts its tasks straight into the
+ * weighted queue (tko__inbox_claim). Positions from head + capacity up to
+ * tail can only be such claims: a reservation is always below head +
+ * capacity. The lock holder marks each one done as head's window reaches
+ * it (or jumps over the last claim whole).
+ *
+ * Ids: a task's id is its position + 1, claims included: unique, gap-free
+ * and in the order positions were handed out. Order: a drain moves, in
+ * position order, the published slots below the tail it read; a submit that
+ * returned before another submit began published before that one took its
+ * position, and so is moved no later than it (same drain, lower position,
+ * or an earlier drain); a claim drains first. So tasks of one submitting
+ * thread stay FIFO within a weight, and so do tasks whose submits are
+ * ordered by happens-before. A stopped submitter's task is ordered only
+ * from its publish on: tasks submitted after its reservation may run
+ * before it. */
 #ifndef TKO_INBOX_H
 #define TKO_INBOX_H
 /* Layering: extensions (lanes, coalescer) use the public API and the
@@ -32,6 +57,11 @@
 #include "taskorch.h"
 
 #define TKO__INBOX_CLOSED ((uint64_t)1 << 63)
+/* A slot's seq once the drain moved it past a hole, or once its position,
+ * claimed past the ring, came inside head's window: never position + 1. */
+#define TKO__INBOX_MOVED ((uint64_t)1 << 63)
+/* tko__inbox_claim: the ring has room for the tasks; reserve instead. */
+#define TKO__INBOX_ROOM 1
 
 typedef struct tko__inbox_slot {
   atomic_uint_fast64_t seq; /* position + 1 once published */
@@ -57,14 +87,22 @@ typedef struct tko__inbox {
    * the queue lock, and written only when it changes, since submitters
    * read this line on every publish. */
   bool mixed_weights;
+  /* The last claim past the ring, [claim_begin, claim_end): the queue
+   * lock holder's, written only by a claim. */
+  uint64_t claim_begin, claim_end;
 } tko__inbox;
 
 int tko__inbox_init(tko__inbox *in, uint32_t capacity, const tko_allocator *alloc);
 void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc);
 
+/* Test seam: when set, a submit calls it between its reservation and its
+ * publish, with the first position it reserved (a test parks a submitter
+ * there). NULL outside tests: one relaxed load of a line nobody writes. */
+extern void (*_Atomic tko__test_publish_window)(uint64_t pos);
+
 /* Reserves n consecutive positions (n <= capacity); -EAGAIN when there is
- * not room for all (the caller moves tasks out and retries), -ESHUTDOWN when
- * closed. */
+ * not room for all (the caller moves tasks out and retries, or claims),
+ * -ESHUTDOWN when closed. */
 static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) {
   /* The room check below reads this line and the CAS then writes it: with
    * several submitters it is usually another core's (4 producers, 2
@@ -80,39 +118,67 @@ static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) 
      * reservation reuses them. */
     uint64_t h = tko__load_acquire(&in->head_seen);
     if (t + n - h > in->mask + 1) {
-      h = tko__load_acquire(&in->head);
+      /* seq_cst, too (a plain load on x86, as acquire on Arm): a worker's
+       * seq_cst re-check (tko__inbox_ready) that read an older head then
+       * precedes this load, and the publish, in the seq_cst order. */
+      h = tko__load_seq(&in->head);
       tko__store_release(&in->head_seen, h); /* a racing store may lower it: harmless */
       if (t + n - h > in->mask + 1) return -EAGAIN;
     }
-    /* seq_cst: step (1') of signal.c's essay: the reservation is what a
-     * worker about to sleep re-checks. */
+    /* seq_cst (release is what matters): a drain that reads this tail then
+     * also sees every publish that happened before this reservation - the
+     * FIFO argument of the essay above. */
     if (tko__cas_seq(&in->tail, &t, t + n)) break;
   }
   *pos = t;
   return 0;
 }
 
+/* Publishes one reserved slot; last: the submit's last slot (its only one,
+ * or a batch's last), whose store is seq_cst - step (1') of signal.c's
+ * essay, before the submitter's wake-up. */
 static inline void tko__inbox_publish(tko__inbox *in, uint64_t pos, tko_task_fn fn, void *arg,
-                                      uintptr_t ctx, int weight, uint64_t enq_ns) {
+                                      uintptr_t ctx, int weight, uint64_t enq_ns, bool last) {
   tko__inbox_slot *s = &in->slots[pos & in->mask];
   s->fn = fn;
   s->arg = arg;
   s->ctx = ctx;
   s->weight = weight;
   s->enq_ns = enq_ns;
-  /* Release: pairs with the acquire in tko__inbox_drain. */
-  tko__store_release(&s->seq, pos + 1);
+  /* Release: pairs with the acquire in tko__inbox_drain. seq_cst for the
+   * last: either a worker's seq_cst re-check before sleeping sees it (and
+   * then, by that release, the batch's earlier slots too), or the
+   * submitter's seq_cst load of idle.state after it sees that worker. The
+   * reservation cannot serve: a worker may have looked at the slot between
+   * the reservation and this store, found a hole and gone to sleep. */
+  if (last) tko__store_seq(&s->seq, pos + 1);
+  else tko__store_release(&s->seq, pos + 1);
 }
 
-/* Reservations so far (the submitted count), with the closed bit masked. */
+/* Positions handed out so far (the submitted count), closed bit masked. */
 static inline uint64_t tko__inbox_reserved(tko__inbox *in) {
   return tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
 }
 
-/* True if some reservation has not been moved out yet. seq_cst: step (2)
- * of signal.c's essay when a worker re-checks before sleeping. */
-static inline bool tko__inbox_pending(tko__inbox *in) {
-  return (tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED) != tko__load_seq(&in->head);
+/* True if some published task waits to be moved. seq_cst loads: step (2)
+ * of signal.c's essay when a worker re-checks before sleeping. A
+ * reservation not yet published does not count: its publish wakes a
+ * worker. Reads up to a ring's worth of slots while a hole holds head. */
+bool tko__inbox_ready(tko__inbox *in);
+
+/* A searching worker's hint (relaxed): the newest reservation is published
+ * and head is behind it. tko__inbox_ready decides before a sleep. */
+static inline bool tko__inbox_ready_hint(tko__inbox *in) {
+  uint64_t t = tko__load_relaxed(&in->tail) & ~TKO__INBOX_CLOSED;
+  return t != tko__load_relaxed(&in->head) &&
+         tko__load_relaxed(&in->slots[(t - 1) & in->mask].seq) == t;
+}
+
+/* True when every position handed out is done with: none reserved and
+ * unpublished, none published and unmoved (seq_cst: shutdown's "nothing
+ * left" - a reservation made before the close is still to come). */
+static inline bool tko__inbox_settled(tko__inbox *in) {
+  return (tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED) == tko__load_seq(&in->head);
 }
 
 /* Closes the inbox: reservations after this fail with -ESHUTDOWN; those made
@@ -121,10 +187,24 @@ static inline void tko__inbox_close(tko__inbox *in) {
   atomic_fetch_or_explicit(&in->tail, TKO__INBOX_CLOSED, memory_order_seq_cst);
 }
 
-/* Moves published tasks, in position order, into q (async ones, tagged by
- * async_tag in ctx, into aq). Caller holds the queue lock. Waits (yielding)
- * for a submitter that reserved but has not yet published. Returns 0, or
+/* Moves the published tasks it finds, in position order, into q (async
+ * ones, tagged by async_tag in ctx, into aq), skipping reservations not yet
+ * published; never waits. Caller holds the queue lock. Returns 0, or
  * -ENOMEM if a queue could not grow (the rest stay). */
 int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t async_tag);
+
+/* Whether n more positions fit in the ring now (a hint for the queue lock's
+ * holder, which alone moves head). */
+static inline bool tko__inbox_has_room(tko__inbox *in, uint64_t n) {
+  uint64_t t = tko__load_relaxed(&in->tail) & ~TKO__INBOX_CLOSED;
+  return n <= in->mask + 1 && t + n - tko__load_relaxed(&in->head) <= in->mask + 1;
+}
+
+/* For a submit that finds no room: claims n positions on the tail past the
+ * ring, for tasks the caller puts straight into the queue (ids pos + 1 on).
+ * Caller holds the queue lock and drained just before. Returns 0,
+ * TKO__INBOX_ROOM when n fits in the ring now (reserve instead), or
+ * -ESHUTDOWN. */
+int tko__inbox_claim(tko__inbox *in, uint64_t n, uint64_t *pos);
 
 #endif

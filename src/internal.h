@@ -453,16 +453,15 @@ void tko__empty_queue(tko_pool *pool, bool run);
 void tko__pool_trim(tko_pool *pool);
 bool tko__pool_trimmable(const tko_pool *pool);
 
-/* Whether any task waits, in the inbox or the queue. The seq_cst form is
- * step (2) of signal.c's essay; the relaxed form is a searching worker's
- * hint (take_batch decides under the lock). */
+/* Whether any task waits, published in the inbox or in the queue. The
+ * seq_cst form is step (2) of signal.c's essay; the relaxed form is a
+ * searching worker's hint (take_batch decides under the lock). */
 static inline bool tko__has_work_seq(tko_pool *pool) {
-  return tko__inbox_pending(&pool->inbox) || tko__load_seq(&pool->backlog) > 0;
+  /* backlog first: while a hole holds head, the inbox's check reads slots. */
+  return tko__load_seq(&pool->backlog) > 0 || tko__inbox_ready(&pool->inbox);
 }
 static inline bool tko__has_work_hint(tko_pool *pool) {
-  return (tko__load_relaxed(&pool->inbox.tail) & ~TKO__INBOX_CLOSED) !=
-             tko__load_relaxed(&pool->inbox.head) ||
-         tko__load_relaxed(&pool->backlog) > 0;
+  return tko__inbox_ready_hint(&pool->inbox) || tko__load_relaxed(&pool->backlog) > 0;
 }
 
 /* Work that may start now: there is some and the pool is not paused.
@@ -473,7 +472,10 @@ static inline bool tko__runnable_seq(tko_pool *pool) {
 
 /* Shutdown may let workers go: nothing queued anywhere, async included. */
 static inline bool tko__nothing_left(tko_pool *pool) {
-  return !tko__has_work_seq(pool) && tko__load_seq(&pool->async_waiting) == 0;
+  /* Settled, not just nothing ready: a reservation made before the close
+   * and not yet published is still to come (inbox.h). */
+  return tko__inbox_settled(&pool->inbox) && tko__load_seq(&pool->backlog) == 0 &&
+         tko__load_seq(&pool->async_waiting) == 0;
 }
 
 /* Called after new work is queued: wakes a sleeper if nobody is searching,
@@ -485,7 +487,7 @@ static inline void tko__signal_work(tko_pool *pool) {
   /* seq_cst, after the work was published: pairs with the helper's
    * increment of helpers before its re-check (group.c). */
   if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
-  /* seq_cst: step (2') of signal.c's essay, after the inbox reservation. */
+  /* seq_cst: step (2') of signal.c's essay, after the publish. */
   uint64_t st = tko__load_seq(&pool->idle.state);
   if (tko__idle_searching(st) > 0) return;
   if (tko__idle_sleeping(st) > 0 && tko__idle_wake_one(&pool->idle)) return;

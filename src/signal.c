@@ -15,14 +15,22 @@
  *
  * No lost wake-up. A worker goes to sleep in three steps: (1) it moves itself
  * from searching to sleeping in idle.state with a seq_cst read-modify-write
- * (tko__idle_sleep_prepare), (2) it re-reads the inbox tail and the queue's
- * backlog with seq_cst loads, (3) it parks. A submit (1') reserves its inbox
- * slot with a seq_cst CAS on the tail, then (2') loads idle.state seq_cst.
- * All four operations are in the single total order of seq_cst operations,
- * so either (1) precedes (1') and the submit sees a sleeper and wakes one, or
- * (1') precedes (1) and the worker's re-check in (2) sees the item and
- * cancels its sleep. The pattern is Dekker's; the pairs are documented where
- * they are used (worker.c: worker_sleep, pool.c: tko_submit).
+ * (tko__idle_sleep_prepare), (2) it re-reads, with seq_cst loads, the
+ * inbox's head, tail and the slots between them (tko__inbox_ready: is a
+ * published task waiting?) and the queue's backlog, (3) it parks. A submit
+ * (1') publishes its inbox slot with a seq_cst store (a batch: its last
+ * slot), then (2') loads idle.state seq_cst. All of these are in the single
+ * total order of seq_cst operations, so either (1) precedes (1') and the
+ * submit sees a sleeper and wakes one, or (1') precedes the re-check in (2),
+ * which sees the task and cancels the sleep. The pattern is Dekker's; the
+ * pairs are documented where they are used (worker.c: worker_sleep,
+ * inbox.h: tko__inbox_publish). The step is the publish, not the
+ * reservation: a reservation not yet published is a hole, which a worker
+ * passes over and may sleep beside (a submitter stopped there must hold
+ * back nobody, inbox.h); the publish that fills it wakes a worker. A task
+ * a submit puts straight into the queue (the ring full behind such a hole,
+ * or a batch larger than the ring) has a seq_cst store of backlog as its
+ * (1') (submit.c: claim_locked).
  *
  * A spawn that fails. When nobody is searching or asleep, a submit starts an
  * elastic worker, which its spawner counts as searching before the thread
@@ -33,7 +41,7 @@
  * back with a seq_cst RMW (its (1)) and, if it was the last searcher,
  * re-reads the inbox and backlog seq_cst (its (2)) and wakes a sleeper if
  * work waits. The same Dekker argument holds: either the submit's
- * reservation precedes the re-read, which sees it, or the submit's load of
+ * publish precedes the re-read, which sees it, or the submit's load of
  * idle.state follows the RMW and sees no searcher, and wakes or spawns
  * itself. A sleeper that prepared its sleep after the RMW re-checks for
  * work itself. (elastic.c: tko__elastic_spawn.)

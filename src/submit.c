@@ -13,7 +13,45 @@ int tko__pool_drain_locked(tko_pool *pool) {
   return rc;
 }
 
-/* The inbox is full: move it into the queue ourselves (workers are busy).
+/* What make_room did: QUEUED, the tasks are in the queue; ROOM, the ring
+ * has room again (reserve); or a negative errno. */
+enum { QUEUED = 0, ROOM = TKO__INBOX_ROOM };
+
+/* Caller holds the lock and has drained: puts n tasks (all carrying ctx)
+ * straight into the queue, on positions claimed past the ring, when the
+ * ring has no room for them - head waits at a reservation that is not
+ * published yet, or the batch is larger than the ring. */
+static int claim_locked(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx,
+                        uint64_t enq_ns) {
+  tko__queue *q = ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
+  if (tko__inbox_has_room(&pool->inbox, n)) return ROOM; /* the drain made some */
+  /* Room for all first, so that no push below can fail (all or nothing). */
+  int rc = tko__queue_reserve(q, n);
+  if (rc == 0) rc = tko__queue_reserve_buckets(q, n);
+  uint64_t pos;
+  if (rc == 0) rc = tko__inbox_claim(&pool->inbox, n, &pos);
+  if (rc) return rc;
+  for (size_t i = 0; i < n; i++) {
+    tko__item item = {.fn = tasks[i].fn, .arg = tasks[i].arg, .ctx = ctx, .id = pos + i + 1,
+                      .enq_ns = enq_ns, .weight = tasks[i].weight};
+    (void)tko__queue_push(q, &item); /* cannot fail: reserved above */
+  }
+  tko__refresh_backlog(pool);
+  /* seq_cst (the value just stored, under the lock): step (1') of
+   * signal.c's essay, as the publish of a slot is; the submitter's
+   * tko__signal_work then loads idle.state. */
+  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
+  return QUEUED;
+}
+
+/* How many steps a submitter waits for another one's room making before
+ * it goes round it (that one may have been stopped: preempted, or in a
+ * debugger); 32 of them spin, the rest yield. */
+enum { ROOM_WAIT_STEPS = 256 };
+
+/* The inbox is full: move it into the queue ourselves (workers are busy),
+ * and when that frees no room - head waits at a reservation not yet
+ * published - put the tasks straight into the queue.
  * One submitter at a time does: another that finds one at it waits for
  * head to move (or for it to finish) and lets its caller retry, rather
  * than queue for the lock behind it and then move what little came in
@@ -24,25 +62,34 @@ int tko__pool_drain_locked(tko_pool *pool) {
  * a first version that waited whenever the queue lock was held gained as
  * much here but cost one producer on fresh pools (bench_quick: ~31 -> ~45
  * ns/task), where a worker's drain also grows the queue. */
-static int make_room(tko_pool *pool) {
+static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx,
+                     uint64_t enq_ns) {
   uint64_t before = tko__load_relaxed(&pool->inbox.head);
   /* Acquire: pairs with the release that gives the role back below. Only
    * the role is handed over; the inbox's own orderings (inbox.h) cover
    * the tasks, and the spin's relaxed loads are hints to retry. */
-  if (atomic_exchange_explicit(&pool->room_maker, 1, memory_order_acquire)) {
-    for (unsigned spins = 0; tko__load_relaxed(&pool->room_maker) &&
-                             tko__load_relaxed(&pool->inbox.head) == before;
-         spins++)
-      tko__wait_step(spins, 32);
-    return 0;
+  bool role = !atomic_exchange_explicit(&pool->room_maker, 1, memory_order_acquire);
+  if (!role) {
+    unsigned spins = 0;
+    while (tko__load_relaxed(&pool->room_maker) &&
+           tko__load_relaxed(&pool->inbox.head) == before && spins < ROOM_WAIT_STEPS)
+      tko__wait_step(spins++, 32);
+    if (spins < ROOM_WAIT_STEPS) return ROOM;
   }
   tko__lock_acquire(&pool->lock);
-  int rc = tko__pool_drain_locked(pool);
-  /* Out of memory but some tasks moved: there is room, so try again. */
-  if (rc && tko__load_relaxed(&pool->inbox.head) != before) rc = 0;
+  /* An out-of-memory drain may still have made room; if not, the claim's
+   * own reservation in the queue fails the same way. */
+  (void)tko__pool_drain_locked(pool);
+  int rc = claim_locked(pool, tasks, n, ctx, enq_ns);
   tko__unlock(&pool->lock);
-  tko__store_release(&pool->room_maker, 0);
+  if (role) tko__store_release(&pool->room_maker, 0);
   return rc;
+}
+
+/* The seam of inbox.h: NULL outside tests. */
+static void publish_window(uint64_t pos) {
+  void (*seam)(uint64_t) = atomic_load_explicit(&tko__test_publish_window, memory_order_relaxed);
+  if (seam) seam(pos);
 }
 
 uint64_t tko__enqueue_time(tko_pool *pool) {
@@ -157,18 +204,25 @@ static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t c
   return 0;
 }
 
-/* Reserves an inbox slot and publishes the task (after admit; a failure
- * leaves the room it took to the caller). */
+/* Reserves an inbox slot and publishes the task, or queues it directly
+ * when the ring has no room (after admit; a failure leaves the room it
+ * took to the caller). */
 static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
   uint64_t enq_ns = tko__enqueue_time(pool);
   uint64_t pos;
   int rc;
   while ((rc = tko__inbox_reserve(&pool->inbox, 1, &pos)) == -EAGAIN) {
-    rc = make_room(pool);
-    if (rc) return rc;
+    tko_task task = {fn, arg, weight};
+    rc = make_room(pool, &task, 1, ctx, enq_ns);
+    if (rc == QUEUED) {
+      tko__signal_work(pool);
+      return 0;
+    }
+    if (rc != ROOM) return rc;
   }
   if (rc) return rc;
-  tko__inbox_publish(&pool->inbox, pos, fn, arg, ctx, weight, enq_ns);
+  publish_window(pos);
+  tko__inbox_publish(&pool->inbox, pos, fn, arg, ctx, weight, enq_ns, true);
   tko__signal_work(pool);
   return 0;
 }
@@ -226,62 +280,32 @@ int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long
   return tko__submit_item(pool, fn, arg, 0, weight, timeout_ms);
 }
 
-/* A batch larger than the inbox goes straight into the queue, under the
- * lock, once the inbox is empty: its positions are claimed on the inbox
- * tail (so ids stay gap-free and in order) and consumed at once. */
-static int submit_big_batch(tko_pool *pool, const tko_task *tasks, size_t n, uint64_t enq_ns) {
-  tko__inbox *in = &pool->inbox;
-  tko__lock_acquire(&pool->lock);
-  int rc = 0;
-  uint64_t t = 0;
-  while (rc == 0) {
-    rc = tko__pool_drain_locked(pool);
-    if (rc) break;
-    /* Room for the whole batch after the drain, so no push below can fail
-     * (all or nothing); re-checked each time a drain may have used it. */
-    rc = tko__queue_reserve(&pool->queue, n);
-    if (rc == 0) rc = tko__queue_reserve_buckets(&pool->queue, n);
-    if (rc) break;
-    t = tko__load_seq(&in->tail);
-    if (t & TKO__INBOX_CLOSED) {
-      rc = -ESHUTDOWN;
-      break;
-    }
-    /* Submitters that find the inbox "full" (tail moved, head not yet)
-     * move it in make_room once this batch is in. */
-    if (t == tko__load_relaxed(&in->head) && tko__cas_seq(&in->tail, &t, t + n)) break;
-  }
-  if (rc == 0) {
-    for (size_t i = 0; i < n; i++) {
-      tko__item item = {.fn = tasks[i].fn, .arg = tasks[i].arg, .id = t + i + 1,
-                        .enq_ns = enq_ns, .weight = tasks[i].weight};
-      tko__queue_push(&pool->queue, &item); /* cannot fail: reserved above */
-    }
-    /* Release: pairs with the acquire in tko__inbox_reserve. */
-    tko__store_release(&in->head, t + n);
-    tko__refresh_backlog(pool);
-  }
-  tko__unlock(&pool->lock);
-  return rc;
-}
-
 /* Queues a batch admit let in: through the inbox, or straight into the
- * queue when it is larger than the inbox. */
+ * queue when it is larger than the inbox (positions claimed past the ring,
+ * so its ids stay consecutive) or the ring has no room for it. */
 static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   uint64_t enq_ns = tko__enqueue_time(pool);
   tko__inbox *in = &pool->inbox;
   int rc;
   if (n > in->mask + 1) {
-    rc = submit_big_batch(pool, tasks, n, enq_ns);
+    tko__lock_acquire(&pool->lock);
+    rc = tko__pool_drain_locked(pool);
+    if (rc == 0) rc = claim_locked(pool, tasks, n, 0, enq_ns); /* never ROOM: too big */
+    tko__unlock(&pool->lock);
   } else {
     uint64_t pos;
+    bool queued = false;
     while ((rc = tko__inbox_reserve(in, n, &pos)) == -EAGAIN) {
-      rc = make_room(pool);
-      if (rc) break;
+      rc = make_room(pool, tasks, n, 0, enq_ns);
+      queued = rc == QUEUED;
+      if (rc != ROOM) break;
     }
-    if (rc == 0)
+    if (rc == 0 && !queued) {
+      publish_window(pos);
       for (size_t i = 0; i < n; i++)
-        tko__inbox_publish(in, pos + i, tasks[i].fn, tasks[i].arg, 0, tasks[i].weight, enq_ns);
+        tko__inbox_publish(in, pos + i, tasks[i].fn, tasks[i].arg, 0, tasks[i].weight, enq_ns,
+                           i == n - 1);
+    }
   }
   if (rc) {
     tko__release_room(pool, n);

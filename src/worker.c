@@ -200,8 +200,8 @@ static void finish_started(tko_pool *pool, tko__worker *w) {
  * signals the work (tko__runnable_seq, tko__signal_work): the seq_cst fence
  * here orders the pushes, stored under the lock, before that load of
  * idle.state - the Dekker pair with a sleeper's sleep_prepare RMW and its
- * seq_cst re-check of backlog (signal.c), as a submit's seq_cst
- * reservation does for the inbox. */
+ * seq_cst re-check of backlog (signal.c), as a submit's seq_cst publish
+ * does for the inbox. */
 static void requeue_taken(tko_pool *pool, tko__worker *w) {
   for (tko__batch_frame *b = w->batch; b; b = b->outer) {
     while (b->n > b->next) {
@@ -419,7 +419,7 @@ enum loop_end { CLOSED, RETIRED, LEFT };
 static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   tko__idle_sleep_prepare(&pool->idle, &w->sleeper);
   /* Step (2) of signal.c's essay: seq_cst, after sleep_prepare's RMW; pairs
-   * with tko_submit's seq_cst inbox reservation. closing is stored seq_cst
+   * with a submit's seq_cst publish (inbox.h). closing is stored seq_cst
    * before shutdown wakes every sleeper. */
   /* A shrink stores its target before it wakes every sleeper under
    * idle.mu, which sleep_prepare took too: a sleeper it missed reads the
@@ -555,6 +555,11 @@ restart:
   if (end == CLOSED) {
     if (w->kind == TKO_WORKER_BASIC) tko__sub_seq(&pool->basic_alive, 1);
     else tko__sub_seq(&pool->elastic_count, 1);
+    /* Workers that found only a reservation made before the close, not
+     * yet published, slept again after close's wake-up; its publish woke
+     * one, which found nothing left once it was done: wake the others so
+     * that they see it too and exit (inbox.h). */
+    tko__idle_wake_all(&pool->idle);
   }
   tko__notify_idle(pool);
   bool retired = end == RETIRED;

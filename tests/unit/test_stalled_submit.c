@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/* A submitter stopped between its inbox reservation and its publish
+ * (preempted, or in a debugger) holds back only its own task (issue 15).
+ * The library's seam tko__test_publish_window (src/inbox.h) parks one
+ * chosen submit there until the test releases it; meanwhile other threads
+ * submit more tasks than the inbox holds, so the ring fills behind the
+ * hole and the submits that find it full put their tasks straight into
+ * the queue. Every one of those must run while the submitter is parked;
+ * the workers must then go to sleep (not spin at the hole); the parked
+ * task, once published, must wake one and run exactly once; and the ids
+ * stay unique, a batch's consecutive.
+ *
+ * The waits are bounded by the suites' generous limits: on the old inbox,
+ * whose drain waited at the hole under the queue lock, no task ran and the
+ * 1,024th submit blocked, and these tests report that as a failure rather
+ * than hang (the parked submitter is released before anything is
+ * asserted, so everything finishes either way). */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_sync.h"
+
+enum { CAP = TKO__INBOX_CAPACITY, WORKERS = 2, SUBMITTERS = 2, PER = 3 * CAP / 2,
+       N = SUBMITTERS * PER };
+
+typedef struct token {
+  atomic_int runs;
+  atomic_uint_fast64_t id;
+} token;
+
+typedef struct stall {
+  tko_pool *pool;
+  token *tokens;   /* N for the others, then the parked submit's */
+  tt_count ran;    /* tasks of the other submitters that ran */
+  tt_count parked; /* 1 once the chosen submit is parked */
+  tt_count done;   /* the other submitters that returned */
+  tt_gate release;
+  atomic_uint_fast64_t parked_pos;
+} stall;
+
+static stall *cur; /* the test's, for the seam */
+static _Thread_local bool park_me;
+
+/* The seam: parks the thread that asked for it, once. */
+static void park(uint64_t pos) {
+  if (!park_me) return;
+  park_me = false;
+  atomic_store(&cur->parked_pos, pos);
+  tt_count_add(&cur->parked, 1);
+  tt_gate_wait(&cur->release);
+}
+
+static int other_fn(void *arg) {
+  atomic_fetch_add(&((token *)arg)->runs, 1);
+  tt_count_add(&cur->ran, 1);
+  return 0;
+}
+
+static int parked_fn(void *arg) {
+  atomic_fetch_add(&((token *)arg)->runs, 1);
+  return 0;
+}
+
+static void record_id(void *user, const tko_task_info *t) {
+  (void)user;
+  atomic_store(&((token *)t->arg)->id, t->id);
+}
+
+static stall *stall_new(unsigned workers) {
+  stall *s = calloc(1, sizeof *s);
+  s->tokens = calloc(N + 8, sizeof *s->tokens);
+  tt_count_init(&s->ran);
+  tt_count_init(&s->parked);
+  tt_count_init(&s->done);
+  pthread_mutex_init(&s->release.mu, NULL);
+  pthread_cond_init(&s->release.cv, NULL);
+  tko_options o = tko_basic_options(workers);
+  o.hooks.before_run = record_id;
+  cr_assert_eq(tko_pool_create(&s->pool, &o), 0);
+  cur = s;
+  atomic_store(&tko__test_publish_window, park);
+  return s;
+}
+
+static void stall_free(stall *s) {
+  atomic_store(&tko__test_publish_window, NULL);
+  cur = NULL;
+  tt_count_fini(&s->ran);
+  tt_count_fini(&s->parked);
+  tt_count_fini(&s->done);
+  pthread_mutex_destroy(&s->release.mu);
+  pthread_cond_destroy(&s->release.cv);
+  free(s->tokens);
+  free(s);
+}
+
+/* The thread that is parked: one task, or a batch of three. */
+typedef struct parked_arg {
+  stall *s;
+  size_t n;
+  int rc;
+} parked_arg;
+
+static void *parked_main(void *arg) {
+  parked_arg *a = arg;
+  token *t = &a->s->tokens[N];
+  park_me = true;
+  if (a->n == 1) {
+    a->rc = tko_submit(a->s->pool, parked_fn, t, 0);
+  } else {
+    tko_task batch[3];
+    for (size_t i = 0; i < 3; i++) batch[i] = (tko_task){parked_fn, &t[i], 0};
+    a->rc = tko_submit_batch(a->s->pool, batch, 3);
+  }
+  return NULL;
+}
+
+/* The others: singles, batches, or a batch larger than the inbox. */
+typedef enum { SINGLES, BATCHES, ONE_BIG_BATCH } how;
+
+typedef struct other_arg {
+  stall *s;
+  size_t first;
+  how how;
+  int rc;
+} other_arg;
+
+enum { BATCH = 100 };
+
+static void *other_main(void *arg) {
+  other_arg *a = arg;
+  token *t = &a->s->tokens[a->first];
+  if (a->how == SINGLES) {
+    for (size_t i = 0; i < PER && a->rc == 0; i++)
+      a->rc = tko_submit(a->s->pool, other_fn, &t[i], (int)(i % 3));
+    tt_count_add(&a->s->done, 1);
+    return NULL;
+  }
+  size_t step = a->how == BATCHES ? BATCH : PER;
+  tko_task *batch = calloc(step, sizeof *batch);
+  for (size_t at = 0; at < PER && a->rc == 0; at += step) {
+    size_t n = PER - at < step ? PER - at : step;
+    for (size_t i = 0; i < n; i++) batch[i] = (tko_task){other_fn, &t[at + i], (int)(i % 3)};
+    a->rc = tko_submit_batch(a->s->pool, batch, n);
+  }
+  free(batch);
+  tt_count_add(&a->s->done, 1);
+  return NULL;
+}
+
+/* Bounded wait on a white-box condition no public wait covers (yields). */
+static bool within(bool (*cond)(tko_pool *), tko_pool *pool, long ms) {
+  uint64_t end = tt_now_ns() + (uint64_t)ms * 1000000u;
+  while (!cond(pool))
+    if (tt_now_ns() > end) return false;
+    else sched_yield();
+  return true;
+}
+
+static bool all_asleep(tko_pool *pool) {
+  return tko__idle_sleeping(tko__load_seq(&pool->idle.state)) == WORKERS;
+}
+
+static bool closed(tko_pool *pool) { return tko__load_seq(&pool->closing); }
+
+/* Parks one submit of n tasks, lets the others submit N tasks as told (one
+ * after the other if in_turn), and checks everything but what the caller
+ * checks after the release. Returns with the parked submit released and
+ * every thread joined. */
+static void run_around_a_parked_submit(stall *s, size_t parked_n, const how hows[SUBMITTERS],
+                                       bool in_turn) {
+  pthread_t pt, th[SUBMITTERS];
+  parked_arg pa = {s, parked_n, 1};
+  cr_assert_eq(pthread_create(&pt, NULL, parked_main, &pa), 0);
+  cr_assert(tt_count_wait_geq(&s->parked, 1), "the submit never reached the seam");
+  uint64_t hole = atomic_load(&s->parked_pos);
+  other_arg oa[SUBMITTERS];
+  for (int i = 0; i < SUBMITTERS; i++) {
+    oa[i] = (other_arg){s, (size_t)i * PER, hows[i], 0};
+    cr_assert_eq(pthread_create(&th[i], NULL, other_main, &oa[i]), 0);
+    if (in_turn) (void)tt_count_wait_geq_within(&s->done, i + 1, TT_SCALE(20000, 60000));
+  }
+  /* Every other task runs while the submitter stays parked. */
+  bool all_ran = tt_count_wait_geq_within(&s->ran, N, TT_SCALE(20000, 60000));
+  /* Positions went past the ring: submits found it full behind the hole. */
+  bool went_round = tko__inbox_reserved(&s->pool->inbox) >= hole + parked_n + CAP;
+  /* With only the hole left, the workers sleep rather than spin. */
+  bool slept = all_ran && within(all_asleep, s->pool, TT_SCALE(20000, 60000));
+  bool ran_early = atomic_load(&s->tokens[N].runs) != 0;
+  tt_gate_open(&s->release);
+  pthread_join(pt, NULL);
+  for (int i = 0; i < SUBMITTERS; i++) pthread_join(th[i], NULL);
+  cr_assert(all_ran, "other submitters' tasks waited for the parked one");
+  cr_assert(went_round, "the ring never filled behind the hole");
+  cr_assert(slept, "a worker kept spinning at the hole");
+  cr_assert_not(ran_early, "the parked task ran before its publish");
+  cr_assert_eq(pa.rc, 0);
+  for (int i = 0; i < SUBMITTERS; i++) cr_assert_eq(oa[i].rc, 0);
+  /* Its publish wakes a sleeping worker: the pool goes idle. */
+  cr_assert_eq(tko_pool_wait_idle(s->pool, TT_SCALE(20000, 60000)), 0, "the parked task never ran");
+  size_t total = N + parked_n;
+  for (size_t i = 0; i < total; i++) cr_assert_eq(atomic_load(&s->tokens[i].runs), 1, "task %zu", i);
+  tko_stats st;
+  tko_pool_stats(s->pool, &st);
+  cr_assert_eq(st.submitted, total);
+  cr_assert_eq(st.completed, total);
+  cr_assert_eq(st.queued, 0);
+  /* Ids: unique, from 1 to the count (positions, claims included). */
+  uint8_t *seen = calloc(total + 1, 1);
+  for (size_t i = 0; i < total; i++) {
+    uint64_t id = atomic_load(&s->tokens[i].id);
+    cr_assert(id >= 1 && id <= total, "task %zu has id %llu", i, (unsigned long long)id);
+    cr_assert_eq(seen[id], 0, "id %llu given twice", (unsigned long long)id);
+    seen[id] = 1;
+  }
+  free(seen);
+  cr_assert_eq(atomic_load(&s->tokens[N].id), hole + 1);
+  /* And the inbox settles: head catches up with every position. */
+  cr_assert_eq(tko_pool_shutdown_timed(s->pool, TKO_DRAIN, TT_SCALE(20000, 60000)), 0);
+  cr_assert(tko__inbox_settled(&s->pool->inbox));
+  cr_assert_eq(tko_pool_destroy(s->pool), 0);
+}
+
+/* Kills inbox-drain-waits-at-a-hole, inbox-head-passes-a-hole,
+ * inbox-moved-not-marked, inbox-worker-spins-at-a-hole
+ * (scripts/mutants.list). */
+Test(stalled_submit, single_submits_run_around_a_parked_one) {
+  stall *s = stall_new(WORKERS);
+  const how hows[SUBMITTERS] = {SINGLES, SINGLES};
+  run_around_a_parked_submit(s, 1, hows, false);
+  stall_free(s);
+}
+
+/* The batch larger than the inbox comes first: its claim starts inside
+ * head's window (those positions are marked done at once) and runs past it.
+ * Kills inbox-claim-window-not-marked, inbox-claim-ids-collide. */
+Test(stalled_submit, batches_run_around_a_parked_batch) {
+  stall *s = stall_new(WORKERS);
+  const how hows[SUBMITTERS] = {ONE_BIG_BATCH, BATCHES};
+  run_around_a_parked_submit(s, 3, hows, true);
+  /* The parked batch's ids are consecutive, as any batch's. */
+  for (size_t i = 1; i < 3; i++)
+    cr_assert_eq(atomic_load(&s->tokens[N + i].id), atomic_load(&s->tokens[N].id) + i);
+  for (size_t i = 1; i < PER; i++) /* the big batch: one claim */
+    cr_assert_eq(atomic_load(&s->tokens[i].id), atomic_load(&s->tokens[0].id) + i);
+  for (size_t i = 1; i < PER; i++) /* and each batch of BATCH */
+    if (i % BATCH)
+      cr_assert_eq(atomic_load(&s->tokens[PER + i].id), atomic_load(&s->tokens[PER + i - 1].id) + 1);
+  stall_free(s);
+}
+
+typedef struct shutdown_arg {
+  tko_pool *pool;
+  int rc;
+} shutdown_arg;
+
+static void *shutdown_main(void *arg) {
+  shutdown_arg *a = arg;
+  a->rc = tko_pool_shutdown_timed(a->pool, TKO_DRAIN, TT_SCALE(20000, 60000));
+  return NULL;
+}
+
+/* A reservation made before the close is published after it: shutdown
+ * waits for it, runs it, and every worker still exits.
+ * Kills inbox-shutdown-ignores-a-hole, inbox-closed-worker-wakes-nobody. */
+Test(stalled_submit, shutdown_waits_for_a_parked_submit) {
+  stall *s = stall_new(WORKERS);
+  pthread_t pt, sh;
+  parked_arg pa = {s, 1, 1};
+  cr_assert_eq(pthread_create(&pt, NULL, parked_main, &pa), 0);
+  cr_assert(tt_count_wait_geq(&s->parked, 1));
+  shutdown_arg sa = {s->pool, 1};
+  cr_assert_eq(pthread_create(&sh, NULL, shutdown_main, &sa), 0);
+  /* Closed, and both workers back asleep beside the hole. */
+  bool is_closed = within(closed, s->pool, TT_SCALE(20000, 60000));
+  bool slept = is_closed && within(all_asleep, s->pool, TT_SCALE(20000, 60000));
+  tt_gate_open(&s->release);
+  pthread_join(pt, NULL);
+  pthread_join(sh, NULL);
+  cr_assert(slept, "the workers did not sleep beside the reservation");
+  cr_assert_eq(pa.rc, 0, "a reservation made before the close is accepted");
+  cr_assert_eq(sa.rc, 0, "shutdown did not finish once it was published");
+  cr_assert_eq(atomic_load(&s->tokens[N].runs), 1);
+  tko_stats st;
+  tko_pool_stats(s->pool, &st);
+  cr_assert_eq(st.submitted, 1);
+  cr_assert_eq(st.completed, 1);
+  cr_assert_eq(tko_pool_destroy(s->pool), 0);
+  stall_free(s);
+}
