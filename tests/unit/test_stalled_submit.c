@@ -7,8 +7,8 @@
  * hole and the submits that find it full put their tasks straight into
  * the queue. Every one of those must run while the submitter is parked;
  * the workers must then go to sleep (not spin at the hole); the parked
- * task, once published, must wake one and run exactly once; and the ids
- * stay unique, a batch's consecutive.
+ * task, once published, must wake one and run exactly once; the ids stay
+ * unique, a batch's consecutive; one thread's tasks stay FIFO.
  *
  * The waits are bounded by the suites' generous limits: on the old inbox,
  * whose drain waited at the hole under the queue lock, no task ran and the
@@ -29,6 +29,7 @@ enum { CAP = TKO__INBOX_CAPACITY, WORKERS = 2, SUBMITTERS = 2, PER = 3 * CAP / 2
 
 typedef struct token {
   atomic_int runs;
+  atomic_int rank; /* when it ran, among the others' tasks */
   atomic_uint_fast64_t id;
 } token;
 
@@ -40,6 +41,7 @@ typedef struct stall {
   tt_count done;   /* the other submitters that returned */
   tt_gate release;
   atomic_uint_fast64_t parked_pos;
+  atomic_int next_rank;
 } stall;
 
 static stall *cur; /* the test's, for the seam */
@@ -55,6 +57,7 @@ static void park(uint64_t pos) {
 }
 
 static int other_fn(void *arg) {
+  atomic_store(&((token *)arg)->rank, atomic_fetch_add(&cur->next_rank, 1));
   atomic_fetch_add(&((token *)arg)->runs, 1);
   tt_count_add(&cur->ran, 1);
   return 0;
@@ -67,7 +70,7 @@ static int parked_fn(void *arg) {
 
 static void record_id(void *user, const tko_task_info *t) {
   (void)user;
-  atomic_store(&((token *)t->arg)->id, t->id);
+  if (t->fn == other_fn || t->fn == parked_fn) atomic_store(&((token *)t->arg)->id, t->id);
 }
 
 static stall *stall_new(unsigned workers) {
@@ -127,6 +130,7 @@ typedef struct other_arg {
   size_t first;
   how how;
   int rc;
+  bool one_weight; /* all weight 0, else 0, 1, 2 in turn */
 } other_arg;
 
 enum { BATCH = 100 };
@@ -136,7 +140,7 @@ static void *other_main(void *arg) {
   token *t = &a->s->tokens[a->first];
   if (a->how == SINGLES) {
     for (size_t i = 0; i < PER && a->rc == 0; i++)
-      a->rc = tko_submit(a->s->pool, other_fn, &t[i], (int)(i % 3));
+      a->rc = tko_submit(a->s->pool, other_fn, &t[i], a->one_weight ? 0 : (int)(i % 3));
     tt_count_add(&a->s->done, 1);
     return NULL;
   }
@@ -180,7 +184,7 @@ static void run_around_a_parked_submit(stall *s, size_t parked_n, const how hows
   uint64_t hole = atomic_load(&s->parked_pos);
   other_arg oa[SUBMITTERS];
   for (int i = 0; i < SUBMITTERS; i++) {
-    oa[i] = (other_arg){s, (size_t)i * PER, hows[i], 0};
+    oa[i] = (other_arg){s, (size_t)i * PER, hows[i], 0, false};
     cr_assert_eq(pthread_create(&th[i], NULL, other_main, &oa[i]), 0);
     if (in_turn) (void)tt_count_wait_geq_within(&s->done, i + 1, TT_SCALE(20000, 60000));
   }
@@ -290,5 +294,42 @@ Test(stalled_submit, shutdown_waits_for_a_parked_submit) {
   cr_assert_eq(st.submitted, 1);
   cr_assert_eq(st.completed, 1);
   cr_assert_eq(tko_pool_destroy(s->pool), 0);
+  stall_free(s);
+}
+
+/* One thread's tasks stay FIFO (equal weights) around a parked submit: the
+ * worker is pinned, so the first 1,023 wait published in the ring behind
+ * the hole, and the 1,024th finds the ring full. It must drain those into
+ * the queue before it puts its own task there directly, and so must every
+ * later one. Kills inbox-claim-without-drain. */
+Test(stalled_submit, one_threads_tasks_stay_fifo_around_a_parked_submit) {
+  stall *s = stall_new(1);
+  tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(s->pool, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  pthread_t pt, th;
+  parked_arg pa = {s, 1, 1};
+  cr_assert_eq(pthread_create(&pt, NULL, parked_main, &pa), 0);
+  cr_assert(tt_count_wait_geq(&s->parked, 1));
+  other_arg oa = {s, 0, SINGLES, 0, true};
+  cr_assert_eq(pthread_create(&th, NULL, other_main, &oa), 0);
+  bool submitted = tt_count_wait_geq_within(&s->done, 1, TT_SCALE(20000, 60000));
+  tt_gate_open(&pin.gate);
+  bool all_ran = tt_count_wait_geq_within(&s->ran, PER, TT_SCALE(20000, 60000));
+  tt_gate_open(&s->release);
+  pthread_join(pt, NULL);
+  pthread_join(th, NULL);
+  cr_assert(submitted, "a submit waited for the parked one");
+  cr_assert(all_ran);
+  cr_assert_eq(oa.rc, 0);
+  cr_assert_eq(pa.rc, 0);
+  for (size_t i = 0; i < PER; i++)
+    cr_assert_eq(atomic_load(&s->tokens[i].rank), (int)i, "task %zu ran out of submit order", i);
+  cr_assert_eq(tko_pool_wait_idle(s->pool, TT_SCALE(20000, 60000)), 0);
+  cr_assert_eq(atomic_load(&s->tokens[N].runs), 1);
+  cr_assert_eq(tko_pool_destroy(s->pool), 0);
+  pthread_mutex_destroy(&pin.gate.mu);
+  pthread_cond_destroy(&pin.gate.cv);
+  tt_count_fini(&pin.started);
   stall_free(s);
 }
