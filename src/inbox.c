@@ -28,12 +28,12 @@ void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc) {
 
 void (*_Atomic tko__test_publish_window)(uint64_t pos);
 
-/* The slot of position pos if it is published and not yet moved, else
- * NULL (a hole: reserved, not yet published; or done already). Acquire:
- * pairs with the release in tko__inbox_publish. */
 /* What a slot's seq holds once position p is done without head passing it. */
 static uint64_t done_mark(uint64_t p) { return (p + 1) | TKO__INBOX_MOVED; }
 
+/* The slot of position pos if it is published and not yet moved, else
+ * NULL (a hole: reserved, not yet published; or done already). Acquire:
+ * pairs with the release in tko__inbox_publish. */
 static const tko__inbox_slot *published(tko__inbox *in, uint64_t pos) {
   const tko__inbox_slot *s = &in->slots[pos & in->mask];
   return tko__load_acquire(&s->seq) == pos + 1 ? s : NULL;
