@@ -482,6 +482,8 @@ int tko_coalescer_close(tko_coalescer *c) {
   return 0;
 }
 
+static void sweep_dropped(tko_coalescer *c);
+
 int tko_coalescer_destroy(tko_coalescer *c) {
   int bad = check(c);
   if (bad == -ECHILD) return 0; /* a forked child's copy: left alone, as the pool's */
@@ -489,6 +491,11 @@ int tko_coalescer_destroy(tko_coalescer *c) {
   if (current_flush == c) return -EDEADLK;
   if (tko_pool_wait_idle(c->pool, 0) == -EDEADLK) return -EDEADLK;
   tko_coalescer_close(c);
+  /* A sweep task still queued has nothing left to flush (close's final
+   * flush came after every mark): take it back rather than wait for the
+   * pool to run it, which a paused pool would not (issue 14, defect 4). */
+  void *sweep_arg;
+  if (tko__withdraw_owned(c->pool, &c->sweep_owner, &sweep_arg, 1)) sweep_dropped(c);
   tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
   while (c->queued || c->running) {
     if (c->queued && !c->running) {

@@ -235,19 +235,10 @@ long tko_group_cancel(tko_group *group) {
   if (tko__pool_forked(pool)) return -ECHILD; /* its queue is the parent's */
   long total = 0;
   tko__item batch[TKO__GRAB_MAX];
-  for (;;) {
-    tko__lock_acquire(&pool->lock);
-    tko__pool_drain_locked(pool);
-    uintptr_t ctx = (uintptr_t)g | TKO__CTX_GROUP;
-    size_t n = tko__queue_remove_ctx(&pool->queue, ctx, batch, TKO__GRAB_MAX);
-    if (n < TKO__GRAB_MAX)
-      n += tko__queue_remove_ctx(&pool->async_queue, ctx | TKO__CTX_ASYNC, batch + n,
-                                 TKO__GRAB_MAX - n);
-    tko__refresh_backlog(pool);
-    tko__unlock(&pool->lock);
-    tko__release_room(pool, n);
-    if (!n) return total;
+  size_t n;
+  while ((n = tko__take_queued(pool, (uintptr_t)g | TKO__CTX_GROUP, batch, TKO__GRAB_MAX))) {
     for (size_t i = 0; i < n; i++) tko__cancel_item(pool, &batch[i]);
     total += (long)n;
   }
+  return total;
 }

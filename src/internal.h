@@ -336,6 +336,10 @@ void tko__count(tko_pool *pool, tko__worker *w, atomic_uint_fast64_t *c);
 int tko__thread_start(tko_pool *pool, tko__worker *w);
 /* Runs one task with hooks and counting, on the calling thread. */
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item);
+/* Takes up to max queued tasks whose ctx is ctx (or ctx | TKO__CTX_ASYNC in
+ * the async queue) out of the pool, wherever they are queued, their room
+ * given back; returns how many (0: none left). O(queued). */
+size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t max);
 void tko__cancel_item(tko_pool *pool, const tko__item *item);
 /* Takes one queued task and runs it on worker w (a helping group wait);
  * false if none could be taken. */

@@ -151,6 +151,9 @@ struct tko_lanes {
 
 /* The lane table whose batch is running on this thread (for -EDEADLK). */
 static _Thread_local tko_lanes *current_lanes;
+/* The lane table this thread is destroying: it drives withdrawn lanes to
+ * their end instead of requeueing their runners. */
+static _Thread_local tko_lanes *destroying;
 
 /* Every entry point's handle check: -EINVAL for NULL or a destroyed table,
  * -ECHILD in a child forked after create (the runners stayed in the
@@ -476,6 +479,13 @@ static void drive(tko_lanes *l, lane *ln) {
      * the new head. The new runner inherits this one's count in runners.
      * Never run here again: a caller-runs submitter runs one visit at most
      * (issue 17, defect 7: it drained its lane while others appended). */
+    /* Destroy drives the lane to its end, and so does a runner of a closed
+     * table, where it runs: nothing can append to the lane any more, and a
+     * destroy waiting for its runners must not wait on a pool that may be
+     * paused (issue 14, defect 4). close_table sets `closed`, then takes
+     * every lane's mu: a requeue decided here before the flag was set is
+     * queued before close returns, so destroy withdraws it. */
+    if (destroying == l || tko__load_seq(&l->closed)) continue;
     int weight = ln->ring[ln->head].weight;
     int rc = submit_runner(l, ln, weight, 0, false);
     if (rc == 0) {
@@ -731,14 +741,41 @@ int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
   return rc;
 }
 
+/* Takes this table's queued runners back from the pool and drives their
+ * lanes to the end on this thread (each withdrawn runner's token is ours).
+ * Returns whether it found any. */
+static bool drive_withdrawn(tko_lanes *l) {
+  void *args[32];
+  size_t n, total = 0;
+  tko_lanes *saved = destroying;
+  destroying = l;
+  while ((n = tko__withdraw_owned(l->pool, &l->runner_owner, args, 32))) {
+    for (size_t i = 0; i < n; i++) {
+      lane *ln = args[i];
+      tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+      drive(l, ln);
+    }
+    total += n;
+  }
+  destroying = saved;
+  return total;
+}
+
+/* Destroy drains: runners queued in the pool are withdrawn and their lanes
+ * driven here, so that a paused pool, which would not run them until it is
+ * resumed, cannot hold destroy (issue 14, defect 4); runners already
+ * running on workers finish their lanes there (the table is closed: they
+ * do not requeue), each waking this thread as it counts itself out. */
 int tko_lanes_destroy(tko_lanes *l) {
   int bad = check(l);
   if (bad == -ECHILD) return 0; /* a forked child's copy: left alone, as the pool's */
   if (bad) return bad;
   if (in_own_task(l)) return -EDEADLK;
   close_table(l);
-  tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
-  while (tko__load_seq(&l->runners) != 0) {
+  for (;;) {
+    drive_withdrawn(l);
+    tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+    if (tko__load_seq(&l->runners) == 0) break;
     /* Runners are out. If the pool has nothing queued or running, they
      * cannot be live: a live runner is queued or running, or has already
      * counted itself out (the pool's idle check errs only towards "busy").
@@ -752,6 +789,7 @@ int tko_lanes_destroy(tko_lanes *l) {
     tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
     if (!pool_idle && tko__load_seq(&l->runners) != 0)
       tko__cond_wait(&l->idle_cv, &l->idle_mu, TKO__RANK_LANES_IDLE);
+    tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   }
   tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   const tko_allocator *a = l->opts.allocator;

@@ -109,6 +109,14 @@ struct tko__task_owner {
 int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
                       int weight, long timeout_ms, bool run_here);
 
+/* Takes up to max queued tasks of owner out of the pool and stores their
+ * arguments in args; returns how many (0: none queued). The pool counts
+ * them as cancelled, calling nobody: their owner runs or disposes of their
+ * work itself (a lane table being destroyed drives the lanes of its
+ * withdrawn runners, so that a paused pool cannot hold the destroy; issue
+ * 14, defect 4). */
+size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, size_t max);
+
 /* Enters the gate (see above): 0, or -ESHUTDOWN once the pool is closed
  * (DRAINING or later). Every successful enter is paired with a leave. */
 int tko__gate_enter(tko_pool *pool);

@@ -86,6 +86,30 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   return info.status;
 }
 
+size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t max) {
+  tko__lock_acquire(&pool->lock);
+  tko__pool_drain_locked(pool);
+  size_t n = tko__queue_remove_ctx(&pool->queue, ctx, out, max);
+  if (n < max) n += tko__queue_remove_ctx(&pool->async_queue, ctx | TKO__CTX_ASYNC, out + n, max - n);
+  tko__refresh_backlog(pool);
+  tko__unlock(&pool->lock);
+  size_t room = 0;
+  for (size_t i = 0; i < n; i++) room += tko__item_room(&out[i]);
+  tko__release_room(pool, room);
+  return n;
+}
+
+size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, size_t max) {
+  tko__item batch[TKO__GRAB_MAX];
+  if (max > TKO__GRAB_MAX) max = TKO__GRAB_MAX;
+  size_t n = tko__take_queued(pool, (uintptr_t)owner | TKO__CTX_OWNED, batch, max);
+  for (size_t i = 0; i < n; i++) args[i] = batch[i].arg;
+  /* seq_cst: as a cancelled task is counted (tko__cancel_item). */
+  if (n) tko__add_seq(owner->internal ? &pool->runners_done : &pool->cancelled, n);
+  if (n) tko__notify_idle(pool);
+  return n;
+}
+
 void tko__cancel_item(tko_pool *pool, const tko__item *item) {
   const tko_hooks *h = &pool->opts.hooks;
   tko_task_info info;

@@ -126,10 +126,11 @@ TKO_API int tko_coalescer_flush(tko_coalescer *c);
  * coalescer; -EDEADLK: called from flush_fn. */
 TKO_API int tko_coalescer_close(tko_coalescer *c);
 
-/** Closes (final flush), waits for a sweep task still queued in the pool to
- * run (or to be found dropped), then frees. On a paused pool with a sweep
- * task queued that wait lasts until the pool is resumed or shut down (by
- * another thread). No other call may race with it.
+/** Closes (final flush), takes back a sweep task still queued in the pool
+ * (the final flush covered its keys; the pool counts it as cancelled, and
+ * its on_cancel hook never sees it), waits for a sweep running on a worker
+ * to end, then frees; a paused pool does not hold it. No other call may
+ * race with it.
  * -EINVAL: NULL; -EDEADLK, doing nothing, when called from flush_fn or from
  * a task of the coalescer's pool. */
 TKO_API int tko_coalescer_destroy(tko_coalescer *c);

@@ -169,8 +169,9 @@ TKO_API unsigned tko_lanes_index(const tko_lanes *lanes, uint64_t key);
 TKO_API int tko_lanes_wait_idle(tko_lanes *lanes, long timeout_ms);
 
 /** Closes the table: later submits fail with -ESHUTDOWN; queued tasks still
- * run. Submits racing with close either are accepted (and run) or fail.
- * Idempotent. -EINVAL for NULL. */
+ * run (a runner running at the close finishes its lane on its worker rather
+ * than requeueing itself). Submits racing with close either are accepted
+ * (and run) or fail. Idempotent. -EINVAL for NULL. */
 TKO_API int tko_lanes_close(tko_lanes *lanes);
 
 /** Closes the table and hands every queued (not yet taken) lane task to
@@ -185,15 +186,14 @@ TKO_API int tko_lanes_cancel(tko_lanes *lanes);
 TKO_API int tko_lanes_pool_cancelled(const tko_task_info *task);
 
 /** Closes the table, waits until every accepted task has run or been
- * cancelled and every runner is back, then frees the table. While the pool
- * runs this drains the lanes. If the pool has dropped runners without
- * telling (a TKO_CANCEL shutdown whose on_cancel did not call
- * tko_lanes_pool_cancelled), destroy notices once the pool has nothing
- * queued or running, and hands those lanes' tasks to on_cancel. Call it
- * while the pool runs or after its shutdown returned, not during one; no
- * other call on these lanes may race with destroy. On a paused pool with
- * runners queued it waits until the pool is resumed or shut down (by
- * another thread). -EINVAL for NULL;
+ * cancelled and every runner is back, then frees the table. This drains
+ * the lanes: runners still queued in the pool are taken back (the pool
+ * counts each as cancelled; its on_cancel hook never sees it) and their
+ * lanes run on the calling thread, so a paused pool does not hold destroy
+ * (the pool stays paused for its other tasks); runners already running
+ * finish their lanes on their workers. Call it while the pool runs (or is
+ * paused) or after its shutdown returned, not during one; no other call on
+ * these lanes may race with destroy. -EINVAL for NULL;
  * -EDEADLK, doing nothing, from a task of the lanes' pool or from these
  * lanes' on_cancel. */
 TKO_API int tko_lanes_destroy(tko_lanes *lanes);
