@@ -611,10 +611,12 @@ extern "C" {
  * until it starts, and the full policy applies before its lane is locked:
  * TKO_FULL_BLOCK waits for room (a worker of the pool gets -EAGAIN),
  * TKO_FULL_REJECT fails with -EAGAIN, and TKO_FULL_CALLER_RUNS runs the
- * task at once on the submitting thread if its key has nothing queued or
- * running - that task only: tasks others queue on the key meanwhile go to
- * the pool - or else, since the key's earlier tasks must run first, waits
- * for room as TKO_FULL_BLOCK does.
+ * task at once on the submitting thread if its key's lane has nothing
+ * queued or running - that task only: tasks others queue on the lane
+ * meanwhile go to the pool - or else, since the lane's earlier tasks must
+ * run first, waits for room as TKO_FULL_BLOCK does. (Keys that hash to one
+ * lane share it, as taskorch/lanes.h explains: a key with nothing queued
+ * can wait behind another key of its lane.)
  * Shutdown refuses keyed submits (-ESHUTDOWN) from the moment it begins,
  * like any submit; DRAIN runs the queued keyed tasks (a paused pool is
  * resumed first), CANCEL hands each to the pool's on_cancel with its id

@@ -505,12 +505,15 @@ int tko_coalescer_destroy(tko_coalescer *c) {
     tko__cond_wait(&c->cv, &c->mu, TKO__RANK_COALESCER);
   }
   tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  /* Detached first: a shutdown of the pool resolving the coalescer right
+   * now (its close callback waits on cv) is waited for before the mutex
+   * and conditions go. The pool may be freed from here on. */
+  tko__detach(c->pool, &c->attach);
   pthread_cond_destroy(&c->tick_cv);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   set_free(c->alloc, &c->sets[0]);
   set_free(c->alloc, &c->sets[1]);
-  tko__detach(c->pool, &c->attach); /* the pool may be freed from here on */
   c->magic = COALESCER_DEAD;
   tko__mem_free(c->alloc, c);
   return 0;

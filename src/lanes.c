@@ -792,6 +792,11 @@ int tko_lanes_destroy(tko_lanes *l) {
     tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   }
   tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+  /* Detached first: a shutdown of the pool resolving the table right now
+   * (its close callback takes every lane's mu) is waited for before the
+   * mutexes go (found by attack_lanes2/destroy_races_shutdown_of_a_paused_pool
+   * under TSan). The pool may be freed from here on. */
+  tko__detach(l->pool, &l->attach);
   const tko_allocator *a = l->opts.allocator;
   for (unsigned i = 0; i <= l->mask; i++) {
     lane *ln = lane_at(l, i);
@@ -803,7 +808,6 @@ int tko_lanes_destroy(tko_lanes *l) {
   }
   pthread_mutex_destroy(&l->idle_mu);
   pthread_cond_destroy(&l->idle_cv);
-  tko__detach(l->pool, &l->attach); /* the pool may be freed from here on */
   l->magic = LANES_DEAD;
   tko__mem_free(a, l->raw);
   tko__mem_free(a, l);

@@ -119,8 +119,12 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
    * which knows what its argument is (a lane hands its queued tasks to the
    * lanes' on_cancel); the host's hook never sees (or frees) it. */
   tko__task_owner *owner = tko__item_owner(item);
+  /* Read before the callback: once the owner has its task back, its
+   * destroy may free the record (found by the attack on owned tasks:
+   * attack_lanes2/lanes_destroy_waiting_then_cancel_shutdown). */
+  bool internal = owner && owner->internal;
   if (owner) owner->cancelled(owner, item->arg);
-  if (owner && owner->internal) { /* its keyed tasks counted as cancelled, one by one */
+  if (internal) { /* its keyed tasks counted as cancelled, one by one */
     tko__add_seq(&pool->runners_done, 1); /* seq_cst: as cancelled, below */
     tko__notify_idle(pool);
     return;
