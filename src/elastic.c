@@ -75,6 +75,16 @@ static tko__worker *claim_slot(tko_pool *pool) {
 
 void tko__elastic_spawn(tko_pool *pool) {
   if (!reserve_count(pool)) return;
+  /* A worker left a closed, drained pool: no spawn is needed any more, and
+   * its slot is still held, so one would take a fresh slot (an index past
+   * max_elastic: hooks/thread_start_and_stop_once_per_thread saw a sixth
+   * thread start during a destroy, under TSan). seq_cst: after the
+   * reservation's CAS, so a reservation that saw that worker's count go
+   * sees the flag it set first (worker.c). */
+  if (tko__load_seq(&pool->drained)) {
+    tko__sub_seq(&pool->elastic_count, 1);
+    return;
+  }
   tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
   /* A slot is free unless a retiring worker is between releasing its count
    * and marking its slot; then this spawn is dropped, and that worker's

@@ -145,6 +145,11 @@ struct tko_pool {
   atomic_uint elastic_peak;
   atomic_uint_fast64_t elastic_spawned, elastic_retired;
   atomic_uint basic_alive;
+  /* Set by the first worker that leaves because the pool is closed and
+   * drained: nothing can be queued after that, so no spawn is needed, and
+   * one would claim a fresh slot while that worker's slot is still held
+   * (elastic.c, tko__elastic_spawn). */
+  atomic_bool drained;
   /* Guards slot threads (thread, has_thread, spawning), basic slots'
    * states, the resize targets' changes, spawn_closed and spawns_active.
    * Never held while joining or creating a thread. */

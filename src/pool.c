@@ -153,6 +153,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   pool->nslots = pool->elastic_base + (cap < TKO_MAX_ELASTIC ? cap : TKO_MAX_ELASTIC);
   atomic_init(&pool->basic_target, opts->workers);
   atomic_init(&pool->elastic_max, opts->max_elastic);
+  atomic_init(&pool->drained, false);
 
   rc = init_sync(pool);
   if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);

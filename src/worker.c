@@ -581,6 +581,9 @@ void *tko__worker_main(void *arg) {
 restart:
   end = work_loop(pool, w);
   if (end == CLOSED) {
+    /* seq_cst, before the count falls: a spawner whose reservation sees
+     * the lower count then sees the flag (tko__elastic_spawn). */
+    tko__store_seq(&pool->drained, true);
     if (w->kind == TKO_WORKER_BASIC) tko__sub_seq(&pool->basic_alive, 1);
     else tko__sub_seq(&pool->elastic_count, 1);
     /* Workers that found only a reservation made before the close, not
