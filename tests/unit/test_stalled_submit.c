@@ -310,10 +310,18 @@ Test(stalled_submit, shutdown_waits_for_a_parked_submit) {
   /* Closed, and both workers back asleep beside the hole. */
   bool is_closed = within(closed, s->pool, TT_SCALE(20000, 60000));
   bool slept = is_closed && within(all_asleep, s->pool, TT_SCALE(20000, 60000));
+  /* The close woke them; they must stay, not leave with the reservation
+   * still unpublished. A sleeper count seen right after the close can
+   * predate its wake-up (mutant inbox-shutdown-ignores-a-hole survived a
+   * CI run so), so look again after a window: a timed wait of the API's,
+   * which the pending reservation keeps from returning early. */
+  (void)tko_pool_wait_idle(s->pool, 200);
+  bool stayed = tko__load_seq(&s->pool->basic_alive) == WORKERS;
   tt_gate_open(&s->release);
   pthread_join(pt, NULL);
   pthread_join(sh, NULL);
   cr_assert(slept, "the workers did not sleep beside the reservation");
+  cr_assert(stayed, "the workers left while a reservation was unpublished");
   cr_assert_eq(pa.rc, 0, "a reservation made before the close is accepted");
   cr_assert_eq(sa.rc, 0, "shutdown did not finish once it was published");
   cr_assert_eq(atomic_load(&s->tokens[N].runs), 1);
@@ -321,6 +329,7 @@ Test(stalled_submit, shutdown_waits_for_a_parked_submit) {
   tko_pool_stats(s->pool, &st);
   cr_assert_eq(st.submitted, 1);
   cr_assert_eq(st.completed, 1);
+  cr_assert_eq(st.caller_runs, 0, "a worker ran it, not the shutting-down thread");
   cr_assert_eq(tko_pool_destroy(s->pool), 0);
   stall_free(s);
 }
