@@ -270,11 +270,10 @@ static inline tko_pool *tko__enter_pool(tko_pool *pool) {
 }
 static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
 
-/* Tags in the low bits of tko__item.ctx (records are 8-byte aligned). */
+/* Tags in the low bits of tko__item.ctx (TKO__CTX_TAGS, queue.h). */
 #define TKO__CTX_GROUP ((uintptr_t)1)
 #define TKO__CTX_ASYNC ((uintptr_t)2)
 #define TKO__CTX_TIMER ((uintptr_t)4) /* a periodic timer's firing (timer.c) */
-#define TKO__CTX_TAGS ((uintptr_t)7)
 /* An owned task (lifecycle.h): its record is its tko__task_owner. */
 #define TKO__CTX_OWNED (TKO__CTX_GROUP | TKO__CTX_TIMER)
 

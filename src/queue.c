@@ -348,7 +348,7 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
     uint32_t b = q->heap[0];
     tko__bucket *bk = &q->buckets[b];
     uint32_t slot = bk->head;
-    bool alone = q->alone_tag && (q->items[slot].ctx & 7) == q->alone_tag;
+    bool alone = q->alone_tag && (q->items[slot].ctx & TKO__CTX_TAGS) == q->alone_tag;
     if (alone && n) break; /* the next pop's, by itself */
     out[n++] = q->items[slot];
     bk->head = q->items[slot].next;
