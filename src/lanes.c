@@ -48,7 +48,9 @@
  * token (`scheduled` stays set), accepts its task, unlocks, and only then
  * waits for room (start_unlocked). Submits to that lane meanwhile append and
  * return; the runner, once out, finds their tasks. If the pool refuses even
- * then (shut down meanwhile), that thread drives the lane itself.
+ * then (shut down meanwhile), that thread drives the lane itself. A thread
+ * that waits for room or drives a lane so holds the pool's gate
+ * (enter_gate), so the pool's shutdown returns only after it is done.
  *
  * Lifetime: `runners` counts runners out across the table and is decremented
  * only under idle_mu, as the runner's very last access to the table; destroy
@@ -525,6 +527,18 @@ static void start_unlocked(tko_lanes *l, lane *ln, int weight) {
   drive(l, ln);
 }
 
+/* A submit that will drive its lane, or wait for room for its runner, on
+ * its own thread enters the pool's gate (lifecycle.h) first, so that the
+ * pool's shutdown waits for it to leave: it never returns while this thread
+ * still runs tasks of the lane (found by
+ * attack_lanes2/all_attached_timed_then_cancel: a coalescer's thread,
+ * blocked in a lane submit on a full queue, ran the lane after shutdown had
+ * returned). Called under ln->mu after ring_push accepted a task: the table
+ * was open, so close_table, which the pool's shutdown runs before it closes
+ * the gate, has yet to take this mutex, and the entry succeeds. Returns
+ * whether it did (a caller then leaves). */
+static bool enter_gate(tko_lanes *l) { return tko__gate_enter(l->pool) == 0; }
+
 /* Appends a task to ln's ring, under ln->mu: 0, or -ESHUTDOWN (closed),
  * -EAGAIN (max_queued), -ENOMEM with nothing changed. */
 static int ring_push(tko_lanes *l, lane *ln, uint64_t key, tko_task_fn fn, void *arg, int weight) {
@@ -572,8 +586,10 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
        * `scheduled`); the runner, once out, finds them all. */
       tko__add_relaxed(&l->pending, 1); /* relaxed: see below */
       ln->submitted++;
+      bool gated = enter_gate(l);
       tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
       start_unlocked(l, ln, weight);
+      if (gated) tko__gate_leave(l->pool);
       return 0;
     }
     if (started < 0) {
@@ -590,8 +606,10 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
    * follows this point; zero is only acted on under idle_mu. */
   tko__add_relaxed(&l->pending, 1);
   ln->submitted++;
-  if (started == 1) {
-    drive(l, ln); /* the pool ran our runner here: this thread runs the lane */
+  if (started == 1) { /* the pool ran our runner here: this thread runs the lane */
+    bool gated = enter_gate(l);
+    drive(l, ln);
+    if (gated) tko__gate_leave(l->pool);
     return 0;
   }
   tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);

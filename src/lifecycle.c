@@ -33,6 +33,15 @@ static _Thread_local const tko_pool *role, *closing_pool;
 
 bool tko__in_shutdown(const tko_pool *pool) { return closing_pool == pool; }
 
+/* The pool whose gate this thread entered first, and how many entries it
+ * holds (of any pool): a thread inside a pool's gate must not wait for the
+ * gate to empty, so shutdown and destroy are -EDEADLK there (a lane task
+ * that a lane submit runs on its own thread, lanes.c). */
+static _Thread_local const tko_pool *gated_pool;
+static _Thread_local unsigned gated_depth;
+
+bool tko__gate_held(const tko_pool *pool) { return gated_pool == pool; }
+
 static int get_state(tko_pool *pool) {
   /* Relaxed: every decision on the state is taken under gate_mu; lock-free
    * readers (stats) only report it. */
@@ -53,10 +62,12 @@ int tko__gate_enter(tko_pool *pool) {
   int rc = get_state(pool) >= TKO__DRAINING ? -ESHUTDOWN : 0;
   if (rc == 0) pool->gate_count++;
   tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  if (rc == 0 && gated_depth++ == 0) gated_pool = pool;
   return rc;
 }
 
 void tko__gate_leave(tko_pool *pool) {
+  if (--gated_depth == 0) gated_pool = NULL;
   tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   if (--pool->gate_count == 0) pthread_cond_broadcast(&pool->gate_cv);
   tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
@@ -310,7 +321,7 @@ int tko_pool_shutdown_timed(tko_pool *pool, tko_shutdown_mode mode, long timeout
   if (rc) return rc;
   if (mode != TKO_DRAIN && mode != TKO_CANCEL && mode != TKO_CANCEL_NOWAIT) return -EINVAL;
   if (timeout_ms < -1) return -EINVAL;
-  if (tko__current_pool == pool || role == pool) return -EDEADLK;
+  if (tko__current_pool == pool || role == pool || tko__gate_held(pool)) return -EDEADLK;
   struct timespec at, *deadline = NULL;
   if (timeout_ms >= 0) {
     tko__deadline_after(&at, timeout_ms);

@@ -41,13 +41,15 @@
  * of the pool gets -EAGAIN instead); it waits with the lane unlocked and
  * its task already accepted, so other submits to that lane, the lane's
  * stats and the pool's tasks never wait for it (if the pool is shut down
- * while it waits, that thread runs the lane itself and returns 0).
+ * while it waits, that thread runs the lane itself and returns 0; the
+ * shutdown returns only after it has).
  * TKO_FULL_REJECT fails with -EAGAIN,
  * and TKO_FULL_CALLER_RUNS makes the submitting thread run the lane's first
  * visit itself - its own task, since the lane was idle - before the submit
  * returns; tasks appended meanwhile go to a runner in the pool, which that
  * thread queues, waiting for room as TKO_FULL_BLOCK would (it never runs
- * them). A runner on a pool worker that cannot requeue itself (full queue,
+ * them). A shutdown of the pool waits for such a submit's own task to
+ * finish. A runner on a pool worker that cannot requeue itself (full queue,
  * or shutdown) keeps draining its lane on its worker.
  *
  * Cancellation: the pool only ever sees runners, never lane tasks. If the
@@ -63,9 +65,11 @@
  * Lifetime: the table holds its pool from create to destroy: the pool's
  * tko_pool_destroy meanwhile shuts the pool down but returns -EBUSY, freeing
  * nothing (destroy the lanes, then call it again). The pool's shutdown
- * closes the table (later submits are -ESHUTDOWN) and waits for nothing of
- * it: queued runners run or are cancelled as described above, even on a
- * paused pool. All functions are safe from
+ * closes the table (later submits are -ESHUTDOWN); queued runners run or
+ * are cancelled as described above, even on a paused pool, and lane tasks
+ * that a submit runs on its own thread (above) finish before the shutdown
+ * returns. A lane task run so that calls tko_pool_shutdown or
+ * tko_pool_destroy gets -EDEADLK. All functions are safe from
  * any thread, lane tasks and pool tasks included, except where noted. A
  * destroyed table is caught while its memory is still mapped: calls on it
  * return -EINVAL (debug builds assert). In a child forked after create,

@@ -230,3 +230,130 @@ Test(lane_tables, a_ring_grown_by_a_burst_shrinks_once_it_drains) {
   cr_assert_eq(atomic_load(&bc.live), 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
+
+/* ---- a lane run on its submitter's thread, and the pool's shutdown --------- */
+
+/* A lane submit that cannot queue its runner (a full queue) may end up
+ * running the lane on its own thread: a TKO_FULL_CALLER_RUNS submit runs
+ * its task, and a TKO_FULL_BLOCK submit that the shutdown wakes runs the
+ * lane itself. The shutdown must not return while that thread still runs
+ * a lane task (attack_lanes2/all_attached_timed_then_cancel saw a lane
+ * still queued after the shutdown had returned: the coalescer's thread,
+ * blocked in a lane submit, ran it afterwards). */
+typedef struct late_lane {
+  tko_pool *p;
+  tko_lanes *l;
+  tt_count started;
+  atomic_int finished;
+  bool reenter;         /* the task calls the pool's shutdown and destroy */
+  int shutdown_rc, destroy_rc;
+} late_lane;
+
+static int late_task(void *arg) {
+  late_lane *s = arg;
+  tt_count_add(&s->started, 1);
+  if (s->reenter) {
+    /* Bounded, so that a pool that waited for this very thread would show
+     * -ETIMEDOUT here rather than hang the test. */
+    s->shutdown_rc = tko_pool_shutdown_timed(s->p, TKO_DRAIN, 1000);
+    s->destroy_rc = tko_pool_destroy(s->p);
+  }
+  struct timespec ts = {0, 100 * 1000 * 1000}; /* a long task: 100 ms */
+  nanosleep(&ts, NULL);
+  atomic_store(&s->finished, 1);
+  return 0;
+}
+
+static void *late_submitter(void *arg) {
+  late_lane *s = arg;
+  cr_assert_eq(tko_lanes_submit(s->l, 7, late_task, s, 0), 0);
+  return NULL;
+}
+
+/* A paused one-worker pool whose one queue slot is taken: a lane submit's
+ * runner finds no room. */
+static void full_paused_pool(late_lane *s, tko_full_policy policy) {
+  memset(s, 0, sizeof *s);
+  tt_count_init(&s->started);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = policy;
+  cr_assert_eq(tko_pool_create(&s->p, &o), 0);
+  cr_assert_eq(tko_lanes_create(&s->l, s->p, NULL), 0);
+  cr_assert_eq(tko_pool_pause(s->p), 0);
+  cr_assert_eq(tko_submit(s->p, tt_nop_fn, NULL, 0), 0);
+}
+
+/* Starts a thread whose lane submit waits for room (TKO_FULL_BLOCK), and
+ * returns once its task is accepted (the lane counts it submitted). */
+static pthread_t start_blocked_submit(late_lane *s) {
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, late_submitter, s), 0);
+  tko_lane_stats ls = {0};
+  uint64_t end = tt_now_ns() + (uint64_t)TT_LONG_MS * 1000000u;
+  while (ls.submitted == 0 && tt_now_ns() < end) {
+    sched_yield();
+    tko_lanes_stats(s->l, &ls);
+  }
+  cr_assert_eq(ls.submitted, 1, "the lane submit never got its task accepted");
+  return th;
+}
+
+Test(lane_tables, shutdown_waits_for_a_blocked_submit_that_runs_its_lane) {
+  late_lane *s = &(late_lane){0};
+  full_paused_pool(s, TKO_FULL_BLOCK);
+  pthread_t th = start_blocked_submit(s);
+  /* The shutdown unpauses the pool and wakes the blocked submit, which
+   * then runs its lane on its own thread. */
+  cr_assert_eq(tko_pool_shutdown(s->p, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&s->finished), 1, "shutdown returned while the lane task ran");
+  cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_assert_eq(tko_lanes_destroy(s->l), 0);
+  cr_assert_eq(tko_pool_destroy(s->p), 0);
+  tt_count_fini(&s->started);
+}
+
+Test(lane_tables, shutdown_waits_for_a_caller_run_lane_task) {
+  late_lane *s = &(late_lane){0};
+  full_paused_pool(s, TKO_FULL_CALLER_RUNS);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, late_submitter, s), 0);
+  cr_assert(tt_count_wait_geq(&s->started, 1));
+  cr_assert_eq(tko_pool_shutdown(s->p, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&s->finished), 1, "shutdown returned while the lane task ran");
+  cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_assert_eq(tko_lanes_destroy(s->l), 0);
+  cr_assert_eq(tko_pool_destroy(s->p), 0);
+  tt_count_fini(&s->started);
+}
+
+/* Such a lane task that shuts the pool down would wait for its own
+ * thread: -EDEADLK, for shutdown and destroy alike. */
+Test(lane_tables, a_lane_task_on_its_submitter_cannot_shut_the_pool_down) {
+  late_lane *s = &(late_lane){0};
+  full_paused_pool(s, TKO_FULL_BLOCK);
+  s->reenter = true;
+  pthread_t th = start_blocked_submit(s);
+  cr_assert_eq(tko_pool_shutdown(s->p, TKO_DRAIN), 0);
+  cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_assert_eq(s->shutdown_rc, -EDEADLK);
+  cr_assert_eq(s->destroy_rc, -EDEADLK);
+  cr_assert_eq(tko_lanes_destroy(s->l), 0);
+  cr_assert_eq(tko_pool_destroy(s->p), 0);
+  tt_count_fini(&s->started);
+}
+
+/* The same with no shutdown under way: the caller-run task's destroy
+ * would wait for the task itself. */
+Test(lane_tables, a_caller_run_lane_task_cannot_destroy_the_pool) {
+  late_lane *s = &(late_lane){0};
+  full_paused_pool(s, TKO_FULL_CALLER_RUNS);
+  s->reenter = true;
+  cr_assert_eq(tko_lanes_submit(s->l, 7, late_task, s, 0), 0);
+  cr_assert_eq(s->shutdown_rc, -EDEADLK);
+  cr_assert_eq(s->destroy_rc, -EDEADLK);
+  cr_assert_eq(tko_pool_resume(s->p), 0);
+  cr_assert_eq(tko_lanes_destroy(s->l), 0);
+  cr_assert_eq(tko_pool_destroy(s->p), 0);
+  tt_count_fini(&s->started);
+}

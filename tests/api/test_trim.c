@@ -156,3 +156,33 @@ Test(trim, the_slab_decays_once_the_pool_stays_idle) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(ba_live(&b), 0);
 }
+
+/* The decay waits for the pool to stay idle, not one worker: while one
+ * worker runs task after task, the others may sleep through all of them,
+ * unwoken (a submit wakes the latest sleeper, or nobody while a worker
+ * searches). A trim then, between two bursts, would make the next burst
+ * grow the slab again: an allocation a burst
+ * (pool/steady_state_allocates_nothing_per_task saw it on a loaded
+ * machine). One task at a time keeps coming here for 20 decay periods;
+ * the slab the first burst grew must stay. */
+Test(trim, no_decay_while_the_pool_keeps_working) {
+  enum { DECAY_MS = 50 };
+  bytes_alloc b;
+  ba_init(&b);
+  tko_options o = tko_basic_options(3);
+  o.allocator = &b.al;
+  o.elastic_idle_ms = DECAY_MS;
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  uint64_t peak = burst(pool);
+  uint64_t end = tt_now_ns() + 20 * DECAY_MS * 1000000ull;
+  long rounds = 0;
+  while (tt_now_ns() < end) {
+    cr_assert_eq(tko_submit(pool, tt_nop_fn, NULL, 0), 0);
+    cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+    rounds++;
+    cr_assert_eq(tf_stats(pool).queue_bytes, peak, "the slab decayed after %ld tasks", rounds);
+  }
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  cr_assert_eq(ba_live(&b), 0);
+}
