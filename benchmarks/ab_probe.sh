@@ -42,7 +42,20 @@ tree_of() { # $1 = commit or "tree", $2 = a or b: prints the source tree
   fi
 }
 build() { # $1 = library tree, $2 = output
-  gcc -O3 -DNDEBUG -I "$1/include" -I "$1/src" -I "$root/benchmarks/probes" "$1"/src/*.c "$src" \
+  # Each source as that tree's CMake builds it: worker.c with -fexceptions
+  # where its CMakeLists says so (pthread_cleanup_push is then a cleanup
+  # attribute, not a sigsetjmp per task).
+  local objs=() f o flags
+  for f in "$1"/src/*.c; do
+    o=$2.$(basename "$f" .c).o
+    flags=
+    if [ "$(basename "$f")" = worker.c ] && grep -q 'src/worker.c PROPERTIES COMPILE_OPTIONS -fexceptions' "$1/CMakeLists.txt"; then
+      flags=-fexceptions
+    fi
+    gcc -O3 -DNDEBUG $flags -I "$1/include" -I "$1/src" -c "$f" -o "$o"
+    objs+=("$o")
+  done
+  gcc -O3 -DNDEBUG -I "$1/include" -I "$root/benchmarks/probes" "${objs[@]}" "$src" \
     -lpthread -lm -o "$2"
 }
 build "$(tree_of "$a" a)" "$tmp/bin_a"

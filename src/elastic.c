@@ -10,10 +10,10 @@
  * workers above it then retire as they finish their task (resize.c).
  *
  * No task is stranded by a retirement (think of an elastic-only pool): a
- * submit publishes its task (a seq_cst store), then reads idle.state and,
+ * submit reserves its task's position (a seq_cst CAS), then reads idle.state and,
  * seeing nobody idle, CASes the count to spawn. The retiring worker releases
  * the count (seq_cst), then re-reads the inbox. Either the submit's CAS sees the
- * released count and spawns, or the worker's re-read sees the task and the
+ * released count and spawns, or the worker's re-read sees the reservation and the
  * worker takes its reservation and then its slot back (take_slot_back) and
  * carries on.
  *

@@ -151,6 +151,20 @@ static bool helper_wait(tko_pool *pool, long timeout_ms, const struct timespec *
   return tko__cond_timedwait(&pool->help_cv, &pool->help_mu, TKO__RANK_HELP, deadline) != ETIMEDOUT;
 }
 
+/* helper_wait beside a hole (tko__look_seq): for TKO__HOLE_POLL_MS at
+ * most, or less if the deadline comes first. */
+static bool helper_wait_hole(tko_pool *pool, long timeout_ms, const struct timespec *deadline) {
+  if (timeout_ms == 0) return false;
+  struct timespec poll;
+  tko__deadline_after(&poll, TKO__HOLE_POLL_MS);
+  bool deadline_first = timeout_ms > 0 && (deadline->tv_sec < poll.tv_sec ||
+                                           (deadline->tv_sec == poll.tv_sec &&
+                                            deadline->tv_nsec < poll.tv_nsec));
+  if (deadline_first) return helper_wait(pool, timeout_ms, deadline);
+  (void)tko__cond_timedwait(&pool->help_cv, &pool->help_mu, TKO__RANK_HELP, &poll);
+  return true;
+}
+
 static uint64_t pending_now(tko__group *g) {
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   uint64_t n = g->pending;
@@ -185,7 +199,10 @@ static int help_until_done(tko__group *g, tko__worker *self, long timeout_ms,
     tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
     tko__add_seq(&pool->helpers, 1); /* seq_cst: see tko__group_finished */
     bool timed_out = false;
-    if (pending_now(g) > 0 && !tko__runnable_seq(pool))
+    enum tko__look look = tko__look_seq(pool);
+    if (pending_now(g) > 0 && look == TKO__LOOK_HOLE) /* its publish may not wake us */
+      timed_out = !helper_wait_hole(pool, timeout_ms, deadline);
+    else if (pending_now(g) > 0 && look == TKO__LOOK_NOTHING)
       timed_out = !helper_wait(pool, timeout_ms, deadline);
     tko__sub_seq(&pool->helpers, 1);
     tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);

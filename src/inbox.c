@@ -26,7 +26,7 @@ void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc) {
   in->slots = NULL;
 }
 
-void (*_Atomic tko__test_publish_window)(uint64_t pos);
+void (*_Atomic tko__test_publish_window)(uint64_t pos, bool published);
 
 /* What a slot's seq holds once position p is done without head passing it. */
 static uint64_t done_mark(uint64_t p) { return (p + 1) | TKO__INBOX_MOVED; }
@@ -164,7 +164,7 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
   size_t moved = 0;
   for (uint64_t p = h; p != end; p++) {
     const tko__inbox_slot *s = published(in, p);
-    if (!s) continue; /* a hole (its publish wakes a worker), or done already */
+    if (!s) continue; /* a hole (workers poll beside it), or done already */
     tko__item item = item_at(s, p);
     rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
     if (rc) break; /* out of memory: the rest stay in the inbox for later */

@@ -7,9 +7,9 @@
  * Why: with one lock for submit and take, a worker holding the lock while it
  * copies a batch of cold items made the producer wait for it; on a 2-core
  * machine that was most of the cost per task. Here a submit is one CAS on
- * the tail, a 40-byte store into the next slot (sequential, so prefetched)
- * and a seq_cst store of its seq (signal.c: step (1')); the lock is the
- * workers' business.
+ * the tail (signal.c: step (1')), a 40-byte store into the next slot
+ * (sequential, so prefetched) and a release store of its seq; the lock is
+ * the workers' business.
  *
  * Positions: tail counts positions handed out (its top bit marks the inbox
  * closed), head is the first position not yet done with. A slot is
@@ -96,9 +96,11 @@ int tko__inbox_init(tko__inbox *in, uint32_t capacity, const tko_allocator *allo
 void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc);
 
 /* Test seam: when set, a submit calls it between its reservation and its
- * publish, with the first position it reserved (a test parks a submitter
- * there). NULL outside tests: one relaxed load of a line nobody writes. */
-extern void (*_Atomic tko__test_publish_window)(uint64_t pos);
+ * publish (published false), and again between its publish and its
+ * wake-up (published true), with the first position it reserved (a test
+ * parks a submitter there). NULL outside tests: one relaxed load of a
+ * line nobody writes. */
+extern void (*_Atomic tko__test_publish_window)(uint64_t pos, bool published);
 
 /* Reserves n consecutive positions (n <= capacity); -EAGAIN when there is
  * not room for all (the caller moves tasks out and retries, or claims),
@@ -134,25 +136,20 @@ static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) 
   return 0;
 }
 
-/* Publishes one reserved slot; last: the submit's last slot (its only one,
- * or a batch's last), whose store is seq_cst - step (1') of signal.c's
- * essay, before the submitter's wake-up. */
+/* Publishes one reserved slot. A release store, not seq_cst: the
+ * reservation's CAS was the submit's step (1') (signal.c), and a worker
+ * that sees this slot still unpublished does not rely on this submit to
+ * wake it (it polls beside the hole). A seq_cst store here cost plain
+ * submits: `benchmarks/ab_probe.sh` with probe_flood, docs/PERFORMANCE.md. */
 static inline void tko__inbox_publish(tko__inbox *in, uint64_t pos, tko_task_fn fn, void *arg,
-                                      uintptr_t ctx, int weight, uint64_t enq_ns, bool last) {
+                                      uintptr_t ctx, int weight, uint64_t enq_ns) {
   tko__inbox_slot *s = &in->slots[pos & in->mask];
   s->fn = fn;
   s->arg = arg;
   s->ctx = ctx;
   s->weight = weight;
   s->enq_ns = enq_ns;
-  /* Release: pairs with the acquire in tko__inbox_drain. seq_cst for the
-   * last: either a worker's seq_cst re-check before sleeping sees it (and
-   * then, by that release, the batch's earlier slots too), or the
-   * submitter's seq_cst load of idle.state after it sees that worker. The
-   * reservation cannot serve: a worker may have looked at the slot between
-   * the reservation and this store, found a hole and gone to sleep. */
-  if (last) tko__store_seq(&s->seq, pos + 1);
-  else tko__store_release(&s->seq, pos + 1);
+  tko__store_release(&s->seq, pos + 1); /* pairs with the acquire in tko__inbox_drain */
 }
 
 /* Positions handed out so far (the submitted count), closed bit masked. */
@@ -160,10 +157,9 @@ static inline uint64_t tko__inbox_reserved(tko__inbox *in) {
   return tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
 }
 
-/* True if some published task waits to be moved. seq_cst loads: step (2)
- * of signal.c's essay when a worker re-checks before sleeping. A
- * reservation not yet published does not count: its publish wakes a
- * worker. Reads up to a ring's worth of slots while a hole holds head. */
+/* True if some published task waits to be moved (a worker about to sleep
+ * asks: tko__look_seq). A reservation not yet published does not count.
+ * Reads up to a ring's worth of slots while a hole holds head. */
 bool tko__inbox_ready(tko__inbox *in);
 
 /* A searching worker's hint (relaxed): the newest reservation is published

@@ -105,6 +105,7 @@ typedef struct tko__worker {
   bool has_predecessor;
   bool exiting; /* a task is ending this thread (owner only) */
   size_t batch_cap; /* most tasks the next take may hold; owner only */
+  unsigned hole_sleeps; /* sleeps in a row beside a hole (worker_sleep); owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,
    * together with releasing its elastic count. Basic: written and read
@@ -464,18 +465,42 @@ bool tko__pool_trimmable(const tko_pool *pool);
 /* Whether any task waits, published in the inbox or in the queue. The
  * seq_cst form is step (2) of signal.c's essay; the relaxed form is a
  * searching worker's hint (take_batch decides under the lock). */
-static inline bool tko__has_work_seq(tko_pool *pool) {
+/* What a worker about to sleep, or one deciding whether to wake another,
+ * finds (seq_cst loads: step (2) of signal.c's essay): work it can take
+ * (queued, or published in the inbox), only a hole (a position reserved
+ * and not yet published: its task is on its way, but its submitter may
+ * have been stopped there, inbox.h), or nothing. Not paused. */
+enum tko__look { TKO__LOOK_NOTHING, TKO__LOOK_HOLE, TKO__LOOK_WORK };
+static inline enum tko__look tko__look_seq(tko_pool *pool) {
+  if (tko__load_seq(&pool->paused)) return TKO__LOOK_NOTHING; /* resume wakes all */
   /* backlog first: while a hole holds head, the inbox's check reads slots. */
-  return tko__load_seq(&pool->backlog) > 0 || tko__inbox_ready(&pool->inbox);
+  if (tko__load_seq(&pool->backlog) > 0 || tko__inbox_ready(&pool->inbox)) return TKO__LOOK_WORK;
+  return tko__inbox_settled(&pool->inbox) ? TKO__LOOK_NOTHING : TKO__LOOK_HOLE;
+}
+
+/* How long a worker sleeps beside a hole before it looks again: the
+ * hole's publish is a release store, so its submitter's wake-up may miss
+ * a worker that saw the slot empty (signal.c). A worker doubles it for
+ * each look in a row that finds the same state, up to
+ * TKO__HOLE_POLL_MAX_MS, so that a submitter stopped for long costs a
+ * few looks, not one a millisecond (under TSan those looks used a quarter
+ * of a core: stalled_submit's stay_asleep). */
+#define TKO__HOLE_POLL_MS 1
+#define TKO__HOLE_POLL_MAX_MS 16
+
+static inline bool tko__has_work_seq(tko_pool *pool) {
+  return tko__load_seq(&pool->backlog) > 0 || !tko__inbox_settled(&pool->inbox);
 }
 static inline bool tko__has_work_hint(tko_pool *pool) {
   return tko__inbox_ready_hint(&pool->inbox) || tko__load_relaxed(&pool->backlog) > 0;
 }
 
-/* Work that may start now: there is some and the pool is not paused.
- * seq_cst for the sleep re-check (pairs with tko_pool_resume's store). */
+/* Work that may start now or is on its way (a hole counts: see
+ * tko__look_seq), and the pool is not paused: a worker that stops
+ * searching wakes another if so. seq_cst (pairs with tko_pool_resume's
+ * store, and with the reservation's CAS). */
 static inline bool tko__runnable_seq(tko_pool *pool) {
-  return !tko__load_seq(&pool->paused) && tko__has_work_seq(pool);
+  return tko__look_seq(pool) != TKO__LOOK_NOTHING;
 }
 
 /* Shutdown may let workers go: nothing queued anywhere, async included. */
@@ -495,7 +520,7 @@ static inline void tko__signal_work(tko_pool *pool) {
   /* seq_cst, after the work was published: pairs with the helper's
    * increment of helpers before its re-check (group.c). */
   if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
-  /* seq_cst: step (2') of signal.c's essay, after the publish. */
+  /* seq_cst: step (2') of signal.c's essay, after the reservation. */
   uint64_t st = tko__load_seq(&pool->idle.state);
   if (tko__idle_searching(st) > 0) return;
   if (tko__idle_sleeping(st) > 0 && tko__idle_wake_one(&pool->idle)) return;

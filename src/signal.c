@@ -16,21 +16,28 @@
  * No lost wake-up. A worker goes to sleep in three steps: (1) it moves itself
  * from searching to sleeping in idle.state with a seq_cst read-modify-write
  * (tko__idle_sleep_prepare), (2) it re-reads, with seq_cst loads, the
- * inbox's head, tail and the slots between them (tko__inbox_ready: is a
- * published task waiting?) and the queue's backlog, (3) it parks. A submit
- * (1') publishes its inbox slot with a seq_cst store (a batch: its last
- * slot), then (2') loads idle.state seq_cst. All of these are in the single
- * total order of seq_cst operations, so either (1) precedes (1') and the
- * submit sees a sleeper and wakes one, or (1') precedes the re-check in (2),
- * which sees the task and cancels the sleep. The pattern is Dekker's; the
+ * queue's backlog and the inbox's head, tail and the slots between them
+ * (tko__look_seq), (3) it parks. A submit (1') reserves its inbox position
+ * with a seq_cst CAS of the tail, publishes its slot, then (2') loads
+ * idle.state seq_cst. All of these are in the single total order of
+ * seq_cst operations, so either (1) precedes (1') and the submit sees a
+ * sleeper and wakes one, or (1') precedes the re-check in (2), which sees
+ * the tail moved and does not sleep for good. The pattern is Dekker's; the
  * pairs are documented where they are used (worker.c: worker_sleep,
- * inbox.h: tko__inbox_publish). The step is the publish, not the
- * reservation: a reservation not yet published is a hole, which a worker
- * passes over and may sleep beside (a submitter stopped there must hold
- * back nobody, inbox.h); the publish that fills it wakes a worker. A task
- * a submit puts straight into the queue (the ring full behind such a hole,
- * or a batch larger than the ring) has a seq_cst store of backlog as its
- * (1') (submit.c: claim_locked).
+ * inbox.h: tko__inbox_reserve). What the re-check then finds decides: a
+ * published task cancels the sleep; a hole (the position reserved, its
+ * slot not yet published) makes the worker sleep for TKO__HOLE_POLL_MS
+ * and look again. The publish is a release store, so the hole's submitter
+ * may read idle.state before its publish is seen and miss this sleeper;
+ * and a submitter stopped at the hole must hold back nobody (inbox.h), so
+ * no worker waits at one awake. The poll bounds the delay to the hole's
+ * own task; a seq_cst publish would make it exact but cost every submit
+ * a full fence (docs/PERFORMANCE.md). A worker that stops searching
+ * counts a hole as work when it decides whether to wake another
+ * (tko__runnable_seq), for the same reason. A task a submit puts straight
+ * into the queue (the ring full behind a hole, or a batch larger than the
+ * ring) has its claim's seq_cst CAS of the tail and a seq_cst store of
+ * backlog as its (1') (submit.c: claim_locked).
  *
  * A spawn that fails. When nobody is searching or asleep, a submit starts an
  * elastic worker, which its spawner counts as searching before the thread

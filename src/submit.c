@@ -87,9 +87,9 @@ static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t 
 }
 
 /* The seam of inbox.h: NULL outside tests. */
-static void publish_window(uint64_t pos) {
-  void (*seam)(uint64_t) = atomic_load_explicit(&tko__test_publish_window, memory_order_relaxed);
-  if (seam) seam(pos);
+typedef void (*publish_seam)(uint64_t pos, bool published);
+static publish_seam seam_now(void) {
+  return atomic_load_explicit(&tko__test_publish_window, memory_order_relaxed);
 }
 
 uint64_t tko__enqueue_time(tko_pool *pool) {
@@ -221,8 +221,10 @@ static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int
     if (rc != ROOM) return rc;
   }
   if (rc) return rc;
-  publish_window(pos);
-  tko__inbox_publish(&pool->inbox, pos, fn, arg, ctx, weight, enq_ns, true);
+  publish_seam seam = seam_now();
+  if (seam) seam(pos, false);
+  tko__inbox_publish(&pool->inbox, pos, fn, arg, ctx, weight, enq_ns);
+  if (seam) seam(pos, true);
   tko__signal_work(pool);
   return 0;
 }
@@ -301,10 +303,11 @@ static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
       if (rc != ROOM) break;
     }
     if (rc == 0 && !queued) {
-      publish_window(pos);
+      publish_seam seam = seam_now();
+      if (seam) seam(pos, false);
       for (size_t i = 0; i < n; i++)
-        tko__inbox_publish(in, pos + i, tasks[i].fn, tasks[i].arg, 0, tasks[i].weight, enq_ns,
-                           i == n - 1);
+        tko__inbox_publish(in, pos + i, tasks[i].fn, tasks[i].arg, 0, tasks[i].weight, enq_ns);
+      if (seam) seam(pos, true);
     }
   }
   if (rc) {

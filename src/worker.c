@@ -228,7 +228,7 @@ static void finish_started(tko_pool *pool, tko__worker *w) {
  * signals the work (tko__runnable_seq, tko__signal_work): the seq_cst fence
  * here orders the pushes, stored under the lock, before that load of
  * idle.state - the Dekker pair with a sleeper's sleep_prepare RMW and its
- * seq_cst re-check of backlog (signal.c), as a submit's seq_cst publish
+ * seq_cst re-check of backlog (signal.c), as a submit's reservation CAS
  * does for the inbox. */
 static void requeue_taken(tko_pool *pool, tko__worker *w) {
   for (tko__batch_frame *b = w->batch; b; b = b->outer) {
@@ -447,12 +447,13 @@ enum loop_end { CLOSED, RETIRED, LEFT };
 static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   tko__idle_sleep_prepare(&pool->idle, &w->sleeper);
   /* Step (2) of signal.c's essay: seq_cst, after sleep_prepare's RMW; pairs
-   * with a submit's seq_cst publish (inbox.h). closing is stored seq_cst
+   * with a submit's reservation CAS (inbox.h). closing is stored seq_cst
    * before shutdown wakes every sleeper. */
   /* A shrink stores its target before it wakes every sleeper under
    * idle.mu, which sleep_prepare took too: a sleeper it missed reads the
    * new target here (resize.c). */
-  if (tko__runnable_seq(pool) || (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) ||
+  enum tko__look look = tko__look_seq(pool);
+  if (look == TKO__LOOK_WORK || (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) ||
       tko__resize_hint(pool, w)) {
     if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper))
       tko__parker_park(&w->sleeper.parker, UINT64_MAX);
@@ -471,11 +472,26 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   uint64_t timeout = w->kind == TKO_WORKER_ELASTIC || trim
                          ? (uint64_t)pool->opts.elastic_idle_ms * 1000000u
                          : UINT64_MAX;
-  if (tko__parker_park(&w->sleeper.parker, timeout)) return WOKEN;
-  if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper)) {
-    tko__parker_park(&w->sleeper.parker, UINT64_MAX); /* a waker claimed us */
+  /* Beside a hole: its publish may not wake this worker (inbox.h), so it
+   * looks again a moment later; a stopped submitter then costs a look a
+   * millisecond, not a spin. */
+  if (look == TKO__LOOK_HOLE) {
+    uint64_t ms = (uint64_t)TKO__HOLE_POLL_MS << (w->hole_sleeps < 8 ? w->hole_sleeps : 8);
+    timeout = (ms < TKO__HOLE_POLL_MAX_MS ? ms : TKO__HOLE_POLL_MAX_MS) * 1000000ull;
+    w->hole_sleeps++;
+  } else {
+    w->hole_sleeps = 0;
+  }
+  if (tko__parker_park(&w->sleeper.parker, timeout)) {
+    w->hole_sleeps = 0; /* woken by a submit: whatever hole comes next starts afresh */
     return WOKEN;
   }
+  if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper)) {
+    tko__parker_park(&w->sleeper.parker, UINT64_MAX); /* a waker claimed us */
+    w->hole_sleeps = 0;
+    return WOKEN;
+  }
+  if (look == TKO__LOOK_HOLE) return WOKEN;
   /* searching meanwhile: a submit counts on it */
   if (trim && tko__inbox_reserved(&pool->inbox) == submitted) tko__pool_trim(pool);
   if (w->kind != TKO_WORKER_ELASTIC) return WOKEN;
@@ -592,11 +608,6 @@ restart:
     tko__store_seq(&pool->drained, true);
     if (w->kind == TKO_WORKER_BASIC) tko__sub_seq(&pool->basic_alive, 1);
     else tko__sub_seq(&pool->elastic_count, 1);
-    /* Workers that found only a reservation made before the close, not
-     * yet published, slept again after close's wake-up; its publish woke
-     * one, which found nothing left once it was done: wake the others so
-     * that they see it too and exit (inbox.h). */
-    tko__idle_wake_all(&pool->idle);
   }
   tko__notify_idle(pool);
   bool retired = end == RETIRED;

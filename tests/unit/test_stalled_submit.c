@@ -49,9 +49,9 @@ typedef struct stall {
 static stall *cur; /* the test's, for the seam */
 static _Thread_local bool park_me;
 
-/* The seam: parks the thread that asked for it, once. */
-static void park(uint64_t pos) {
-  if (!park_me) return;
+/* The seam: parks the thread that asked for it, once, before its publish. */
+static void park(uint64_t pos, bool published) {
+  if (!park_me || published) return;
   park_me = false;
   atomic_store(&cur->parked_pos, pos);
   tt_count_add(&cur->parked, 1);
@@ -369,4 +369,116 @@ Test(stalled_submit, one_threads_tasks_stay_fifo_around_a_parked_submit) {
   pthread_cond_destroy(&pin.gate.cv);
   tt_count_fini(&pin.started);
   stall_free(s);
+}
+
+/* A worker asleep beside a hole looks again by itself. The hole's publish
+ * is a release store, so its submitter may read idle.state before the
+ * publish is seen and skip its wake-up (src/signal.c). Here the seam parks
+ * a submit before its publish, until the pool's only worker sleeps beside
+ * the hole, then again after its publish, before its wake-up: the task
+ * must run meanwhile. The worker waits either in its own sleep (a plain
+ * submit) or in a group wait of a task it runs (a group member's submit),
+ * begun after the reservation.
+ * Kill hole-sleep-without-a-poll and hole-help-without-a-poll. */
+typedef struct two_step {
+  tt_count at_hole, published, ran;
+  tt_gate publish, wake;
+  tko_group group, *g; /* g: &group, for a group member's submit */
+  tko_pool *pool;
+} two_step;
+
+static two_step *step;
+
+static void park_twice(uint64_t pos, bool published) {
+  (void)pos;
+  if (!park_me) return;
+  if (!published) {
+    tt_count_add(&step->at_hole, 1);
+    tt_gate_wait(&step->publish);
+  } else {
+    park_me = false;
+    tt_count_add(&step->published, 1);
+    tt_gate_wait(&step->wake);
+  }
+}
+
+static int count_run(void *arg) {
+  tt_count_add(arg, 1);
+  return 0;
+}
+
+static void *submit_through_the_seam(void *arg) {
+  two_step *t = arg;
+  park_me = true;
+  if (t->g) cr_assert_eq(tko_group_submit(t->pool, t->g, count_run, &t->ran, 0), 0);
+  else cr_assert_eq(tko_submit(t->pool, count_run, &t->ran, 0), 0);
+  return NULL;
+}
+
+/* The task that waits for its group, on the only worker. */
+static int wait_for_group(void *arg) {
+  two_step *t = arg;
+  return tko_group_wait(t->g, -1);
+}
+
+static bool one_asleep(tko_pool *pool) {
+  return tko__idle_sleeping(tko__load_seq(&pool->idle.state)) == 1;
+}
+
+/* Whether the helping worker waits on the help condition (white-box). */
+static bool one_helper(tko_pool *pool) { return tko__load_seq(&pool->helpers) == 1; }
+
+static void publish_that_wakes_nobody(bool in_group_wait) {
+  two_step t = {0};
+  step = &t;
+  tt_count_init(&t.at_hole);
+  tt_count_init(&t.published);
+  tt_count_init(&t.ran);
+  t.publish = (tt_gate)TT_GATE_INIT;
+  t.wake = (tt_gate)TT_GATE_INIT;
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&t.pool, &o), 0);
+  if (in_group_wait) {
+    cr_assert_eq(tko_group_init(&t.group), 0);
+    t.g = &t.group;
+  }
+  atomic_store(&tko__test_publish_window, park_twice);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, submit_through_the_seam, &t), 0);
+  cr_assert(tt_count_wait_geq(&t.at_hole, 1));
+  /* A task behind the hole wakes the worker, which then finds only the
+   * hole (a sleep begun before the reservation is the submitter's to wake:
+   * its reservation CAS pairs with that sleep). */
+  if (in_group_wait) {
+    cr_assert_eq(tko_submit(t.pool, wait_for_group, &t, 0), 0);
+  } else {
+    tt_count other = TT_COUNT_INIT;
+    cr_assert_eq(tko_submit(t.pool, count_run, &other, 0), 0);
+    cr_assert(tt_count_wait_geq(&other, 1));
+  }
+  bool waiting = within(in_group_wait ? one_helper : one_asleep, t.pool, TT_SCALE(20000, 60000));
+  tt_gate_open(&t.publish);
+  bool published = tt_count_wait_geq_within(&t.published, 1, TT_SCALE(20000, 60000));
+  bool ran = tt_count_wait_geq_within(&t.ran, 1, TT_SCALE(10000, 30000));
+  tt_gate_open(&t.wake);
+  pthread_join(th, NULL);
+  atomic_store(&tko__test_publish_window, NULL);
+  cr_assert(waiting, "the worker never waited beside the hole");
+  cr_assert(published);
+  cr_assert(ran, "the hole's task waited for its submitter's wake-up");
+  cr_assert_eq(tko_pool_wait_idle(t.pool, TT_SCALE(20000, 60000)), 0);
+  if (in_group_wait) cr_assert_eq(tko_group_destroy(t.g), 0);
+  cr_assert_eq(tko_pool_destroy(t.pool), 0);
+  tt_count_fini(&t.at_hole);
+  tt_count_fini(&t.published);
+  tt_count_fini(&t.ran);
+  step = NULL;
+}
+
+Test(stalled_submit, a_sleeping_worker_finds_a_publish_that_wakes_nobody) {
+  publish_that_wakes_nobody(false);
+}
+
+Test(stalled_submit, a_helping_wait_finds_a_publish_that_wakes_nobody) {
+  publish_that_wakes_nobody(true);
 }
