@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <sched.h>
 
+#include "invariant.h"
 #include "internal.h"
 #include "mem.h"
 
@@ -95,6 +96,7 @@ void *tko_async_arg(const tko_async *op) { return op ? op->arg : NULL; }
 /* Frees an in-flight slot; wakes a worker if async tasks wait for one. */
 void tko__async_release_slot(tko_pool *pool) {
   tko__lock_acquire(&pool->lock);
+  TKO__INVARIANT(pool->async_running > 0);
   pool->async_running--;
   tko__store_relaxed(&pool->async_inflight, pool->async_running);
   tko__refresh_backlog(pool);

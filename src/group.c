@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "invariant.h"
 #include "internal.h"
 
 #define GROUP_MAGIC 0x7461736bu
@@ -81,6 +82,7 @@ void tko__group_finished(void *group, int status) {
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   if (status && !g->status) g->status = status;
   tko_pool *pool = g->pool; /* read now: g may be freed once mu is released */
+  TKO__INVARIANT(g->pending > 0); /* each member finishes once */
   if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   /* seq_cst: a helper counts itself, then reads pending under g->mu; we

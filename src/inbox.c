@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The inbox's slow parts: setup and moving tasks into the queue. */
+#include "invariant.h"
 #include "inbox.h"
 
 
@@ -129,6 +130,7 @@ static uint64_t settle(tko__inbox *in, uint64_t h, uint64_t t) {
 int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
   uint64_t h = tko__load_relaxed(&in->head); /* only the lock holder writes it */
   uint64_t t = tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
+  TKO__INVARIANT(t - h <= ((uint64_t)1 << 62)); /* head never passes the tail */
   if (h == t) return 0;
   /* Slots lie below head + capacity; past it there are only claims. */
   uint64_t end = t - h > in->mask ? h + in->mask + 1 : t;

@@ -87,6 +87,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "invariant.h"
 #include "atomics.h"
 #include "keyed_host.h"
 #include "lifecycle.h"
@@ -299,7 +300,9 @@ static void pending_sub(tko_lanes *l, uint64_t n) {
   if (!n) return;
   /* seq_cst: the zero-crossing is then broadcast under idle_mu, and
    * wait_idle reads pending under idle_mu: the mutex orders them. */
-  if (tko__sub_seq(&l->pending, n) == n) {
+  uint64_t before = tko__sub_seq(&l->pending, n);
+  TKO__INVARIANT(before >= n); /* a task leaves pending once */
+  if (before == n) {
     tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
     pthread_cond_broadcast(&l->idle_cv);
     tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
@@ -310,7 +313,9 @@ static void pending_sub(tko_lanes *l, uint64_t n) {
  * access by that runner: destroy may free it as soon as idle_mu is released. */
 static void runner_done(tko_lanes *l) {
   tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
-  if (tko__sub_seq(&l->runners, 1) == 1) pthread_cond_broadcast(&l->idle_cv);
+  uint64_t before = tko__sub_seq(&l->runners, 1);
+  TKO__INVARIANT(before > 0); /* a runner token comes back once */
+  if (before == 1) pthread_cond_broadcast(&l->idle_cv);
   tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
 }
 

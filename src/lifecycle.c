@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "invariant.h"
 #include "internal.h"
 
 /* The pool whose shutdown the calling thread is in: from taking the
@@ -49,7 +50,10 @@ static int get_state(tko_pool *pool) {
 }
 
 /* Caller holds gate_mu. */
-static void set_state(tko_pool *pool, int state) { tko__store_relaxed(&pool->state, state); }
+static void set_state(tko_pool *pool, int state) {
+  TKO__INVARIANT(state >= get_state(pool)); /* each state is reached once, in order */
+  tko__store_relaxed(&pool->state, state);
+}
 
 /* Waits on gate_cv until done(pool) or the deadline (NULL = none); caller
  * holds gate_mu. */
@@ -67,8 +71,10 @@ int tko__gate_enter(tko_pool *pool) {
 }
 
 void tko__gate_leave(tko_pool *pool) {
+  TKO__INVARIANT(gated_depth > 0); /* every leave pairs with an enter */
   if (--gated_depth == 0) gated_pool = NULL;
   tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  TKO__INVARIANT(pool->gate_count > 0);
   if (--pool->gate_count == 0) pthread_cond_broadcast(&pool->gate_cv);
   tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
 }
@@ -81,6 +87,7 @@ void tko__thread_enter(tko_pool *pool) {
 
 void tko__thread_exit(tko_pool *pool) {
   tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  TKO__INVARIANT(pool->threads > 0);
   if (--pool->threads == 0) pthread_cond_broadcast(&pool->gate_cv);
   tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
 }

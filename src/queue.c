@@ -23,6 +23,7 @@
  * no key ever changes while queued. Within a bucket items are in submit
  * order, hence in key order; a bucket's key is its head's, and the heap is
  * re-sifted only when a head leaves. Ties go to the lower id (FIFO). */
+#include "invariant.h"
 #include "queue.h"
 
 #include <errno.h>
@@ -365,6 +366,7 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
     }
     if (alone) break;
   }
+  TKO__INVARIANT(q->len >= n);
   q->len -= n;
   if (q->len == 0) forget_free_slots(q);
   return n;

@@ -67,6 +67,7 @@
  * and retire.
  *
  * Lock order: idle.mu is a leaf; nothing else is taken while holding it. */
+#include "invariant.h"
 #include "tko_signal.h"
 
 #include <errno.h>
@@ -158,6 +159,7 @@ void tko__idle_search_begin(tko__idle *idle) { tko__add_seq(&idle->state, TKO__S
 
 bool tko__idle_search_end(tko__idle *idle) {
   uint64_t before = tko__sub_seq(&idle->state, TKO__SEARCHING_ONE);
+  TKO__INVARIANT(tko__idle_searching(before) > 0); /* a search ends only once begun */
   return tko__idle_searching(before) == 1;
 }
 

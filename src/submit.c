@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "invariant.h"
 #include "internal.h"
 
 int tko__pool_drain_locked(tko_pool *pool) {
@@ -98,7 +99,9 @@ uint64_t tko__enqueue_time(tko_pool *pool) {
 
 void tko__release_room(tko_pool *pool, size_t n) {
   if (!pool->opts.queue_capacity || !n) return;
-  tko__sub_seq(&pool->bounded_count, n);
+  size_t held = tko__sub_seq(&pool->bounded_count, n);
+  TKO__INVARIANT(held >= n); /* room given back once per task that took it */
+  (void)held;
   /* seq_cst: after the release above; pairs with wait_for_room. */
   if (tko__load_seq(&pool->space_waiters)) {
     tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
