@@ -299,48 +299,50 @@ static pthread_t start_blocked_submit(late_lane *s) {
   return th;
 }
 
-Test(lane_tables, shutdown_waits_for_a_blocked_submit_that_runs_its_lane) {
-  late_lane *s = &(late_lane){0};
-  full_paused_pool(s, TKO_FULL_BLOCK);
-  pthread_t th = start_blocked_submit(s);
-  /* The shutdown unpauses the pool and wakes the blocked submit, which
-   * then runs its lane on its own thread. */
-  cr_assert_eq(tko_pool_shutdown(s->p, TKO_DRAIN), 0);
-  cr_assert_eq(atomic_load(&s->finished), 1, "shutdown returned while the lane task ran");
-  cr_assert_eq(pthread_join(th, NULL), 0);
+/* Joins the submitting thread (if any), then frees the lanes and the pool. */
+static void late_lane_end(late_lane *s, const pthread_t *th) {
+  if (th) cr_assert_eq(pthread_join(*th, NULL), 0);
   cr_assert_eq(tko_lanes_destroy(s->l), 0);
   cr_assert_eq(tko_pool_destroy(s->p), 0);
   tt_count_fini(&s->started);
 }
 
-Test(lane_tables, shutdown_waits_for_a_caller_run_lane_task) {
+/* A thread's lane submit runs its lane (TKO_FULL_BLOCK: once the shutdown
+ * wakes it; TKO_FULL_CALLER_RUNS: at once), and the pool's shutdown then
+ * returns only after the lane task. With reenter, that task's own
+ * shutdown and destroy are -EDEADLK. */
+static void shutdown_meets_a_lane_run_by_its_submitter(tko_full_policy policy, bool reenter) {
   late_lane *s = &(late_lane){0};
-  full_paused_pool(s, TKO_FULL_CALLER_RUNS);
+  full_paused_pool(s, policy);
+  s->reenter = reenter;
   pthread_t th;
-  cr_assert_eq(pthread_create(&th, NULL, late_submitter, s), 0);
-  cr_assert(tt_count_wait_geq(&s->started, 1));
+  if (policy == TKO_FULL_BLOCK) {
+    th = start_blocked_submit(s); /* the shutdown unpauses the pool and wakes it */
+  } else {
+    cr_assert_eq(pthread_create(&th, NULL, late_submitter, s), 0);
+    cr_assert(tt_count_wait_geq(&s->started, 1));
+  }
   cr_assert_eq(tko_pool_shutdown(s->p, TKO_DRAIN), 0);
   cr_assert_eq(atomic_load(&s->finished), 1, "shutdown returned while the lane task ran");
-  cr_assert_eq(pthread_join(th, NULL), 0);
-  cr_assert_eq(tko_lanes_destroy(s->l), 0);
-  cr_assert_eq(tko_pool_destroy(s->p), 0);
-  tt_count_fini(&s->started);
+  late_lane_end(s, &th);
+  if (reenter) {
+    cr_assert_eq(s->shutdown_rc, -EDEADLK);
+    cr_assert_eq(s->destroy_rc, -EDEADLK);
+  }
+}
+
+Test(lane_tables, shutdown_waits_for_a_blocked_submit_that_runs_its_lane) {
+  shutdown_meets_a_lane_run_by_its_submitter(TKO_FULL_BLOCK, false);
+}
+
+Test(lane_tables, shutdown_waits_for_a_caller_run_lane_task) {
+  shutdown_meets_a_lane_run_by_its_submitter(TKO_FULL_CALLER_RUNS, false);
 }
 
 /* Such a lane task that shuts the pool down would wait for its own
  * thread: -EDEADLK, for shutdown and destroy alike. */
 Test(lane_tables, a_lane_task_on_its_submitter_cannot_shut_the_pool_down) {
-  late_lane *s = &(late_lane){0};
-  full_paused_pool(s, TKO_FULL_BLOCK);
-  s->reenter = true;
-  pthread_t th = start_blocked_submit(s);
-  cr_assert_eq(tko_pool_shutdown(s->p, TKO_DRAIN), 0);
-  cr_assert_eq(pthread_join(th, NULL), 0);
-  cr_assert_eq(s->shutdown_rc, -EDEADLK);
-  cr_assert_eq(s->destroy_rc, -EDEADLK);
-  cr_assert_eq(tko_lanes_destroy(s->l), 0);
-  cr_assert_eq(tko_pool_destroy(s->p), 0);
-  tt_count_fini(&s->started);
+  shutdown_meets_a_lane_run_by_its_submitter(TKO_FULL_BLOCK, true);
 }
 
 /* The same with no shutdown under way: the caller-run task's destroy
@@ -353,7 +355,5 @@ Test(lane_tables, a_caller_run_lane_task_cannot_destroy_the_pool) {
   cr_assert_eq(s->shutdown_rc, -EDEADLK);
   cr_assert_eq(s->destroy_rc, -EDEADLK);
   cr_assert_eq(tko_pool_resume(s->p), 0);
-  cr_assert_eq(tko_lanes_destroy(s->l), 0);
-  cr_assert_eq(tko_pool_destroy(s->p), 0);
-  tt_count_fini(&s->started);
+  late_lane_end(s, NULL);
 }

@@ -17,6 +17,7 @@
 
 #include "lock.h"
 #include "tko_test.h"
+#include "tko_test_child.h"
 #include "witness.h"
 
 #ifdef TKO_LOCK_ORDER_CHECK
@@ -164,31 +165,20 @@ Test(witness, a_wait_holding_another_lock_is_reported) {
 
 /* Without the seam: a child process takes the queue lock, then spawn_mu;
  * the checker names both on stderr and aborts before the lock is taken. */
+static void take_spawn_mu_under_the_queue_lock(void) {
+  tko__lock_acquire(&queue_lock);
+  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
+}
+
 Test(witness, a_violation_prints_both_ranks_and_aborts) {
   CHECKER_ON();
 #ifdef TKO_LOCK_ORDER_CHECK
   atomic_store(&tko__test_witness_hook, NULL);
 #endif
-  int fds[2];
-  cr_assert_eq(pipe(fds), 0);
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    dup2(fds[1], STDERR_FILENO);
-    tko__lock_acquire(&queue_lock);
-    tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
-    _exit(0);
-  }
-  close(fds[1]);
   char out[1024];
-  size_t len = 0;
-  for (ssize_t n; len < sizeof out - 1 && (n = read(fds[0], out + len, sizeof out - 1 - len)) > 0;)
-    len += (size_t)n;
-  out[len] = '\0';
-  close(fds[0]);
-  int status;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the child was not aborted");
+  int status = tt_run_child(take_spawn_mu_under_the_queue_lock, out, sizeof out);
+  cr_assert(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+            "the child was not aborted");
   cr_assert_not_null(strstr(out, "takes spawn_mu (rank 2) while holding the queue lock (rank 3)"),
                      "the report: %s", out);
 }
