@@ -192,9 +192,8 @@ static bool deadline_passed(long timeout_ms, const struct timespec *deadline) {
  * runnable, on the pool's helper condition, which new work and finished
  * members signal. It starts no task once the deadline has passed (a task
  * it started may still run past it: a wait cannot stop a task). */
-static int help_until_done(tko__group *g, tko__worker *self, long timeout_ms,
+static int help_until_done(tko__group *g, tko_pool *pool, tko__worker *self, long timeout_ms,
                            const struct timespec *deadline) {
-  tko_pool *pool = g->pool;
   while (pending_now(g) > 0) {
     if (deadline_passed(timeout_ms, deadline)) return -ETIMEDOUT;
     if (tko__help_one(pool, self)) continue;
@@ -232,7 +231,10 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
      * without helping could wait on a task queued behind this one. */
     if (help_depth >= TKO_MAX_HELP_DEPTH) return pending_now(g) ? -EDEADLK : 0;
     help_depth++;
-    int rc = help_until_done(g, self, timeout_ms, &deadline);
+    /* The pool read under g->mu above: a submit to the group rewrites g->pool
+     * (with the same pool while members are pending) under that mutex
+     * (a data race TSan saw in an attack program when this re-read it). */
+    int rc = help_until_done(g, pool, self, timeout_ms, &deadline);
     help_depth--;
     return rc;
   }

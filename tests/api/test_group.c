@@ -1008,3 +1008,61 @@ Test(group, cancel_takes_more_members_than_one_grab) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c.bad), 0);
 }
+
+/* A task's helping wait on a group while another thread keeps submitting
+ * members to it: every member runs, every wait returns. The wait reads the
+ * group's pool under the group's lock only: each submit rewrites it there
+ * (TSan saw the race in an attack program whose members also waited on
+ * groups of their own; this test did not reproduce it, and guards the
+ * scenario in the TSan flavour). */
+typedef struct racing_members racing_members;
+struct racing_members {
+  tko_pool *pool;
+  tko_group g;
+  tt_count waits_done;
+  atomic_int submits_left, bad;
+};
+
+static int racing_member(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+static int wait_while_members_come(void *arg) {
+  racing_members *r = arg;
+  while (atomic_load(&r->submits_left) > 0) {
+    int rc = tko_group_wait(&r->g, 1000); /* members may keep it busy past that */
+    if (rc != 0 && rc != -ETIMEDOUT) atomic_store(&r->bad, 1);
+  }
+  if (tko_group_wait(&r->g, -1) != 0) atomic_store(&r->bad, 1);
+  tt_count_add(&r->waits_done, 1);
+  return 0;
+}
+
+static void *submit_members(void *arg) {
+  racing_members *r = arg;
+  for (; atomic_load(&r->submits_left) > 0; atomic_fetch_sub(&r->submits_left, 1))
+    if (tko_group_submit(r->pool, &r->g, racing_member, r, 0)) atomic_store(&r->bad, 1);
+  return NULL;
+}
+
+Test(group, a_helping_wait_races_member_submits) {
+  racing_members *r = calloc(1, sizeof *r);
+  cr_assert_not_null(r);
+  tt_count_init(&r->waits_done);
+  atomic_store(&r->submits_left, TT_SCALE(20000, 5000));
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&r->pool, &o), 0);
+  cr_assert_eq(tko_group_init(&r->g), 0);
+  cr_assert_eq(tko_submit(r->pool, wait_while_members_come, r, 0), 0);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, submit_members, r), 0);
+  cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_assert(tt_count_wait_geq(&r->waits_done, 1));
+  cr_assert_eq(tko_pool_wait_idle(r->pool, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&r->bad), 0);
+  cr_assert_eq(tko_group_destroy(&r->g), 0);
+  cr_assert_eq(tko_pool_destroy(r->pool), 0);
+  tt_count_fini(&r->waits_done);
+  free(r);
+}
