@@ -283,7 +283,10 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * submit began runs no later than that one's (so one thread's tasks are
  * FIFO); overlapping submits may go either way. A submitter stopped inside
  * its submit (preempted, in a debugger) delays only its own task, ordered
- * from the moment the submit publishes it. Safe from any thread, tasks and
+ * from the moment the submit publishes it - unless the inbox was full and
+ * it was stopped while moving tasks into the queue under the queue's lock:
+ * then every worker and every submit that needs that lock waits until it
+ * resumes. Safe from any thread, tasks and
  * hooks included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
  * -ENOMEM: the queue could not grow.
  * A worker may take a few queued tasks at once (up to max_batch, fewer when
