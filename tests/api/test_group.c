@@ -1012,16 +1012,19 @@ Test(group, cancel_takes_more_members_than_one_grab) {
 /* A task's helping wait on a group while other threads keep submitting
  * members to it, some of which wait on groups of their own: every member
  * runs, every wait returns. The wait reads the group's pool under the
- * group's lock only: each submit rewrites it there (a data race TSan
- * reported in an attack program of this shape, 6 runs of 6; this test has
- * not reproduced it - the window is a few instructions - and guards the
- * scenario, in the TSan flavour too). */
+ * group's lock only: each submit rewrites it there. The shape is the
+ * attack program's that made TSan report that race (6 runs of 6): rounds
+ * of a fresh group, four submitters pausing now and then so that the group
+ * empties and fills again, and a waiting task that starts its wait over
+ * each time. */
+enum { RACING_SUBMITTERS = 4 };
+
 typedef struct racing_members racing_members;
 struct racing_members {
   tko_pool *pool;
   tko_group g;
-  tt_count waits_done;
-  atomic_int submits_left, bad;
+  atomic_int submitters_done, waiter_done, bad;
+  long per_submitter;
 };
 
 static int racing_leaf(void *arg) {
@@ -1040,58 +1043,67 @@ static int racing_member(void *arg) {
   tko_group g2;
   if (tko_group_init(&g2)) atomic_store(&r->bad, 1);
   for (int i = 0; i < 3; i++)
-    if (tko_group_submit(r->pool, &g2, i ? racing_leaf : racing_member, r, 0)) atomic_store(&r->bad, 1);
-  if (tko_group_wait(&g2, -1)) atomic_store(&r->bad, 1);
-  if (tko_group_destroy(&g2)) atomic_store(&r->bad, 1);
+    if (tko_group_submit(r->pool, &g2, i ? racing_leaf : racing_member, r, 0))
+      atomic_store(&r->bad, 1);
+  if (tko_group_wait(&g2, -1) || tko_group_destroy(&g2)) atomic_store(&r->bad, 1);
   depth--;
   return 0;
 }
 
+static void pause_us(uint64_t us) {
+  struct timespec ts = {0, (long)us * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* The waiting task: waits, and starts over, until every submitter is done
+ * and the group is empty. */
 static int wait_while_members_come(void *arg) {
   racing_members *r = arg;
-  while (atomic_load(&r->submits_left) > 0) {
-    int rc = tko_group_wait(&r->g, 1000); /* members may keep it busy past that */
-    if (rc != 0 && rc != -ETIMEDOUT) atomic_store(&r->bad, 1);
+  for (;;) {
+    int rc = tko_group_wait(&r->g, TT_LONG_MS);
+    if (rc) {
+      atomic_store(&r->bad, 1);
+      break;
+    }
+    if (atomic_load(&r->submitters_done) == RACING_SUBMITTERS && tko_group_pending(&r->g) == 0)
+      break;
+    pause_us(20);
   }
-  if (tko_group_wait(&r->g, -1) != 0) atomic_store(&r->bad, 1);
-  tt_count_add(&r->waits_done, 1);
+  atomic_store(&r->waiter_done, 1);
   return 0;
 }
 
-/* Submits with now and then a pause of up to 200 us, so that the group
- * empties and fills again and the wait keeps starting over. */
 static void *submit_members(void *arg) {
   racing_members *r = arg;
   uint64_t seed = (uint64_t)(uintptr_t)&seed;
-  while (atomic_fetch_sub(&r->submits_left, 1) > 0) {
+  for (long i = 0; i < r->per_submitter; i++) {
     if (tko_group_submit(r->pool, &r->g, racing_member, r, 0)) atomic_store(&r->bad, 1);
-    if (tt_rand(&seed) % 8 == 0) {
-      struct timespec ts = {0, (long)(tt_rand(&seed) % 200) * 1000};
-      nanosleep(&ts, NULL);
-    }
+    if (tt_rand(&seed) % 8 == 0) pause_us(tt_rand(&seed) % 200);
   }
+  atomic_fetch_add(&r->submitters_done, 1);
   return NULL;
 }
 
 Test(group, a_helping_wait_races_member_submits) {
-  enum { SUBMITTERS = 4 };
   racing_members *r = calloc(1, sizeof *r);
   cr_assert_not_null(r);
-  tt_count_init(&r->waits_done);
-  atomic_store(&r->submits_left, TT_SCALE(20000, 4000));
+  r->per_submitter = 300;
   tko_options o = tko_basic_options(1);
   cr_assert_eq(tko_pool_create(&r->pool, &o), 0);
-  cr_assert_eq(tko_group_init(&r->g), 0);
-  cr_assert_eq(tko_submit(r->pool, wait_while_members_come, r, 0), 0);
-  pthread_t th[SUBMITTERS];
-  for (int i = 0; i < SUBMITTERS; i++)
-    cr_assert_eq(pthread_create(&th[i], NULL, submit_members, r), 0);
-  for (int i = 0; i < SUBMITTERS; i++) cr_assert_eq(pthread_join(th[i], NULL), 0);
-  cr_assert(tt_count_wait_geq(&r->waits_done, 1));
-  cr_assert_eq(tko_pool_wait_idle(r->pool, TT_LONG_MS), 0);
-  cr_assert_eq(atomic_load(&r->bad), 0);
-  cr_assert_eq(tko_group_destroy(&r->g), 0);
+  for (int round = 0; round < TT_SCALE(10, 6); round++) {
+    cr_assert_eq(tko_group_init(&r->g), 0);
+    atomic_store(&r->submitters_done, 0);
+    atomic_store(&r->waiter_done, 0);
+    cr_assert_eq(tko_submit(r->pool, wait_while_members_come, r, 10), 0);
+    pthread_t th[RACING_SUBMITTERS];
+    for (int i = 0; i < RACING_SUBMITTERS; i++)
+      cr_assert_eq(pthread_create(&th[i], NULL, submit_members, r), 0);
+    for (int i = 0; i < RACING_SUBMITTERS; i++) cr_assert_eq(pthread_join(th[i], NULL), 0);
+    cr_assert_eq(tko_pool_wait_idle(r->pool, TT_LONG_MS), 0);
+    cr_assert_eq(atomic_load(&r->waiter_done), 1, "round %d: the wait never ended", round);
+    cr_assert_eq(atomic_load(&r->bad), 0, "round %d", round);
+    cr_assert_eq(tko_group_destroy(&r->g), 0);
+  }
   cr_assert_eq(tko_pool_destroy(r->pool), 0);
-  tt_count_fini(&r->waits_done);
   free(r);
 }
