@@ -163,10 +163,10 @@ Test(trim, the_slab_decays_once_the_pool_stays_idle) {
  * searches). A trim then, between two bursts, would make the next burst
  * grow the slab again: an allocation a burst
  * (pool/steady_state_allocates_nothing_per_task saw it on a loaded
- * machine). One task at a time keeps coming here for 20 decay periods;
+ * machine). One task at a time keeps coming here for 15 decay periods;
  * the slab the first burst grew must stay. */
 Test(trim, no_decay_while_the_pool_keeps_working) {
-  enum { DECAY_MS = 50 };
+  enum { DECAY_MS = 100 };
   bytes_alloc b;
   ba_init(&b);
   tko_options o = tko_basic_options(3);
@@ -175,7 +175,7 @@ Test(trim, no_decay_while_the_pool_keeps_working) {
   tko_pool *pool = NULL;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);
   uint64_t peak = burst(pool);
-  uint64_t end = tt_now_ns() + 20 * DECAY_MS * 1000000ull;
+  uint64_t end = tt_now_ns() + 15 * DECAY_MS * 1000000ull;
   long rounds = 0;
   while (tt_now_ns() < end) {
     cr_assert_eq(tko_submit(pool, tt_nop_fn, NULL, 0), 0);
