@@ -266,10 +266,6 @@ static void add_ms(struct timespec *ts, unsigned ms) {
   }
 }
 
-static bool before(const struct timespec *a, const struct timespec *b) {
-  return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
 /* Memory back after a burst (issue 14, defect 18; the queue does the same,
  * see tko_pool_trim): once ticks have found nothing dirty for IDLE_SHRINK_MS
  * of clock time (ticks come late on a loaded machine, so they are not
@@ -305,7 +301,7 @@ static void *timer_main(void *arg) {
     /* Due. The next tick keeps the cadence, skipping ticks already missed. */
     clock_gettime(CLOCK_MONOTONIC, &now);
     add_ms(&next, c->interval_ms);
-    if (before(&next, &now)) {
+    if (tko__time_before(&next, &now)) {
       next = now;
       add_ms(&next, c->interval_ms);
     }

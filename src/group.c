@@ -159,10 +159,8 @@ static bool helper_wait_hole(tko_pool *pool, long timeout_ms, const struct times
   if (timeout_ms == 0) return false;
   struct timespec poll;
   tko__deadline_after(&poll, TKO__HOLE_POLL_MS);
-  bool deadline_first = timeout_ms > 0 && (deadline->tv_sec < poll.tv_sec ||
-                                           (deadline->tv_sec == poll.tv_sec &&
-                                            deadline->tv_nsec < poll.tv_nsec));
-  if (deadline_first) return helper_wait(pool, timeout_ms, deadline);
+  if (timeout_ms > 0 && tko__time_before(deadline, &poll))
+    return helper_wait(pool, timeout_ms, deadline);
   (void)tko__cond_timedwait(&pool->help_cv, &pool->help_mu, TKO__RANK_HELP, &poll);
   return true;
 }
@@ -183,8 +181,7 @@ static bool deadline_passed(long timeout_ms, const struct timespec *deadline) {
   if (timeout_ms == 0) return true;
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now); /* tko__deadline_after's clock */
-  return now.tv_sec > deadline->tv_sec ||
-         (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+  return !tko__time_before(&now, deadline);
 }
 
 /* A worker of the group's pool waits by running tasks - its own batch's

@@ -120,16 +120,14 @@ static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) 
      * reservation reuses them. */
     uint64_t h = tko__load_acquire(&in->head_seen);
     if (t + n - h > in->mask + 1) {
-      /* seq_cst, too (a plain load on x86, as acquire on Arm): a worker's
-       * seq_cst re-check (tko__inbox_ready) that read an older head then
-       * precedes this load, and the publish, in the seq_cst order. */
-      h = tko__load_seq(&in->head);
+      h = tko__load_acquire(&in->head);
       tko__store_release(&in->head_seen, h); /* a racing store may lower it: harmless */
       if (t + n - h > in->mask + 1) return -EAGAIN;
     }
-    /* seq_cst (release is what matters): a drain that reads this tail then
-     * also sees every publish that happened before this reservation - the
-     * FIFO argument of the essay above. */
+    /* seq_cst: step (1') of signal.c's essay (a worker about to sleep
+     * re-reads the tail); and a drain that reads this tail then also sees
+     * every publish that happened before this reservation - the FIFO
+     * argument above. */
     if (tko__cas_seq(&in->tail, &t, t + n)) break;
   }
   *pos = t;
@@ -140,7 +138,7 @@ static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) 
  * reservation's CAS was the submit's step (1') (signal.c), and a worker
  * that sees this slot still unpublished does not rely on this submit to
  * wake it (it polls beside the hole). A seq_cst store here cost plain
- * submits: `benchmarks/ab_probe.sh` with probe_flood, docs/PERFORMANCE.md. */
+ * submits a fence each (`benchmarks/ab_peers.sh`, docs/PERFORMANCE.md). */
 static inline void tko__inbox_publish(tko__inbox *in, uint64_t pos, tko_task_fn fn, void *arg,
                                       uintptr_t ctx, int weight, uint64_t enq_ns) {
   tko__inbox_slot *s = &in->slots[pos & in->mask];

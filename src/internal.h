@@ -105,7 +105,7 @@ typedef struct tko__worker {
   bool has_predecessor;
   bool exiting; /* a task is ending this thread (owner only) */
   size_t batch_cap; /* most tasks the next take may hold; owner only */
-  unsigned hole_sleeps; /* sleeps in a row beside a hole (worker_sleep); owner only */
+  unsigned hole_poll_ms; /* its last sleep beside a hole, 0 if none (worker_sleep); owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,
    * together with releasing its elastic count. Basic: written and read
@@ -462,9 +462,6 @@ void tko__empty_queue(tko_pool *pool, bool run);
 void tko__pool_trim(tko_pool *pool);
 bool tko__pool_trimmable(const tko_pool *pool);
 
-/* Whether any task waits, published in the inbox or in the queue. The
- * seq_cst form is step (2) of signal.c's essay; the relaxed form is a
- * searching worker's hint (take_batch decides under the lock). */
 /* What a worker about to sleep, or one deciding whether to wake another,
  * finds (seq_cst loads: step (2) of signal.c's essay): work it can take
  * (queued, or published in the inbox), only a hole (a position reserved
@@ -488,6 +485,11 @@ static inline enum tko__look tko__look_seq(tko_pool *pool) {
 #define TKO__HOLE_POLL_MS 1
 #define TKO__HOLE_POLL_MAX_MS 16
 
+/* Whether any task is queued or on its way: in the queue, or at a
+ * position of the inbox not yet done with (published, or a hole). The
+ * seq_cst form counts holes as work (tko__look_seq); the relaxed form is
+ * a searching worker's hint of published work (take_batch decides under
+ * the lock). */
 static inline bool tko__has_work_seq(tko_pool *pool) {
   return tko__load_seq(&pool->backlog) > 0 || !tko__inbox_settled(&pool->inbox);
 }
@@ -505,10 +507,9 @@ static inline bool tko__runnable_seq(tko_pool *pool) {
 
 /* Shutdown may let workers go: nothing queued anywhere, async included. */
 static inline bool tko__nothing_left(tko_pool *pool) {
-  /* Settled, not just nothing ready: a reservation made before the close
-   * and not yet published is still to come (inbox.h). */
-  return tko__inbox_settled(&pool->inbox) && tko__load_seq(&pool->backlog) == 0 &&
-         tko__load_seq(&pool->async_waiting) == 0;
+  /* Holes count: a reservation made before the close and not yet
+   * published is still to come (inbox.h). */
+  return !tko__has_work_seq(pool) && tko__load_seq(&pool->async_waiting) == 0;
 }
 
 /* Called after new work is queued: wakes a sleeper if nobody is searching,

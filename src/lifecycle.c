@@ -41,7 +41,7 @@ bool tko__in_shutdown(const tko_pool *pool) { return closing_pool == pool; }
 static _Thread_local const tko_pool *gated_pool;
 static _Thread_local unsigned gated_depth;
 
-bool tko__gate_held(const tko_pool *pool) { return gated_pool == pool; }
+static bool gate_held(const tko_pool *pool) { return gated_pool == pool; }
 
 static int get_state(tko_pool *pool) {
   /* Relaxed: every decision on the state is taken under gate_mu; lock-free
@@ -328,7 +328,7 @@ int tko_pool_shutdown_timed(tko_pool *pool, tko_shutdown_mode mode, long timeout
   if (rc) return rc;
   if (mode != TKO_DRAIN && mode != TKO_CANCEL && mode != TKO_CANCEL_NOWAIT) return -EINVAL;
   if (timeout_ms < -1) return -EINVAL;
-  if (tko__current_pool == pool || role == pool || tko__gate_held(pool)) return -EDEADLK;
+  if (tko__current_pool == pool || role == pool || gate_held(pool)) return -EDEADLK;
   struct timespec at, *deadline = NULL;
   if (timeout_ms >= 0) {
     tko__deadline_after(&at, timeout_ms);

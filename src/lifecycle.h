@@ -121,8 +121,5 @@ size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, 
  * (DRAINING or later). Every successful enter is paired with a leave. */
 int tko__gate_enter(tko_pool *pool);
 void tko__gate_leave(tko_pool *pool);
-/* Whether the calling thread is inside pool's gate (its shutdown and
- * destroy would wait for this very thread: -EDEADLK). */
-bool tko__gate_held(const tko_pool *pool);
 
 #endif

@@ -44,6 +44,10 @@ void tko__deadline_after(struct timespec *ts, long ms) {
   }
 }
 
+bool tko__time_before(const struct timespec *a, const struct timespec *b) {
+  return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
 int tko__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, tko__rank r,
                          const struct timespec *deadline, bool (*done)(void *ctx), void *ctx) {
   while (!done(ctx)) {

@@ -24,6 +24,8 @@ struct timespec;
 /* An absolute CLOCK_MONOTONIC deadline ms from now, for timed waits on
  * condition variables created with that clock. */
 void tko__deadline_after(struct timespec *ts, long ms);
+/* Whether time a comes before time b (same clock). */
+bool tko__time_before(const struct timespec *a, const struct timespec *b);
 
 /* Waits on cv (caller holds mu, whose rank is r: witness.h) until done(ctx)
  * holds or the deadline passes (NULL = no limit; a deadline already past

@@ -475,20 +475,20 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   /* Beside a hole: its publish may not wake this worker (inbox.h), so it
    * looks again a moment later; a stopped submitter then costs a look a
    * millisecond, not a spin. */
+  unsigned poll_ms = 0;
   if (look == TKO__LOOK_HOLE) {
-    uint64_t ms = (uint64_t)TKO__HOLE_POLL_MS << (w->hole_sleeps < 8 ? w->hole_sleeps : 8);
-    timeout = (ms < TKO__HOLE_POLL_MAX_MS ? ms : TKO__HOLE_POLL_MAX_MS) * 1000000ull;
-    w->hole_sleeps++;
-  } else {
-    w->hole_sleeps = 0;
+    poll_ms = w->hole_poll_ms ? 2 * w->hole_poll_ms : TKO__HOLE_POLL_MS;
+    if (poll_ms > TKO__HOLE_POLL_MAX_MS) poll_ms = TKO__HOLE_POLL_MAX_MS;
+    timeout = poll_ms * 1000000ull;
   }
+  w->hole_poll_ms = poll_ms;
   if (tko__parker_park(&w->sleeper.parker, timeout)) {
-    w->hole_sleeps = 0; /* woken by a submit: whatever hole comes next starts afresh */
+    w->hole_poll_ms = 0; /* woken by a submit: the next hole starts afresh */
     return WOKEN;
   }
   if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper)) {
     tko__parker_park(&w->sleeper.parker, UINT64_MAX); /* a waker claimed us */
-    w->hole_sleeps = 0;
+    w->hole_poll_ms = 0;
     return WOKEN;
   }
   if (look == TKO__LOOK_HOLE) return WOKEN;
