@@ -101,11 +101,15 @@ typedef enum tko_worker_kind {
 /** What a task hook is told. Times are in nanoseconds and are measured only
  * when the pool has a before_run, after_run or on_failure hook (else 0). */
 typedef struct tko_task_info {
-  uint64_t id;           /**< unique per pool, from 1, in submit order; gap-free
-                            for tasks queued by tko_submit and tko_submit_batch
-                            while no keyed task is (a keyed task, like a timer's
-                            task that never reached the queue, has an id of its
-                            own with the top bit set) */
+  uint64_t id;           /**< unique per pool, nonzero; increasing per
+                            submitting thread; consecutive within a batch. A
+                            pool made with one worker and no elastic ones
+                            numbers tko_submit and tko_submit_batch tasks
+                            from 1, gap-free, in submit order (one shared
+                            inbox); with more workers each submitting thread
+                            has ids of its own (bit 62 set: its submit ring).
+                            A keyed task, like a timer's task that never
+                            reached the queue, has an id with the top bit set */
   tko_task_fn fn;         /**< the task's function */
   void *arg;             /**< its argument */
   int weight;            /**< its weight */
@@ -278,15 +282,18 @@ TKO_API tko_options tko_elastic_options(unsigned workers, unsigned max_elastic,
  * started (a stack_size the system cannot give included). */
 TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
 
-/** Queues fn(arg). Higher weight runs first over the whole int range; equal
- * weights run in submit order: a task whose submit returned before another
- * submit began runs no later than that one's (so one thread's tasks are
- * FIFO); overlapping submits may go either way. A submitter stopped inside
- * its submit (preempted, in a debugger) delays only its own task, ordered
- * from the moment the submit publishes it - unless the inbox was full and
- * it was stopped while moving tasks into the queue under the queue's lock:
- * then every worker and every submit that needs that lock waits until it
- * resumes. Safe from any thread, tasks and
+/** Queues fn(arg). Higher weight runs first over the whole int range.
+ * Equal weights: one thread's tasks start in submit order. In a pool made
+ * with one worker and no elastic ones, so do tasks of different threads
+ * whose submits are ordered (one returned before the other began);
+ * overlapping submits may go either way. With more workers, each
+ * submitting thread has its own submit ring, and equal-weight tasks of
+ * different threads start in no promised order. A submitter stopped
+ * inside its submit (preempted, in a debugger) delays only its own task -
+ * unless its ring (or the shared inbox) was full and it was stopped while
+ * moving tasks into the queue under the queue's lock: then every worker
+ * and every submit that needs that lock waits until it resumes. Safe from
+ * any thread, tasks and
  * hooks included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
  * -ENOMEM: the queue could not grow.
  * A worker may take a few queued tasks at once (up to max_batch, fewer when

@@ -16,10 +16,13 @@
   (tko__audit_note((const volatile void *)(p), TKO__AUDIT_##kind), (op))
 #define TKO__AUDITED_CAS(p, op) tko__audit_cas((const volatile void *)(p), (op))
 #define TKO__AUDIT_LOCKED(p, delta) tko__audit_locked((const volatile void *)(p), (delta))
+/* A plain access the audit should see as one (a ring slot's payload). */
+#define TKO__AUDIT_PLAIN(kind, p) tko__audit_note((const volatile void *)(p), TKO__AUDIT_##kind)
 #else
 #define TKO__AUDITED(kind, p, op) (op)
 #define TKO__AUDITED_CAS(p, op) (op)
 #define TKO__AUDIT_LOCKED(p, delta) ((void)0)
+#define TKO__AUDIT_PLAIN(kind, p) ((void)0)
 #endif
 
 #define tko__load_relaxed(p) TKO__AUDITED(LOAD, p, atomic_load_explicit((p), memory_order_relaxed))

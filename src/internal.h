@@ -35,6 +35,7 @@
 #include "lifecycle.h"
 #include "lock.h"
 #include "queue.h"
+#include "ring.h"
 #include "tko_signal.h"
 #include "taskorch.h"
 
@@ -114,8 +115,10 @@ typedef struct tko__worker {
 } tko__worker;
 
 struct tko_pool {
-  /* Submitters write here without a lock (inbox.h). */
+  /* Submitters write here without a lock (inbox.h): the shared inbox, and
+   * each submitting thread's own ring (ring.h). */
   tko__inbox inbox;
+  tko__rings rings;
 
   /* 1 while a submitter whose inbox was full moves it (submit.c:
    * make_room); other submitters then wait for it. Its own line: only
@@ -302,8 +305,8 @@ void tko__group_finished(void *group, int status);
 int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_task_fn fn,
                           void *arg, int weight);
 
-/* submit.c: moves the inbox into the queue and refreshes backlog; caller
- * holds lock. */
+/* submit.c: moves the inbox and the rings into the queue and refreshes
+ * backlog; caller holds lock. */
 int tko__pool_drain_locked(tko_pool *pool);
 /* Queues one task carrying ctx (a tagged group or async record); a full
  * bounded queue blocks up to timeout_ms (-1 = no limit). */
@@ -320,15 +323,15 @@ int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy
 /* The submit time to stamp on a task: only when the pool measures times
  * or ages tasks. */
 uint64_t tko__enqueue_time(tko_pool *pool);
-/* Tasks ever accepted: inbox reservations plus tasks run by callers and
- * side tasks. */
+/* Tasks ever accepted: inbox reservations, ring publishes, tasks run by
+ * callers and side tasks. */
 static inline uint64_t tko__submitted(tko_pool *pool) {
-  return tko__inbox_reserved(&pool->inbox) + tko__load_seq(&pool->caller_runs) +
-         tko__load_seq(&pool->side_tasks);
+  return tko__inbox_reserved(&pool->inbox) + tko__rings_published(&pool->rings) +
+         tko__load_seq(&pool->caller_runs) + tko__load_seq(&pool->side_tasks);
 }
 /* Counts a side task as submitted and returns its id, unique in the pool:
- * ids of queued tasks are inbox positions, below 2^63; these have the top
- * bit set. seq_cst: submitted before it can count as cancelled. */
+ * ids of queued tasks are below 2^63 (inbox positions below 2^62, ring
+ * ids with bit 62: ring.h); these have the top bit set. seq_cst: submitted before it can count as cancelled. */
 static inline uint64_t tko__side_task(tko_pool *pool) {
   return ((uint64_t)1 << 63) | (tko__add_seq(&pool->side_tasks, 1) + 1);
 }
@@ -471,7 +474,9 @@ enum tko__look { TKO__LOOK_NOTHING, TKO__LOOK_HOLE, TKO__LOOK_WORK };
 static inline enum tko__look tko__look_seq(tko_pool *pool) {
   if (tko__load_seq(&pool->paused)) return TKO__LOOK_NOTHING; /* resume wakes all */
   /* backlog first: while a hole holds head, the inbox's check reads slots. */
-  if (tko__load_seq(&pool->backlog) > 0 || tko__inbox_ready(&pool->inbox)) return TKO__LOOK_WORK;
+  if (tko__load_seq(&pool->backlog) > 0 || tko__rings_ready_seq(&pool->rings) ||
+      tko__inbox_ready(&pool->inbox))
+    return TKO__LOOK_WORK;
   return tko__inbox_settled(&pool->inbox) ? TKO__LOOK_NOTHING : TKO__LOOK_HOLE;
 }
 
@@ -491,10 +496,12 @@ static inline enum tko__look tko__look_seq(tko_pool *pool) {
  * a searching worker's hint of published work (take_batch decides under
  * the lock). */
 static inline bool tko__has_work_seq(tko_pool *pool) {
-  return tko__load_seq(&pool->backlog) > 0 || !tko__inbox_settled(&pool->inbox);
+  return tko__load_seq(&pool->backlog) > 0 || !tko__inbox_settled(&pool->inbox) ||
+         tko__rings_ready_seq(&pool->rings);
 }
 static inline bool tko__has_work_hint(tko_pool *pool) {
-  return tko__inbox_ready_hint(&pool->inbox) || tko__load_relaxed(&pool->backlog) > 0;
+  return tko__inbox_ready_hint(&pool->inbox) || tko__load_relaxed(&pool->backlog) > 0 ||
+         tko__rings_ready_hint(&pool->rings);
 }
 
 /* Work that may start now or is on its way (a hole counts: see

@@ -223,6 +223,7 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
   tko__store_seq(&pool->closing, true);
   tko__inbox_close(&pool->inbox);
+  tko__rings_close(&pool->rings);
   tko__unlock(&pool->lock);
   tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE); /* blocked submitters see closing */
   pthread_cond_broadcast(&pool->space_cv);

@@ -84,6 +84,7 @@ static void free_pool(tko_pool *pool) {
   tko__async_fini(pool);
   pthread_mutex_destroy(&pool->async_mu);
   tko__inbox_fini(&pool->inbox, a);
+  if (pool->rings.uid) tko__rings_fini(&pool->rings); /* uid: set once initialised */
   tko__idle_fini(&pool->idle);
   pthread_mutex_destroy(&pool->spawn_mu);
   pthread_cond_destroy(&pool->spawn_cv);
@@ -157,6 +158,9 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
 
   rc = init_sync(pool);
   if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);
+  /* One worker and no elastic ones: exact order, through the shared inbox
+   * alone (ring.h). */
+  if (rc == 0) rc = tko__rings_init(&pool->rings, opts->workers == 1 && opts->max_elastic == 0, a);
   if (rc == 0) rc = tko__queue_init(&pool->queue, opts->initial_capacity ? opts->initial_capacity : 256, a);
   if (rc == 0) rc = tko__queue_init(&pool->async_queue, 16, a);
   pool->queue.aging_ns = pool->async_queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;

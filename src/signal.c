@@ -16,15 +16,20 @@
  * No lost wake-up. A worker goes to sleep in three steps: (1) it moves itself
  * from searching to sleeping in idle.state with a seq_cst read-modify-write
  * (tko__idle_sleep_prepare), (2) it re-reads, with seq_cst loads, the
- * queue's backlog and the inbox's head, tail and the slots between them
- * (tko__look_seq), (3) it parks. A submit (1') reserves its inbox position
- * with a seq_cst CAS of the tail, publishes its slot, then (2') loads
- * idle.state seq_cst. All of these are in the single total order of
- * seq_cst operations, so either (1) precedes (1') and the submit sees a
- * sleeper and wakes one, or (1') precedes the re-check in (2), which sees
- * the tail moved and does not sleep for good. The pattern is Dekker's; the
- * pairs are documented where they are used (worker.c: worker_sleep,
- * inbox.h: tko__inbox_reserve). What the re-check then finds decides: a
+ * queue's backlog, every submit ring's head and tail, and the shared
+ * inbox's head, tail and the slots between them (tko__look_seq), (3) it
+ * parks. A submit (1') publishes through its own ring with a seq_cst CAS
+ * of that ring's tail (ring.h: tko__ring_publish) - or, through the
+ * shared inbox, reserves its position with a seq_cst CAS of the shared
+ * tail and then publishes its slot - then (2') loads idle.state seq_cst.
+ * All of these are in the single total order of seq_cst operations, so
+ * either (1) precedes (1') and the submit sees a sleeper and wakes one, or
+ * (1') precedes the re-check in (2), which sees the tail moved and does
+ * not sleep for good. The pattern is Dekker's; the pairs are documented
+ * where they are used (worker.c: worker_sleep, ring.h, inbox.h:
+ * tko__inbox_reserve). A ring has no holes: its CAS is the publish, so
+ * the re-check that sees it sees the task. For the shared inbox, what the
+ * re-check finds decides: a
  * published task cancels the sleep; a hole (the position reserved, its
  * slot not yet published) makes the worker sleep for TKO__HOLE_POLL_MS
  * and look again. The publish is a release store, so the hole's submitter
@@ -37,7 +42,9 @@
  * (tko__runnable_seq), for the same reason. A task a submit puts straight
  * into the queue (the ring full behind a hole, or a batch larger than the
  * ring) has its claim's seq_cst CAS of the tail and a seq_cst store of
- * backlog as its (1') (submit.c: claim_locked).
+ * backlog as its (1') (submit.c: claim_locked); a batch larger than a
+ * submit ring goes through the ring a ringful at a time under the queue
+ * lock, each with its CAS (submit.c: ring_enqueue_locked).
  *
  * A spawn that fails. When nobody is searching or asleep, a submit starts an
  * elastic worker, which its spawner counts as searching before the thread

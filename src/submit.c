@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Submitting: single tasks and batches go through the lock-free inbox
- * (inbox.h); only a full inbox, or a batch larger than it, takes the queue
- * lock to move tasks along. */
+/* Submitting: single tasks and batches go through the submitting thread's
+ * own ring (ring.h), or the shared lock-free inbox (inbox.h) when the pool
+ * has one worker or every ring is taken; only a full ring or inbox, or a
+ * batch larger than one, takes the queue lock to move tasks along. */
 #include <errno.h>
 #include <time.h>
 
@@ -10,8 +11,9 @@
 
 int tko__pool_drain_locked(tko_pool *pool) {
   int rc = tko__inbox_drain(&pool->inbox, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
+  int rings = tko__rings_drain(&pool->rings, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
   tko__refresh_backlog(pool);
-  return rc;
+  return rc ? rc : rings;
 }
 
 /* What make_room did: QUEUED, the tasks are in the queue; ROOM, the ring
@@ -207,11 +209,78 @@ static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t c
   return 0;
 }
 
+/* A batch larger than a ring, under the queue lock: everything published
+ * is moved first (this thread's ring is then empty, its earlier tasks
+ * ahead of the batch), room in the queue is made for all (all or
+ * nothing), then the batch goes through the ring a ringful at a time, each
+ * moved at once. No publish can fail here: the close takes the lock. */
+static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
+                               uintptr_t ctx, uint64_t enq_ns) {
+  tko__queue *q = ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
+  tko__lock_acquire(&pool->lock);
+  uint64_t t = tko__load_relaxed(&r->tail); /* the owner's own; the close bit under lock */
+  int rc = t & TKO__RING_CLOSED ? -ESHUTDOWN : tko__pool_drain_locked(pool);
+  if (rc == 0) rc = tko__queue_reserve(q, n);
+  if (rc == 0) rc = tko__queue_reserve_buckets(q, n);
+  for (size_t done = 0; rc == 0 && done < n;) {
+    size_t k = n - done < TKO__RING_CAPACITY ? n - done : TKO__RING_CAPACITY;
+    for (size_t i = 0; i < k; i++)
+      tko__ring_write(r, t + i, tasks[done + i].fn, tasks[done + i].arg, ctx,
+                      tasks[done + i].weight, enq_ns);
+    rc = tko__ring_publish(r, t, k);
+    TKO__INVARIANT(rc == 0);
+    /* Cannot fail: reserved above. */
+    (void)tko__ring_drain(r, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
+    t += k;
+    done += k;
+  }
+  tko__refresh_backlog(pool);
+  /* seq_cst (the value just stored, under the lock): the drain moved the
+   * ring's head past the tasks, so a sleeper's re-check finds them in
+   * backlog; step (1') as in claim_locked. */
+  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
+  tko__unlock(&pool->lock);
+  return rc;
+}
+
+/* Puts n tasks into the calling thread's ring r and publishes them with
+ * one CAS (ring.h). A full ring is moved into the queue under the lock
+ * first. */
+static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
+                        uintptr_t ctx, uint64_t enq_ns) {
+  if (n > TKO__RING_CAPACITY) return ring_enqueue_locked(pool, r, tasks, n, ctx, enq_ns);
+  uint64_t t = tko__load_relaxed(&r->tail); /* only this thread moves it; the close sets a bit */
+  if (t & TKO__RING_CLOSED) return -ESHUTDOWN;
+  if (!tko__ring_room(r, t, n)) {
+    tko__lock_acquire(&pool->lock);
+    int rc = tko__pool_drain_locked(pool);
+    tko__unlock(&pool->lock);
+    /* The drain moved every task this thread published, unless a queue
+     * could not grow. */
+    if (!tko__ring_room(r, t, n)) return rc ? rc : -ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++)
+    tko__ring_write(r, t + i, tasks[i].fn, tasks[i].arg, ctx, tasks[i].weight, enq_ns);
+  publish_seam seam = seam_now();
+  if (seam) seam(r->id_base | t, false);
+  int rc = tko__ring_publish(r, t, n);
+  if (rc) return rc;
+  if (seam) seam(r->id_base | t, true);
+  return 0;
+}
+
 /* Reserves an inbox slot and publishes the task, or queues it directly
  * when the ring has no room (after admit; a failure leaves the room it
  * took to the caller). */
 static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
   uint64_t enq_ns = tko__enqueue_time(pool);
+  tko__ring *r = tko__rings_mine(&pool->rings);
+  if (r) {
+    tko_task task = {fn, arg, weight};
+    int rc = ring_enqueue(pool, r, &task, 1, ctx, enq_ns);
+    if (rc == 0) tko__signal_work(pool);
+    return rc;
+  }
   uint64_t pos;
   int rc;
   while ((rc = tko__inbox_reserve(&pool->inbox, 1, &pos)) == -EAGAIN) {
@@ -285,14 +354,17 @@ int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long
   return tko__submit_item(pool, fn, arg, 0, weight, timeout_ms);
 }
 
-/* Queues a batch admit let in: through the inbox, or straight into the
- * queue when it is larger than the inbox (positions claimed past the ring,
+/* Queues a batch admit let in: through the thread's ring, or the inbox,
+ * or straight into the queue when it is larger than the inbox (positions claimed past the ring,
  * so its ids stay consecutive) or the ring has no room for it. */
 static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   uint64_t enq_ns = tko__enqueue_time(pool);
   tko__inbox *in = &pool->inbox;
+  tko__ring *r = tko__rings_mine(&pool->rings);
   int rc;
-  if (n > in->mask + 1) {
+  if (r) {
+    rc = ring_enqueue(pool, r, tasks, n, 0, enq_ns);
+  } else if (n > in->mask + 1) {
     tko__lock_acquire(&pool->lock);
     rc = tko__pool_drain_locked(pool);
     if (rc == 0) rc = claim_locked(pool, tasks, n, 0, enq_ns); /* never ROOM: too big */

@@ -461,14 +461,14 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   }
   /* Decay: after a burst, a worker that then sleeps elastic_idle_ms
    * without being woken gives the queue's slab back if the pool stayed
-   * idle meanwhile: no submit moved the inbox's tail (jemalloc's decay,
+   * idle meanwhile: no task was submitted (jemalloc's decay,
    * Go's scavenger; tko_pool_trim does it on demand). This worker's sleep
    * alone says nothing: another worker may have run burst after burst
    * while it slept, and a trim between two bursts makes the next one grow
    * the slab again (pool/steady_state_allocates_nothing_per_task saw it on
    * a loaded machine). Only then does a basic worker sleep with a timeout. */
   bool trim = tko__pool_trimmable(pool);
-  uint64_t submitted = trim ? tko__inbox_reserved(&pool->inbox) : 0;
+  uint64_t submitted = trim ? tko__submitted(pool) : 0;
   uint64_t timeout = w->kind == TKO_WORKER_ELASTIC || trim
                          ? (uint64_t)pool->opts.elastic_idle_ms * 1000000u
                          : UINT64_MAX;
@@ -493,7 +493,7 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   }
   if (look == TKO__LOOK_HOLE) return WOKEN;
   /* searching meanwhile: a submit counts on it */
-  if (trim && tko__inbox_reserved(&pool->inbox) == submitted) tko__pool_trim(pool);
+  if (trim && tko__submitted(pool) == submitted) tko__pool_trim(pool);
   if (w->kind != TKO_WORKER_ELASTIC) return WOKEN;
   return tko__elastic_try_retire(pool, w) ? RETIRE : WOKEN;
 }

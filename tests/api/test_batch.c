@@ -170,24 +170,41 @@ Test(batch, invalid_arguments_queue_nothing) {
   bctx_free(c);
 }
 
-Test(batch, ids_are_consecutive_in_array_order) {
+/* Ids (header: tko_task_info.id): a batch's are consecutive in array
+ * order, one thread's increase; a one-worker pool's are gap-free in
+ * submit order (its shared inbox), a pool with more workers gives each
+ * submitting thread its own range (its ring). */
+static void check_batch_ids(unsigned workers) {
   enum { N = 50 };
   bctx *c = bctx_new(N + 2);
-  tko_pool *pool = make_pool(c, 2, 0, TKO_FULL_BLOCK);
+  tko_pool *pool = make_pool(c, workers, 0, TKO_FULL_BLOCK);
   tko_task *t = tasks_new(N, 1);
   /* Mixed weights: ids follow the array even though run order does not. */
   for (size_t i = 0; i < N; i++)
     t[i].weight = (int)(i * 7 % 11) - 5;
-  cr_assert_eq(tko_submit(pool, task_fn, arg_of(0), 0), 0);     /* id 1 */
-  cr_assert_eq(tko_submit_batch(pool, t, N), 0);                /* 2..N+1 */
-  cr_assert_eq(tko_submit(pool, task_fn, arg_of(N + 1), 0), 0); /* N+2 */
+  cr_assert_eq(tko_submit(pool, task_fn, arg_of(0), 0), 0);
+  cr_assert_eq(tko_submit_batch(pool, t, N), 0);
+  cr_assert_eq(tko_submit(pool, task_fn, arg_of(N + 1), 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  for (size_t i = 0; i < N + 2; i++)
-    cr_assert_eq(atomic_load(&c->id[i]), i + 1);
+  uint64_t first = atomic_load(&c->id[0]);
+  if (workers == 1) cr_assert_eq(first, 1);
+  for (size_t i = 1; i < N + 2; i++) {
+    uint64_t id = atomic_load(&c->id[i]), prev = atomic_load(&c->id[i - 1]);
+    if (workers == 1 || (i > 1 && i <= N)) /* gap-free; inside the batch */
+      cr_assert_eq(id, prev + 1, "task %zu: id %llu after %llu", i, (unsigned long long)id,
+                   (unsigned long long)prev);
+    else
+      cr_assert_gt(id, prev, "one thread's ids increase");
+  }
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c->bad), 0);
   free(t);
   bctx_free(c);
+}
+
+Test(batch, ids_are_consecutive_in_array_order) {
+  check_batch_ids(1);
+  check_batch_ids(2);
 }
 
 Test(batch, runs_in_weight_then_array_order) {
@@ -417,6 +434,11 @@ static void *cthread_main(void *arg) {
   return NULL;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
 Test(batch, concurrent_batches_keep_ids_consecutive) {
   size_t n = (size_t)CT_THREADS * CT_BATCHES * CT_SIZE;
   bctx *c = bctx_new(n);
@@ -432,16 +454,19 @@ Test(batch, concurrent_batches_keep_ids_consecutive) {
     cr_assert_eq(ct[i].rc, 0);
   }
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  uint8_t *seen = calloc(n + 1, 1);
+  uint64_t *ids = calloc(n, sizeof *ids);
   for (size_t i = 0; i < n; i++) {
     cr_assert_eq(atomic_load(&c->ran[i]), 1);
-    uint64_t id = atomic_load(&c->id[i]);
-    cr_assert(id >= 1 && id <= n);
-    cr_assert_eq(seen[id], 0, "id %llu given twice", (unsigned long long)id);
-    seen[id] = 1;
+    uint64_t id = ids[i] = atomic_load(&c->id[i]);
+    cr_assert(id >= 1);
+    /* Consecutive inside a batch; increasing over one thread's batches. */
     if (i % CT_SIZE) cr_assert_eq(id, atomic_load(&c->id[i - 1]) + 1);
+    else if (i % (CT_BATCHES * CT_SIZE)) cr_assert_gt(id, atomic_load(&c->id[i - 1]));
   }
-  free(seen);
+  qsort(ids, n, sizeof *ids, cmp_u64);
+  for (size_t i = 1; i < n; i++)
+    cr_assert_neq(ids[i], ids[i - 1], "id %llu given twice", (unsigned long long)ids[i]);
+  free(ids);
   cr_assert_eq(tko_pool_destroy(pool), 0);
   cr_assert_eq(atomic_load(&c->bad), 0);
   bctx_free(c);

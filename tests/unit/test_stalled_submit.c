@@ -75,7 +75,9 @@ static void record_id(void *user, const tko_task_info *t) {
   if (t->fn == other_fn || t->fn == parked_fn) atomic_store(&((token *)t->arg)->id, t->id);
 }
 
-static stall *stall_new(unsigned workers) {
+/* rings: submits go through each thread's own ring (ring.h); else, as a
+ * one-worker pool's do, through the shared inbox (inbox.h). */
+static stall *stall_new(unsigned workers, bool rings) {
   stall *s = calloc(1, sizeof *s);
   s->tokens = calloc(N + 8, sizeof *s->tokens);
   tt_count_init(&s->ran);
@@ -86,6 +88,7 @@ static stall *stall_new(unsigned workers) {
   tko_options o = tko_basic_options(workers);
   o.hooks.before_run = record_id;
   cr_assert_eq(tko_pool_create(&s->pool, &o), 0);
+  s->pool->rings.off = !rings; /* before any submit */
   cur = s;
   atomic_store(&tko__test_publish_window, park);
   return s;
@@ -198,12 +201,18 @@ static bool stay_asleep(tko_pool *pool) {
   return used < (uint64_t)WAIT_MS * 1000000u / 4; /* spinning: about 2 x WAIT_MS */
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
 /* Parks one submit of n tasks, lets the others submit N tasks as told (one
  * after the other if in_turn), and checks everything but what the caller
  * checks after the release. Returns with the parked submit released and
  * every thread joined. */
 static void run_around_a_parked_submit(stall *s, size_t parked_n, const how hows[SUBMITTERS],
                                        bool in_turn) {
+  bool rings = !s->pool->rings.off;
   pthread_t pt, th[SUBMITTERS];
   parked_arg pa = {s, parked_n, 1};
   cr_assert_eq(pthread_create(&pt, NULL, parked_main, &pa), 0);
@@ -218,18 +227,22 @@ static void run_around_a_parked_submit(stall *s, size_t parked_n, const how hows
   /* Every other task runs while the submitter stays parked. */
   bool all_ran = tt_count_wait_geq_within(&s->ran, N, TT_SCALE(20000, 60000));
   /* Positions went past the ring: submits found it full behind the hole. */
-  bool went_round = tko__inbox_reserved(&s->pool->inbox) >= hole + parked_n + CAP;
+  bool went_round = rings || tko__inbox_reserved(&s->pool->inbox) >= hole + parked_n + CAP;
   /* With only the hole left, the workers sleep rather than spin. */
   bool slept = all_ran && within(all_asleep, s->pool, TT_SCALE(20000, 60000)) &&
-               stay_asleep(s->pool);
+               (rings || stay_asleep(s->pool));
+  /* In a ring the parked task is not accepted until its publish: the pool
+   * is idle meanwhile (through the inbox its reservation counts). */
+  bool idle_early = rings && tko_pool_wait_idle(s->pool, TT_SCALE(20000, 60000)) == 0;
   bool ran_early = atomic_load(&s->tokens[N].runs) != 0;
   tt_gate_open(&s->release);
   pthread_join(pt, NULL);
   for (int i = 0; i < SUBMITTERS; i++) pthread_join(th[i], NULL);
   cr_assert(all_ran, "other submitters' tasks waited for the parked one");
-  cr_assert(went_round, "the ring never filled behind the hole");
+  cr_assert(went_round, "the inbox never filled behind the hole");
   cr_assert(slept, "a worker kept spinning at the hole");
   cr_assert_not(ran_early, "the parked task ran before its publish");
+  cr_assert_eq(idle_early, rings, "a parked ring submit counted before its publish");
   cr_assert_eq(pa.rc, 0);
   for (int i = 0; i < SUBMITTERS; i++) cr_assert_eq(oa[i].rc, 0);
   /* Its publish wakes a sleeping worker: the pool goes idle. */
@@ -241,15 +254,17 @@ static void run_around_a_parked_submit(stall *s, size_t parked_n, const how hows
   cr_assert_eq(st.submitted, total);
   cr_assert_eq(st.completed, total);
   cr_assert_eq(st.queued, 0);
-  /* Ids: unique, from 1 to the count (positions, claims included). */
-  uint8_t *seen = calloc(total + 1, 1);
+  /* Ids: unique; through the inbox, from 1 to the count (positions,
+   * claims included). */
+  uint64_t *ids = calloc(total, sizeof *ids);
   for (size_t i = 0; i < total; i++) {
-    uint64_t id = atomic_load(&s->tokens[i].id);
-    cr_assert(id >= 1 && id <= total, "task %zu has id %llu", i, (unsigned long long)id);
-    cr_assert_eq(seen[id], 0, "id %llu given twice", (unsigned long long)id);
-    seen[id] = 1;
+    uint64_t id = ids[i] = atomic_load(&s->tokens[i].id);
+    cr_assert(id >= 1 && (rings || id <= total), "task %zu has id %llu", i, (unsigned long long)id);
   }
-  free(seen);
+  qsort(ids, total, sizeof *ids, cmp_u64);
+  for (size_t i = 1; i < total; i++)
+    cr_assert_neq(ids[i], ids[i - 1], "id %llu given twice", (unsigned long long)ids[i]);
+  free(ids);
   cr_assert_eq(atomic_load(&s->tokens[N].id), hole + 1);
   /* And the inbox settles: head catches up with every position. */
   cr_assert_eq(tko_pool_shutdown_timed(s->pool, TKO_DRAIN, TT_SCALE(20000, 60000)), 0);
@@ -261,7 +276,7 @@ static void run_around_a_parked_submit(stall *s, size_t parked_n, const how hows
  * inbox-moved-not-marked, inbox-worker-spins-at-a-hole
  * (scripts/mutants.list). */
 Test(stalled_submit, single_submits_run_around_a_parked_one) {
-  stall *s = stall_new(WORKERS);
+  stall *s = stall_new(WORKERS, false);
   const how hows[SUBMITTERS] = {SINGLES, SINGLES};
   run_around_a_parked_submit(s, 1, hows, false);
   stall_free(s);
@@ -271,7 +286,7 @@ Test(stalled_submit, single_submits_run_around_a_parked_one) {
  * head's window (those positions are marked done at once) and runs past it.
  * Kills inbox-claim-window-not-marked, inbox-claim-ids-collide. */
 Test(stalled_submit, batches_run_around_a_parked_batch) {
-  stall *s = stall_new(WORKERS);
+  stall *s = stall_new(WORKERS, false);
   const how hows[SUBMITTERS] = {ONE_BIG_BATCH, BATCHES};
   run_around_a_parked_submit(s, 3, hows, true);
   /* The parked batch's ids are consecutive, as any batch's. */
@@ -282,6 +297,31 @@ Test(stalled_submit, batches_run_around_a_parked_batch) {
   for (size_t i = 1; i < PER; i++) /* and each batch of BATCH */
     if (i % BATCH)
       cr_assert_eq(atomic_load(&s->tokens[PER + i].id), atomic_load(&s->tokens[PER + i - 1].id) + 1);
+  stall_free(s);
+}
+
+/* The same through submit rings (ring.h; issue 15): a submitter parked
+ * after writing its slots and before the CAS that publishes them holds
+ * back no other thread's task - here each other submitter fills its own
+ * ring and moves it along - the workers sleep meanwhile, and its publish
+ * wakes one. */
+Test(stalled_submit, ring_single_submits_run_around_a_parked_one) {
+  stall *s = stall_new(WORKERS, true);
+  const how hows[SUBMITTERS] = {SINGLES, SINGLES};
+  run_around_a_parked_submit(s, 1, hows, false);
+  stall_free(s);
+}
+
+/* A batch larger than a ring goes a ringful at a time under the queue
+ * lock; batches of 100 and the parked batch of 3 go lock-free. */
+Test(stalled_submit, ring_batches_run_around_a_parked_batch) {
+  stall *s = stall_new(WORKERS, true);
+  const how hows[SUBMITTERS] = {ONE_BIG_BATCH, BATCHES};
+  run_around_a_parked_submit(s, 3, hows, true);
+  for (size_t i = 1; i < 3; i++)
+    cr_assert_eq(atomic_load(&s->tokens[N + i].id), atomic_load(&s->tokens[N].id) + i);
+  for (size_t i = 1; i < PER; i++) /* the big batch's ids are consecutive too */
+    cr_assert_eq(atomic_load(&s->tokens[i].id), atomic_load(&s->tokens[0].id) + i);
   stall_free(s);
 }
 
@@ -300,7 +340,7 @@ static void *shutdown_main(void *arg) {
  * waits for it, runs it, and every worker still exits.
  * Kills inbox-shutdown-ignores-a-hole, inbox-closed-worker-wakes-nobody. */
 Test(stalled_submit, shutdown_waits_for_a_parked_submit) {
-  stall *s = stall_new(WORKERS);
+  stall *s = stall_new(WORKERS, false);
   pthread_t pt, sh;
   parked_arg pa = {s, 1, 1};
   cr_assert_eq(pthread_create(&pt, NULL, parked_main, &pa), 0);
@@ -334,13 +374,36 @@ Test(stalled_submit, shutdown_waits_for_a_parked_submit) {
   stall_free(s);
 }
 
+/* Through a ring nothing is visible before the publish, so a shutdown
+ * does not wait for a parked submit: it closes the rings, finishes, and
+ * the parked submit, released, fails with -ESHUTDOWN; its task never
+ * runs and was never counted. */
+Test(stalled_submit, ring_shutdown_refuses_a_parked_submit) {
+  stall *s = stall_new(WORKERS, true);
+  pthread_t pt;
+  parked_arg pa = {s, 1, 1};
+  cr_assert_eq(pthread_create(&pt, NULL, parked_main, &pa), 0);
+  cr_assert(tt_count_wait_geq(&s->parked, 1));
+  int rc = tko_pool_shutdown_timed(s->pool, TKO_DRAIN, TT_SCALE(20000, 60000));
+  tt_gate_open(&s->release);
+  pthread_join(pt, NULL);
+  cr_assert_eq(rc, 0, "shutdown waited for an unpublished ring slot");
+  cr_assert_eq(pa.rc, -ESHUTDOWN);
+  cr_assert_eq(atomic_load(&s->tokens[N].runs), 0);
+  tko_stats st;
+  tko_pool_stats(s->pool, &st);
+  cr_assert_eq(st.submitted, 0);
+  cr_assert_eq(tko_pool_destroy(s->pool), 0);
+  stall_free(s);
+}
+
 /* One thread's tasks stay FIFO (equal weights) around a parked submit: the
  * worker is pinned, so the first 1,023 wait published in the ring behind
  * the hole, and the 1,024th finds the ring full. It must drain those into
  * the queue before it puts its own task there directly, and so must every
  * later one. Kills inbox-claim-without-drain. */
 Test(stalled_submit, one_threads_tasks_stay_fifo_around_a_parked_submit) {
-  stall *s = stall_new(1);
+  stall *s = stall_new(1, false);
   tt_pin pin = TT_PIN_INIT;
   cr_assert_eq(tko_submit(s->pool, tt_pin_fn, &pin, 0), 0);
   cr_assert(tt_count_wait_geq(&pin.started, 1));

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/* Submit rings' slow parts: claiming one, closing them, moving their tasks
+ * into the queue, and the looks workers take (ring.h). */
+#include "ring.h"
+
+#include <stdalign.h>
+#include <string.h>
+
+#include "invariant.h"
+#include "lock.h"
+#include "mem.h"
+#include "witness.h"
+
+/* The calling thread's token (its address) and its last lookup: one pool
+ * at a time; a thread alternating between pools scans their rings. */
+typedef struct ring_cache {
+  const tko__rings *rs;
+  uint64_t uid;
+  tko__ring *ring;
+} ring_cache;
+static _Thread_local ring_cache cache;
+
+static atomic_uint_fast64_t next_uid;
+
+int tko__rings_init(tko__rings *rs, bool off, const tko_allocator *alloc) {
+  memset(rs->ring, 0, sizeof rs->ring);
+  atomic_init(&rs->count, 0);
+  rs->closed = false;
+  rs->off = off;
+  rs->alloc = alloc;
+  if (pthread_mutex_init(&rs->mu, NULL)) return -ENOMEM;
+  rs->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed) + 1; /* never 0 */
+  return 0;
+}
+
+void tko__rings_fini(tko__rings *rs) {
+  unsigned n = atomic_load_explicit(&rs->count, memory_order_relaxed);
+  for (unsigned i = 0; i < n; i++) tko__mem_free(rs->alloc, rs->ring[i]->raw);
+  pthread_mutex_destroy(&rs->mu);
+}
+
+static tko__ring *ring_new(tko__rings *rs, unsigned index) {
+  void *raw = tko__mem_alloc(rs->alloc, sizeof(tko__ring) + alignof(tko__ring));
+  if (!raw) return NULL;
+  uintptr_t at = ((uintptr_t)raw + alignof(tko__ring) - 1) & ~(uintptr_t)(alignof(tko__ring) - 1);
+  tko__ring *r = (tko__ring *)at;
+  atomic_init(&r->tail, rs->closed ? TKO__RING_CLOSED : 0);
+  atomic_init(&r->head, 0);
+  r->head_seen = 0;
+  r->owner = &cache;
+  r->id_base = TKO__RING_ID | (uint64_t)index << TKO__RING_ID_SHIFT;
+  r->raw = raw;
+  return r;
+}
+
+/* The slow lookup: a ring this thread owns already (another pool was
+ * looked up meanwhile), or a new one. */
+static tko__ring *find_or_claim(tko__rings *rs) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with the release below */
+  for (unsigned i = 0; i < n; i++)
+    if (rs->ring[i]->owner == &cache) return rs->ring[i];
+  tko__ring *r = NULL;
+  tko__mutex_lock(&rs->mu, TKO__RANK_RINGS);
+  n = tko__load_relaxed(&rs->count); /* written under mu */
+  if (n < TKO__RINGS_MAX) {
+    r = ring_new(rs, n);
+    if (r) {
+      rs->ring[n] = r;
+      /* Release: the ring's fields before its count (find_or_claim, the
+       * drain and the looks load it acquire). */
+      tko__store_release(&rs->count, n + 1);
+    }
+  }
+  tko__mutex_unlock(&rs->mu, TKO__RANK_RINGS);
+  return r;
+}
+
+tko__ring *tko__rings_mine(tko__rings *rs) {
+  if (rs->off) return NULL;
+  if (cache.rs == rs && cache.uid == rs->uid) return cache.ring;
+  tko__ring *r = find_or_claim(rs);
+  /* Kept even when no ring was had (every ring taken, or no memory): the
+   * thread then stays on the shared inbox, so its tasks never go by two
+   * paths, whose drains would not keep them in order. */
+  cache = (ring_cache){.rs = rs, .uid = rs->uid, .ring = r};
+  return r;
+}
+
+void tko__rings_close(tko__rings *rs) {
+  tko__mutex_lock(&rs->mu, TKO__RANK_RINGS);
+  rs->closed = true;
+  unsigned n = tko__load_relaxed(&rs->count); /* written under mu */
+  for (unsigned i = 0; i < n; i++)
+    atomic_fetch_or_explicit(&rs->ring[i]->tail, TKO__RING_CLOSED, memory_order_seq_cst);
+  tko__mutex_unlock(&rs->mu, TKO__RANK_RINGS);
+}
+
+/* A published slot as a queue item. */
+static tko__item item_at(const tko__ring *r, uint64_t pos) {
+  const tko__ring_slot *s = &r->slots[pos & (TKO__RING_CAPACITY - 1)];
+  TKO__AUDIT_PLAIN(LOAD, s);
+  return (tko__item){.fn = s->fn, .arg = s->arg, .ctx = s->ctx, .id = r->id_base | (pos + 1),
+                     .enq_ns = s->enq_ns, .weight = s->weight};
+}
+
+int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
+  uint64_t h = tko__load_relaxed(&r->head); /* only the lock holder writes it */
+  /* Acquire: pairs with the owner's publish, so its slots are written. */
+  uint64_t t = tko__load_acquire(&r->tail) & ~TKO__RING_CLOSED;
+  TKO__INVARIANT(t - h <= TKO__RING_CAPACITY); /* head never passes the tail */
+  if (h == t) return 0;
+  (void)tko__queue_reserve(q, (size_t)(t - h)); /* else the pushes stop at the first failure */
+  int rc = 0;
+  for (; h != t; h++) {
+    tko__item item = item_at(r, h);
+    rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
+    if (rc) break;
+  }
+  /* Release: pairs with the owner's acquire in tko__ring_room. */
+  tko__store_release(&r->head, h);
+  return rc;
+}
+
+int tko__rings_drain(tko__rings *rs, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
+  for (unsigned i = 0; i < n; i++) {
+    int rc = tko__ring_drain(rs->ring[i], q, aq, async_tag);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+bool tko__rings_ready_seq(tko__rings *rs) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
+  for (unsigned i = 0; i < n; i++) {
+    tko__ring *r = rs->ring[i];
+    /* head first: a drain between the loads can only make it look ready. */
+    uint64_t h = tko__load_seq(&r->head);
+    if ((tko__load_seq(&r->tail) & ~TKO__RING_CLOSED) != h) return true;
+  }
+  return false;
+}
+
+bool tko__rings_ready_hint(tko__rings *rs) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
+  for (unsigned i = 0; i < n; i++) {
+    tko__ring *r = rs->ring[i];
+    uint64_t h = tko__load_relaxed(&r->head);
+    if ((tko__load_relaxed(&r->tail) & ~TKO__RING_CLOSED) != h) return true;
+  }
+  return false;
+}
+
+uint64_t tko__rings_published(tko__rings *rs) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
+  uint64_t sum = 0;
+  for (unsigned i = 0; i < n; i++) sum += tko__load_seq(&rs->ring[i]->tail) & ~TKO__RING_CLOSED;
+  return sum;
+}

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/* Submit rings (issue 15): each submitting thread's own inbox. The shared
+ * inbox (inbox.h) has one tail that every submit CASes: on many cores each
+ * task then moves that line between cores once, which capped the pool at
+ * about 5 M tasks/s whatever the core count (benchmarks/MODEL.md). Here a
+ * thread claims a ring of its own on its first submit to a pool and keeps
+ * it; a submit writes its slots and publishes them with one CAS on its own
+ * ring's tail, a line no other submitter writes. The queue lock's holder
+ * moves every ring's published tasks into the weighted queue, as it moves
+ * the shared inbox's (tko__rings_drain).
+ *
+ * One producer, one consumer: only the owner writes slots and advances the
+ * tail (a shutdown only sets its closed bit); only the lock holder reads
+ * slots and advances head. Nothing is visible before the tail's CAS, so a
+ * submitter stopped anywhere in a submit (preempted, in a debugger) holds
+ * back no task but its own: there are no holes. The one exception is a
+ * submitter whose ring is full: it takes the queue lock to move tasks
+ * along (submit.c), and stopped there it holds every worker.
+ *
+ * Order: a ring moves in position order, so one thread's tasks stay FIFO
+ * within a weight. Tasks of different threads are moved ring by ring, so
+ * equal weights from different threads start in no promised order, even
+ * when one submit returned before the other began. A pool made with one
+ * worker and no elastic ones, whose order is exact, therefore keeps the
+ * shared inbox for every submit (rings off): its tail orders them all,
+ * and one worker is that pool's bottleneck, not the tail.
+ *
+ * Ids: a ring's task has id TKO__RING_ID | index << 52 | position + 1:
+ * unique in the pool, increasing per thread, consecutive in a batch.
+ * Inbox ids stay below 2^62 and side tasks' have the top bit.
+ *
+ * Claims: at most TKO__RINGS_MAX rings per pool, allocated on first use
+ * (not per task) and kept until destroy. A ring's owner is a token, the
+ * address of a thread-local variable: a thread that starts after another
+ * ended may get the same address, and with it the ring (its tasks were all
+ * published or never visible). Threads past the limit use the shared
+ * inbox. */
+#ifndef TKO_RING_H
+#define TKO_RING_H
+#ifdef TKO_EXTENSION
+#error "an extension includes an engine or data-structure header"
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "atomics.h"
+#include "queue.h"
+#include "taskorch.h"
+
+#define TKO__RING_CAPACITY 1024u /* slots per ring (40 bytes each), a power of two */
+#define TKO__RINGS_MAX 64u
+#define TKO__RING_CLOSED ((uint64_t)1 << 63)
+#define TKO__RING_ID ((uint64_t)1 << 62)
+#define TKO__RING_ID_SHIFT 52
+
+typedef struct tko__ring_slot {
+  tko_task_fn fn;
+  void *arg;
+  uintptr_t ctx;
+  uint64_t enq_ns;
+  int weight;
+} tko__ring_slot;
+
+typedef struct tko__ring {
+  /* Positions published (the owner's CAS) and the closed bit (shutdown);
+   * read by drains. */
+  TKO_CACHE_ALIGNED atomic_uint_fast64_t tail;
+  uint64_t head_seen; /* owner only: a head it read, never ahead of head */
+  /* The first position not yet moved: the queue lock holder's; the owner
+   * reads it when the ring looks full. */
+  TKO_CACHE_ALIGNED atomic_uint_fast64_t head;
+  const void *owner; /* written under the set's mu, read by lookups */
+  uint64_t id_base;  /* I: TKO__RING_ID | index << TKO__RING_ID_SHIFT */
+  void *raw;         /* the allocation (the ring is aligned inside it) */
+  TKO_CACHE_ALIGNED tko__ring_slot slots[TKO__RING_CAPACITY];
+} tko__ring;
+
+typedef struct tko__rings {
+  tko__ring *ring[TKO__RINGS_MAX]; /* [0, count) set, each once */
+  /* Rings claimed: stored release after ring[count] is set (pairs with
+   * the acquire loads of the readers). */
+  atomic_uint count;
+  pthread_mutex_t mu; /* rank TKO__RANK_RINGS, a leaf: claims and the close */
+  bool closed;        /* under mu */
+  bool off;           /* I: every submit goes through the shared inbox */
+  uint64_t uid;       /* I: unique per pool ever made in this process */
+  const tko_allocator *alloc;
+} tko__rings;
+
+int tko__rings_init(tko__rings *rs, bool off, const tko_allocator *alloc);
+void tko__rings_fini(tko__rings *rs);
+
+/* The calling thread's ring in rs, claimed on its first call; NULL when
+ * rings are off, every ring is taken, or one could not be allocated (the
+ * caller then uses the shared inbox, and keeps to it while this pool is
+ * the last one it looked up). */
+tko__ring *tko__rings_mine(tko__rings *rs);
+
+/* Whether the owner may write n more tasks (n <= capacity) from position
+ * t. */
+static inline bool tko__ring_room(tko__ring *r, uint64_t t, uint64_t n) {
+  if (t + n - r->head_seen <= TKO__RING_CAPACITY) return true;
+  /* Acquire: pairs with the release in tko__rings_drain, so the slots'
+   * previous tasks were copied out before the owner rewrites them. */
+  r->head_seen = tko__load_acquire(&r->head);
+  return t + n - r->head_seen <= TKO__RING_CAPACITY;
+}
+
+static inline void tko__ring_write(tko__ring *r, uint64_t pos, tko_task_fn fn, void *arg,
+                                   uintptr_t ctx, int weight, uint64_t enq_ns) {
+  tko__ring_slot *s = &r->slots[pos & (TKO__RING_CAPACITY - 1)];
+  TKO__AUDIT_PLAIN(STORE, s); /* the drain fetches it under the queue lock */
+  s->fn = fn;
+  s->arg = arg;
+  s->ctx = ctx;
+  s->weight = weight;
+  s->enq_ns = enq_ns;
+}
+
+/* Publishes positions [t, t + n), written before: 0, or -ESHUTDOWN if
+ * the ring was closed (nothing published). seq_cst: the submit's step (1')
+ * of signal.c's essay, as the shared inbox's reservation is; its release
+ * half pairs with the drain's acquire load of the tail. */
+static inline int tko__ring_publish(tko__ring *r, uint64_t t, uint64_t n) {
+  return tko__cas_seq(&r->tail, &t, t + n) ? 0 : -ESHUTDOWN;
+}
+
+/* Closes every ring (shutdown): publishes after this fail; rings claimed
+ * later are born closed. */
+void tko__rings_close(tko__rings *rs);
+
+/* Moves every ring's published tasks, in position order, into q (async
+ * ones, tagged by async_tag, into aq). Caller holds the queue lock.
+ * Returns 0, or -ENOMEM if a queue could not grow (the rest stay). */
+int tko__rings_drain(tko__rings *rs, tko__queue *q, tko__queue *aq, uintptr_t async_tag);
+/* The same for one ring. */
+int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async_tag);
+
+/* Whether any ring holds a published task not yet moved: seq_cst (a
+ * worker about to sleep, step (2) of signal.c's essay), or relaxed (a
+ * searching worker's hint). */
+bool tko__rings_ready_seq(tko__rings *rs);
+bool tko__rings_ready_hint(tko__rings *rs);
+/* Tasks ever published through the rings (seq_cst loads). */
+uint64_t tko__rings_published(tko__rings *rs);
+
+#endif
