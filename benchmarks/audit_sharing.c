@@ -154,7 +154,8 @@ static config parse(int argc, char **argv) {
       c.tasks = number(a, v, 1, 100000000), i++;
     else {
       fprintf(stderr, "usage: audit_sharing [--producers N] [--workers N] [--tasks N] "
-                      "[--weights N] [--batch N] [--top N] [--enforce] [--enforce-lock] [--self-check]\n");
+                      "[--weights N] [--batch N] [--top N] [--enforce] [--enforce-lock] "
+                      "[--self-check]\n");
       exit(2);
     }
   }
@@ -232,8 +233,10 @@ int main(int argc, char **argv) {
   printf("\n");
   bool pass = gate("contended RMWs per task", s.contended_rmws_per_task, 0.05);
   pass &= gate("worst line's demand per task (1/P)", s.worst.demand, 1.0 / c.producers);
-  bool lock_pass = gate("serialised fetches per task (1/P)", s.serialised_per_task, 1.0 / c.producers);
-  printf("gates enforced: %s\n", c.enforce_lock ? "all three" : c.enforce ? "the first two (issue 15's)" : "none");
+  bool lock_pass =
+      gate("serialised fetches per task (1/P)", s.serialised_per_task, 1.0 / c.producers);
+  printf("gates enforced: %s\n",
+         c.enforce_lock ? "all three" : c.enforce ? "the first two (issue 15's)" : "none");
   bool ok = !rc && (!c.enforce || pass) && (!c.enforce_lock || lock_pass);
   if (c.self_check) ok &= self_check(&c, &s, pool);
 

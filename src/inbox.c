@@ -32,12 +32,22 @@ void (*_Atomic tko__test_publish_window)(uint64_t pos, bool published);
 /* What a slot's seq holds once position p is done without head passing it. */
 static uint64_t done_mark(uint64_t p) { return (p + 1) | TKO__INBOX_MOVED; }
 
-/* The slot of position pos if it is published and not yet moved, else
- * NULL (a hole: reserved, not yet published; or done already). Acquire:
- * pairs with the release in tko__inbox_publish. */
-static const tko__inbox_slot *published(tko__inbox *in, uint64_t pos) {
+/* Whether the leader of a batch lies at lead and has been moved: head
+ * passed it (then its slot may hold a later task), or it is marked done. */
+static bool lead_moved(tko__inbox *in, uint64_t lead, uint64_t head) {
+  return lead < head || tko__load_relaxed(&in->slots[lead & in->mask].seq) == done_mark(lead);
+}
+
+/* The slot of position pos if its task may move now, else NULL (a hole:
+ * reserved, not yet published; a follower whose leader has not been moved;
+ * or done already). head: the first position not yet done with, as the
+ * caller has advanced it. Acquire: pairs with the releases in
+ * tko__inbox_publish and tko__inbox_publish_batch. */
+static const tko__inbox_slot *published(tko__inbox *in, uint64_t pos, uint64_t head) {
   const tko__inbox_slot *s = &in->slots[pos & in->mask];
-  return tko__load_acquire(&s->seq) == pos + 1 ? s : NULL;
+  uint64_t v = tko__load_acquire(&s->seq);
+  if (v == pos + 1) return s;
+  return v == ((pos + 1) | TKO__INBOX_FOLLOWER) && lead_moved(in, pos - s->lead, head) ? s : NULL;
 }
 
 bool tko__inbox_ready(tko__inbox *in) {
@@ -49,7 +59,12 @@ bool tko__inbox_ready(tko__inbox *in) {
   /* Newest first: in the common case the last reservation is published. */
   for (uint64_t p = end; p != h;) {
     p--;
-    if (tko__load_seq(&in->slots[p & in->mask].seq) == p + 1) return true;
+    const tko__inbox_slot *s = &in->slots[p & in->mask];
+    uint64_t v = tko__load_seq(&s->seq);
+    if (v == p + 1) return true;
+    /* A follower whose leader moved: only after a drain that ran out of
+     * memory between them. */
+    if (v == ((p + 1) | TKO__INBOX_FOLLOWER) && lead_moved(in, p - s->lead, h)) return true;
   }
   return false;
 }
@@ -85,7 +100,9 @@ static bool group_by_weight(tko__inbox *in, uint64_t h, uint64_t t, uintptr_t as
   uint8_t group[GROUPED_MAX];
   size_t groups = 0;
   for (uint64_t p = h; p != t; p++) {
-    const tko__inbox_slot *s = published(in, p);
+    /* head at p: a follower's leader in [h, p) was found published above,
+     * and moves in this pass, before it. */
+    const tko__inbox_slot *s = published(in, p, p);
     if (!s || s->ctx & async_tag) return false;
     size_t g = 0;
     while (g < groups && weights[g] != s->weight) g++;
@@ -165,7 +182,7 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
   int first_weight = 0, last_weight = 0;
   size_t moved = 0;
   for (uint64_t p = h; p != end; p++) {
-    const tko__inbox_slot *s = published(in, p);
+    const tko__inbox_slot *s = published(in, p, h);
     if (!s) continue; /* a hole (workers poll beside it), or done already */
     tko__item item = item_at(s, p);
     rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);

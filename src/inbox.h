@@ -37,7 +37,10 @@
  * position, and so is moved no later than it (same drain, lower position,
  * or an earlier drain); a claim drains first. So tasks of one submitting
  * thread stay FIFO within a weight, and so do tasks whose submits are
- * ordered by happens-before. A stopped submitter's task is ordered only
+ * ordered by happens-before. A batch becomes movable at once, when its
+ * first slot is published (tko__inbox_publish_batch), so a drain that
+ * skips one of its slots as a hole cannot move a later one of it. A
+ * stopped submitter's task is ordered only
  * from its publish on: tasks submitted after its reservation may run
  * before it. */
 #ifndef TKO_INBOX_H
@@ -60,16 +63,21 @@
 /* A slot's seq once the drain moved it past a hole, or once its position,
  * claimed past the ring, came inside head's window: never position + 1. */
 #define TKO__INBOX_MOVED ((uint64_t)1 << 63)
+/* A batch's slots after its first (its leader) carry this bit in seq once
+ * written: they count as published only once the leader has been moved
+ * (tko__inbox_publish_batch). */
+#define TKO__INBOX_FOLLOWER ((uint64_t)1 << 62)
 /* tko__inbox_claim: the ring has room for the tasks; reserve instead. */
 #define TKO__INBOX_ROOM 1
 
 typedef struct tko__inbox_slot {
-  atomic_uint_fast64_t seq; /* position + 1 once published */
+  atomic_uint_fast64_t seq; /* position + 1 once published (| TKO__INBOX_FOLLOWER) */
   tko_task_fn fn;
   void *arg;
   uintptr_t ctx;
   uint64_t enq_ns;
   int weight;
+  uint32_t lead; /* a follower's distance back to its batch's leader */
 } tko__inbox_slot;
 
 typedef struct tko__inbox {
@@ -147,7 +155,29 @@ static inline void tko__inbox_publish(tko__inbox *in, uint64_t pos, tko_task_fn 
   s->ctx = ctx;
   s->weight = weight;
   s->enq_ns = enq_ns;
+  s->lead = 0;
   tko__store_release(&s->seq, pos + 1); /* pairs with the acquire in tko__inbox_drain */
+}
+
+/* Publishes a batch of n reserved slots from pos so that no drain moves a
+ * later one before an earlier one: the followers (pos + 1 on) first,
+ * marked TKO__INBOX_FOLLOWER, then the leader, whose publish makes the
+ * batch movable. Published one by one, a drain that read slot k still
+ * empty, skipped it as a hole and then read slot k + 1 published moved
+ * k + 1 first (tests: inbox_order/concurrent_batches_keep_each_threads_order).
+ * Release, each: pairs with the drain's acquire loads of seq. */
+static inline void tko__inbox_publish_batch(tko__inbox *in, uint64_t pos, const tko_task *tasks,
+                                            size_t n, uintptr_t ctx, uint64_t enq_ns) {
+  for (size_t i = n; i-- > 0;) {
+    tko__inbox_slot *s = &in->slots[(pos + i) & in->mask];
+    s->fn = tasks[i].fn;
+    s->arg = tasks[i].arg;
+    s->ctx = ctx;
+    s->weight = tasks[i].weight;
+    s->enq_ns = enq_ns;
+    s->lead = (uint32_t)i;
+    tko__store_release(&s->seq, (pos + i + 1) | (i ? TKO__INBOX_FOLLOWER : 0));
+  }
 }
 
 /* Positions handed out so far (the submitted count), closed bit masked. */
@@ -165,7 +195,7 @@ bool tko__inbox_ready(tko__inbox *in);
 static inline bool tko__inbox_ready_hint(tko__inbox *in) {
   uint64_t t = tko__load_relaxed(&in->tail) & ~TKO__INBOX_CLOSED;
   return t != tko__load_relaxed(&in->head) &&
-         tko__load_relaxed(&in->slots[(t - 1) & in->mask].seq) == t;
+         (tko__load_relaxed(&in->slots[(t - 1) & in->mask].seq) & ~TKO__INBOX_FOLLOWER) == t;
 }
 
 /* True when every position handed out is done with: none reserved and

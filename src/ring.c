@@ -35,7 +35,8 @@ int tko__rings_init(tko__rings *rs, bool off, const tko_allocator *alloc) {
 
 void tko__rings_fini(tko__rings *rs) {
   unsigned n = atomic_load_explicit(&rs->count, memory_order_relaxed);
-  for (unsigned i = 0; i < n; i++) tko__mem_free(rs->alloc, rs->ring[i]->raw);
+  for (unsigned i = 0; i < n; i++)
+    tko__mem_free(rs->alloc, rs->ring[i]->raw);
   pthread_mutex_destroy(&rs->mu);
 }
 
@@ -99,8 +100,12 @@ void tko__rings_close(tko__rings *rs) {
 static tko__item item_at(const tko__ring *r, uint64_t pos) {
   const tko__ring_slot *s = &r->slots[pos & (TKO__RING_CAPACITY - 1)];
   TKO__AUDIT_PLAIN(LOAD, s);
-  return (tko__item){.fn = s->fn, .arg = s->arg, .ctx = s->ctx, .id = r->id_base | (pos + 1),
-                     .enq_ns = s->enq_ns, .weight = s->weight};
+  return (tko__item){.fn = s->fn,
+                     .arg = s->arg,
+                     .ctx = s->ctx,
+                     .id = r->id_base | (pos + 1),
+                     .enq_ns = s->enq_ns,
+                     .weight = s->weight};
 }
 
 int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
@@ -154,6 +159,7 @@ bool tko__rings_ready_hint(tko__rings *rs) {
 uint64_t tko__rings_published(tko__rings *rs) {
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
   uint64_t sum = 0;
-  for (unsigned i = 0; i < n; i++) sum += tko__load_seq(&rs->ring[i]->tail) & ~TKO__RING_CLOSED;
+  for (unsigned i = 0; i < n; i++)
+    sum += tko__load_seq(&rs->ring[i]->tail) & ~TKO__RING_CLOSED;
   return sum;
 }

@@ -355,8 +355,9 @@ int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long
 }
 
 /* Queues a batch admit let in: through the thread's ring, or the inbox,
- * or straight into the queue when it is larger than the inbox (positions claimed past the ring,
- * so its ids stay consecutive) or the ring has no room for it. */
+ * or straight into the queue when it is larger than the inbox (positions
+ * claimed past the ring, so its ids stay consecutive) or the ring has no
+ * room for it. */
 static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   uint64_t enq_ns = tko__enqueue_time(pool);
   tko__inbox *in = &pool->inbox;
@@ -380,8 +381,7 @@ static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
     if (rc == 0 && !queued) {
       publish_seam seam = seam_now();
       if (seam) seam(pos, false);
-      for (size_t i = 0; i < n; i++)
-        tko__inbox_publish(in, pos + i, tasks[i].fn, tasks[i].arg, 0, tasks[i].weight, enq_ns);
+      tko__inbox_publish_batch(in, pos, tasks, n, 0, enq_ns);
       if (seam) seam(pos, true);
     }
   }

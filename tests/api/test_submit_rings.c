@@ -12,8 +12,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "taskorch.h"
@@ -80,11 +80,14 @@ static tko_pool *busy_pool(unsigned workers, tt_pin *pins) {
   return pool;
 }
 
-static void free_one(tt_pin *pins) { tt_gate_open(&pins[0].gate); }
+static void free_one(tt_pin *pins) {
+  tt_gate_open(&pins[0].gate);
+}
 
 static void free_the_rest(order_ctx *c, tt_pin *pins, unsigned workers) {
   cr_assert(tt_count_wait_geq(&c->ran, c->n)); /* on the one free worker */
-  for (unsigned i = 1; i < workers; i++) tt_gate_open(&pins[i].gate);
+  for (unsigned i = 1; i < workers; i++)
+    tt_gate_open(&pins[i].gate);
 }
 
 typedef struct range {
@@ -116,14 +119,17 @@ Test(submit_rings, one_threads_tasks_start_in_submit_order) {
   tt_pin pins[2] = {TT_PIN_INIT, TT_PIN_INIT};
   tko_pool *pool = busy_pool(2, pins);
   long at = 0;
-  for (; at < SINGLES; at++) cr_assert_eq(tko_submit(pool, ranked_fn, &c->slots[at], 0), 0);
+  for (; at < SINGLES; at++)
+    cr_assert_eq(tko_submit(pool, ranked_fn, &c->slots[at], 0), 0);
   range batches[2];
   tko_task *batch = calloc(BIG, sizeof *batch);
-  for (long i = 0; i < BIG; i++) batch[i] = (tko_task){ranked_fn, &c->slots[at + i], 0};
+  for (long i = 0; i < BIG; i++)
+    batch[i] = (tko_task){ranked_fn, &c->slots[at + i], 0};
   cr_assert_eq(tko_submit_batch(pool, batch, BIG), 0);
   batches[0] = (range){at, at + BIG};
   at += BIG;
-  for (long i = 0; i < SMALL; i++) batch[i] = (tko_task){ranked_fn, &c->slots[at + i], 0};
+  for (long i = 0; i < SMALL; i++)
+    batch[i] = (tko_task){ranked_fn, &c->slots[at + i], 0};
   cr_assert_eq(tko_submit_batch(pool, batch, SMALL), 0);
   batches[1] = (range){at, at + SMALL};
   at += SMALL;
@@ -157,7 +163,8 @@ static void *wave_main(void *arg) {
   for (long i = 0; i < t->per && t->rc == 0;) {
     if (i % 3 == 2 && i + 4 <= t->per) {
       tko_task b[4];
-      for (int k = 0; k < 4; k++) b[k] = (tko_task){ranked_fn, &t->slots[i + k], 0};
+      for (int k = 0; k < 4; k++)
+        b[k] = (tko_task){ranked_fn, &t->slots[i + k], 0};
       t->rc = tko_submit_batch(t->pool, b, 4);
       i += 4;
     } else {
@@ -207,7 +214,8 @@ Test(submit_rings, more_threads_than_rings_in_two_waves) {
       }
     }
   qsort(ids, N, sizeof *ids, cmp_u64);
-  for (long i = 1; i < N; i++) cr_assert_neq(ids[i], ids[i - 1], "an id given twice");
+  for (long i = 1; i < N; i++)
+    cr_assert_neq(ids[i], ids[i - 1], "an id given twice");
   free(ids);
   tko_stats st;
   tko_pool_stats(pool, &st);
@@ -263,7 +271,8 @@ Test(submit_rings, closed_rings_refuse_every_path) {
   cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
   enum { BIG = 3000 };
   tko_task *t = calloc(BIG, sizeof *t);
-  for (int i = 0; i < BIG; i++) t[i] = (tko_task){count_fn, &ran, 0};
+  for (int i = 0; i < BIG; i++)
+    t[i] = (tko_task){count_fn, &ran, 0};
   cr_assert_eq(tko_submit(pool, count_fn, &ran, 0), -ESHUTDOWN);
   cr_assert_eq(tko_submit_batch(pool, t, 5), -ESHUTDOWN);
   cr_assert_eq(tko_submit_batch(pool, t, BIG), -ESHUTDOWN);
@@ -343,7 +352,8 @@ Test(submit_rings, a_new_pool_at_a_destroyed_pools_address) {
     if (round) cr_assert_eq((void *)pool, before, "the allocator did not reuse the block");
     before = pool;
     atomic_long ran = 0;
-    for (int i = 0; i < 100; i++) cr_assert_eq(tko_submit(pool, count_fn, &ran, 0), 0);
+    for (int i = 0; i < 100; i++)
+      cr_assert_eq(tko_submit(pool, count_fn, &ran, 0), 0);
     cr_assert_eq(tko_pool_wait_idle(pool, 10000), 0, "round %d: tasks went astray", round);
     cr_assert_eq(atomic_load(&ran), 100);
     cr_assert_eq(tko_pool_destroy(pool), 0);
