@@ -74,49 +74,21 @@ static tko__item item_at(const tko__inbox_slot *s, uint64_t pos) {
                      .enq_ns = s->enq_ns, .weight = s->weight};
 }
 
-/* Grouping the moved tasks by weight: the queue hands out slab slots in
- * push order, so tasks pushed in submit order interleave their weights
- * and a worker popping one weight touches a new cache line per task (a
- * dependent load, each a miss once a deep backlog is out of cache). Pushed
- * weight by weight - in submit order within each weight, which is all
- * FIFO needs - each weight's tasks sit side by side and pops stream
- * (`probe_flood batch reused`, four interleaved weights, medians of 28-35
- * runs a side: 48-56 -> 40-48 ns/task). Only for a handful of
- * weights and when room was reserved, so that no push can fail halfway
- * through a group; otherwise tasks move in submit order. And only for big
- * moves (a full inbox: that is when a backlog builds) after a big move
- * that looked mixed: a tally pass on every drain cost bench_peers' single-
- * weight 4-producer case ~5 ns/task. */
-enum { GROUPS_MAX = 8, GROUPED_MIN = 256, GROUPED_MAX = 1024 };
-
-/* Fills order with offsets from h, grouped by weight; false if the tasks
- * cannot be grouped (too many weights, an async task, too many tasks, a
- * slot not published). */
+/* Fills order with offsets from h, grouped by weight (queue.h:
+ * tko__grouping); false if the tasks cannot be grouped (too many weights,
+ * an async task, too many tasks, a slot not published). */
 static bool group_by_weight(tko__inbox *in, uint64_t h, uint64_t t, uintptr_t async_tag,
                             uint16_t *order, size_t *groups_out) {
-  if (t - h > GROUPED_MAX) return false;
-  int weights[GROUPS_MAX];
-  uint32_t count[GROUPS_MAX] = {0};
-  uint8_t group[GROUPED_MAX];
-  size_t groups = 0;
+  tko__grouping g; /* 1 KiB: not zeroed, started */
+  tko__grouping_start(&g);
   for (uint64_t p = h; p != t; p++) {
     /* head at p: a follower's leader in [h, p) was found published above,
      * and moves in this pass, before it. */
     const tko__inbox_slot *s = published(in, p, p);
-    if (!s || s->ctx & async_tag) return false;
-    size_t g = 0;
-    while (g < groups && weights[g] != s->weight) g++;
-    if (g == groups) {
-      if (groups == GROUPS_MAX) return false;
-      weights[groups++] = s->weight;
-    }
-    group[p - h] = (uint8_t)g;
-    count[g]++;
+    if (!s || s->ctx & async_tag || !tko__grouping_add(&g, s->weight)) return false;
   }
-  uint32_t next[GROUPS_MAX];
-  for (size_t g = 0, at = 0; g < groups; at += count[g++]) next[g] = (uint32_t)at;
-  for (uint64_t i = 0; i < t - h; i++) order[next[group[i]]++] = (uint16_t)i;
-  *groups_out = groups;
+  tko__grouping_order(&g, order);
+  *groups_out = g.groups;
   return true;
 }
 
@@ -155,9 +127,9 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
    * what fits in its free slots (pushes below stop at the first failure),
    * so accepted tasks never wait on memory that may not come. */
   bool room = tko__queue_reserve(q, (size_t)(end - h)) == 0;
-  uint16_t order[GROUPED_MAX];
+  uint16_t order[TKO__GROUPED_MAX];
   size_t groups = 0;
-  bool big = end - h >= GROUPED_MIN;
+  bool big = end - h >= TKO__GROUPED_MIN;
   /* Tally only when the last big drain was mixed: a stream of one weight
    * then pays nothing for the grouping it never needs. Not with a claim
    * ahead (then end == t: all slots). */

@@ -163,6 +163,26 @@ static int reserve_buckets(tko__queue *q, size_t k) {
 
 int tko__queue_reserve_buckets(tko__queue *q, size_t k) { return reserve_buckets(q, k); }
 
+bool tko__grouping_add(tko__grouping *g, int weight) {
+  if (g->n == TKO__GROUPED_MAX) return false;
+  size_t k = 0;
+  while (k < g->groups && g->weights[k] != weight) k++;
+  if (k == g->groups) {
+    if (g->groups == TKO__GROUPS_MAX) return false;
+    g->count[g->groups] = 0;
+    g->weights[g->groups++] = weight;
+  }
+  g->group[g->n++] = (uint8_t)k;
+  g->count[k]++;
+  return true;
+}
+
+void tko__grouping_order(const tko__grouping *g, uint16_t *order) {
+  uint32_t next[TKO__GROUPS_MAX];
+  for (size_t k = 0, at = 0; k < g->groups; at += g->count[k++]) next[k] = (uint32_t)at;
+  for (size_t i = 0; i < g->n; i++) order[next[g->group[i]]++] = (uint16_t)i;
+}
+
 int tko__queue_init(tko__queue *q, size_t capacity, const tko_allocator *alloc) {
   memset(q, 0, sizeof *q);
   q->alloc = alloc;

@@ -47,6 +47,7 @@ static tko__ring *ring_new(tko__rings *rs, unsigned index) {
   tko__ring *r = (tko__ring *)at;
   atomic_init(&r->tail, rs->closed ? TKO__RING_CLOSED : 0);
   atomic_init(&r->head, 0);
+  r->mixed_weights = false;
   r->head_seen = 0;
   r->owner = &cache;
   r->id_base = TKO__RING_ID | (uint64_t)index << TKO__RING_ID_SHIFT;
@@ -108,19 +109,56 @@ static tko__item item_at(const tko__ring *r, uint64_t pos) {
                      .weight = s->weight};
 }
 
+/* Fills order with offsets from h grouped by weight (queue.h:
+ * tko__grouping); false if an async task is among them or they carry too
+ * many weights. */
+static bool group_by_weight(const tko__ring *r, uint64_t h, uint64_t t, uintptr_t async_tag,
+                            uint16_t *order, size_t *groups) {
+  tko__grouping g; /* 1 KiB: not zeroed, started */
+  tko__grouping_start(&g);
+  for (uint64_t p = h; p != t; p++) {
+    const tko__ring_slot *s = &r->slots[p & (TKO__RING_CAPACITY - 1)];
+    if (s->ctx & async_tag || !tko__grouping_add(&g, s->weight)) return false;
+  }
+  tko__grouping_order(&g, order);
+  *groups = g.groups;
+  return true;
+}
+
 int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
   uint64_t h = tko__load_relaxed(&r->head); /* only the lock holder writes it */
   /* Acquire: pairs with the owner's publish, so its slots are written. */
   uint64_t t = tko__load_acquire(&r->tail) & ~TKO__RING_CLOSED;
   TKO__INVARIANT(t - h <= TKO__RING_CAPACITY); /* head never passes the tail */
   if (h == t) return 0;
-  (void)tko__queue_reserve(q, (size_t)(t - h)); /* else the pushes stop at the first failure */
+  /* If the queue cannot grow, the pushes below stop at the first failure. */
+  bool room = tko__queue_reserve(q, (size_t)(t - h)) == 0;
+  bool big = t - h >= TKO__GROUPED_MIN;
+  if (big && room && r->mixed_weights) {
+    uint16_t order[TKO__GROUPED_MAX];
+    size_t groups = 0;
+    if (group_by_weight(r, h, t, async_tag, order, &groups) && groups > 1 &&
+        tko__queue_reserve_buckets(q, groups) == 0) {
+      for (uint64_t i = 0; i < t - h; i++) {
+        tko__item item = item_at(r, h + order[i]);
+        (void)tko__queue_push(q, &item); /* cannot fail: items and buckets reserved */
+      }
+      /* Release: pairs with the owner's acquire in tko__ring_room. */
+      tko__store_release(&r->head, t);
+      return 0;
+    }
+    r->mixed_weights = false; /* one weight, or not groupable: tally again once mixed */
+  }
   int rc = 0;
+  int first_weight = r->slots[h & (TKO__RING_CAPACITY - 1)].weight, last_weight = first_weight;
   for (; h != t; h++) {
     tko__item item = item_at(r, h);
     rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
     if (rc) break;
+    last_weight = item.weight;
   }
+  /* A cheap sign of interleaved weights: the first and last moved differ. */
+  if (big && rc == 0 && last_weight != first_weight) r->mixed_weights = true;
   /* Release: pairs with the owner's acquire in tko__ring_room. */
   tko__store_release(&r->head, h);
   return rc;

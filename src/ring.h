@@ -72,6 +72,9 @@ typedef struct tko__ring {
   /* The first position not yet moved: the queue lock holder's; the owner
    * reads it when the ring looks full. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t head;
+  /* The last big drain looked mixed (queue.h: tko__grouping): the lock
+   * holder's, beside head, which it writes anyway. */
+  bool mixed_weights;
   const void *owner; /* written under the set's mu, read by lookups */
   uint64_t id_base;  /* I: TKO__RING_ID | index << TKO__RING_ID_SHIFT */
   void *raw;         /* the allocation (the ring is aligned inside it) */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Tests for the pool's core promises: exact (weight desc, submit order)
- * execution with one worker, unique gap-free ids, independent pools,
+ * execution with one worker, unique ids (increasing per thread), independent pools,
  * re-entrant submit, exactly-once execution under concurrent submitters, no
  * lost wake-up over a million submit/sleep cycles, stats, and no allocation
  * per task in a steady state. */

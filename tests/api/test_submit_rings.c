@@ -364,3 +364,31 @@ Test(submit_rings, a_new_pool_at_a_destroyed_pools_address) {
     free(b);
   }
 }
+
+/* Four interleaved weights from one thread, more than several rings' worth,
+ * while every worker is busy: the ring's full moves group the tasks by
+ * weight (queue.h: tko__grouping) once a move looked mixed. The one free
+ * worker then starts them by weight, heaviest first, and in submit order
+ * within each weight (mutant grouping-not-fifo). */
+Test(submit_rings, interleaved_weights_keep_weight_then_submit_order) {
+  enum { N = 5000, WEIGHTS = 4 };
+  order_ctx *c = ctx_new(N);
+  tt_pin pins[2] = {TT_PIN_INIT, TT_PIN_INIT};
+  tko_pool *pool = busy_pool(2, pins);
+  for (long i = 0; i < N; i++)
+    cr_assert_eq(tko_submit(pool, ranked_fn, &c->slots[i], (int)(i % WEIGHTS)), 0);
+  free_one(pins);
+  free_the_rest(c, pins, 2);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  /* Task i has weight i % 4: heaviest first, then by index. */
+  for (long i = 0; i < N; i++) {
+    long w = i % WEIGHTS, before = 0;
+    for (long v = WEIGHTS - 1; v > w; v--) before += (N - v + WEIGHTS - 1) / WEIGHTS;
+    long want = before + i / WEIGHTS;
+    cr_assert_eq(atomic_load(&c->slots[i].runs), 1, "task %ld", i);
+    cr_assert_eq(atomic_load(&c->slots[i].rank), want, "task %ld (weight %ld) started at %ld, not %ld",
+                 i, w, atomic_load(&c->slots[i].rank), want);
+  }
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  ctx_free(c);
+}
