@@ -293,9 +293,11 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * unless its ring (or the shared inbox) was full and it was stopped while
  * moving tasks into the queue under the queue's lock: then every worker
  * and every submit that needs that lock waits until it resumes. Safe from
- * any thread, tasks and
- * hooks included. -EINVAL: NULL pool or fn; -ESHUTDOWN: shutdown has begun;
- * -ENOMEM: the queue could not grow.
+ * any thread, tasks and hooks included. -EINVAL: NULL pool or fn;
+ * -ESHUTDOWN: the pool is draining or cancelling (shutdown past its
+ * CLOSING step, during which attached objects resolve their work and
+ * submits are still accepted: see tko_pool_shutdown); -ENOMEM: the queue
+ * could not grow.
  * A worker may take a few queued tasks at once (up to max_batch, fewer when
  * the queue is short or its tasks are long: about 20 us of work), so a task
  * submitted later with a higher weight can run after tasks that a worker had
