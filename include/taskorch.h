@@ -106,8 +106,10 @@ typedef struct tko_task_info {
                             pool made with one worker and no elastic ones
                             numbers tko_submit and tko_submit_batch tasks
                             from 1, gap-free, in submit order (one shared
-                            inbox); with more workers each submitting thread
-                            has ids of its own (bit 62 set: its submit ring).
+                            inbox); with more workers a submitting thread
+                            that holds a submit ring has ids of its own (bit
+                            62 set); threads past a pool's 64 rings share
+                            the inbox's numbering.
                             A keyed task, like a timer's task that never
                             reached the queue, has an id with the top bit set */
   tko_task_fn fn;         /**< the task's function */

@@ -18,7 +18,10 @@ int tko__inbox_init(tko__inbox *in, uint32_t capacity, const tko_allocator *allo
   in->mask = cap - 1;
   in->slots = tko__mem_alloc(alloc, cap * sizeof *in->slots);
   if (!in->slots) return -ENOMEM;
-  for (uint64_t i = 0; i < cap; i++) atomic_init(&in->slots[i].seq, 0);
+  for (uint64_t i = 0; i < cap; i++) {
+    atomic_init(&in->slots[i].seq, 0);
+    atomic_init(&in->slots[i].lead, 0);
+  }
   return 0;
 }
 
@@ -47,7 +50,8 @@ static const tko__inbox_slot *published(tko__inbox *in, uint64_t pos, uint64_t h
   const tko__inbox_slot *s = &in->slots[pos & in->mask];
   uint64_t v = tko__load_acquire(&s->seq);
   if (v == pos + 1) return s;
-  return v == ((pos + 1) | TKO__INBOX_FOLLOWER) && lead_moved(in, pos - s->lead, head) ? s : NULL;
+  if (v != ((pos + 1) | TKO__INBOX_FOLLOWER)) return NULL;
+  return lead_moved(in, pos - tko__load_relaxed(&s->lead), head) ? s : NULL;
 }
 
 bool tko__inbox_ready(tko__inbox *in) {
@@ -64,7 +68,9 @@ bool tko__inbox_ready(tko__inbox *in) {
     if (v == p + 1) return true;
     /* A follower whose leader moved: only after a drain that ran out of
      * memory between them. */
-    if (v == ((p + 1) | TKO__INBOX_FOLLOWER) && lead_moved(in, p - s->lead, h)) return true;
+    if (v == ((p + 1) | TKO__INBOX_FOLLOWER) &&
+        lead_moved(in, p - tko__load_relaxed(&s->lead), h))
+      return true;
   }
   return false;
 }

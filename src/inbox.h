@@ -77,7 +77,11 @@ typedef struct tko__inbox_slot {
   uintptr_t ctx;
   uint64_t enq_ns;
   int weight;
-  uint32_t lead; /* a follower's distance back to its batch's leader */
+  /* A follower's distance back to its batch's leader. Atomic (relaxed):
+   * tko__inbox_ready reads it without the lock, and the slot may be
+   * reused meanwhile (its seq then no longer matches, and the value is
+   * ignored). */
+  _Atomic uint32_t lead;
 } tko__inbox_slot;
 
 typedef struct tko__inbox {
@@ -155,7 +159,7 @@ static inline void tko__inbox_publish(tko__inbox *in, uint64_t pos, tko_task_fn 
   s->ctx = ctx;
   s->weight = weight;
   s->enq_ns = enq_ns;
-  s->lead = 0;
+  tko__store_relaxed(&s->lead, 0);
   tko__store_release(&s->seq, pos + 1); /* pairs with the acquire in tko__inbox_drain */
 }
 
@@ -175,7 +179,7 @@ static inline void tko__inbox_publish_batch(tko__inbox *in, uint64_t pos, const 
     s->ctx = ctx;
     s->weight = tasks[i].weight;
     s->enq_ns = enq_ns;
-    s->lead = (uint32_t)i;
+    tko__store_relaxed(&s->lead, (uint32_t)i);
     tko__store_release(&s->seq, (pos + i + 1) | (i ? TKO__INBOX_FOLLOWER : 0));
   }
 }

@@ -58,7 +58,7 @@ static tko__ring *ring_new(tko__rings *rs, unsigned index) {
 /* The slow lookup: a ring this thread owns already (another pool was
  * looked up meanwhile), or a new one. */
 static tko__ring *find_or_claim(tko__rings *rs) {
-  unsigned n = tko__load_acquire(&rs->count); /* pairs with the release below */
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with the store below */
   for (unsigned i = 0; i < n; i++)
     if (rs->ring[i]->owner == &cache) return rs->ring[i];
   tko__ring *r = NULL;
@@ -68,9 +68,10 @@ static tko__ring *find_or_claim(tko__rings *rs) {
     r = ring_new(rs, n);
     if (r) {
       rs->ring[n] = r;
-      /* Release: the ring's fields before its count (find_or_claim, the
-       * drain and the looks load it acquire). */
-      tko__store_release(&rs->count, n + 1);
+      /* seq_cst: the ring's fields before its count (find_or_claim, the
+       * drain and the hint load it acquire), and in the total order before
+       * this thread's first publish (tko__rings_ready_seq). */
+      tko__store_seq(&rs->count, n + 1);
     }
   }
   tko__mutex_unlock(&rs->mu, TKO__RANK_RINGS);
@@ -165,7 +166,7 @@ int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async
 }
 
 int tko__rings_drain(tko__rings *rs, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
-  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
   for (unsigned i = 0; i < n; i++) {
     int rc = tko__ring_drain(rs->ring[i], q, aq, async_tag);
     if (rc) return rc;
@@ -174,7 +175,7 @@ int tko__rings_drain(tko__rings *rs, tko__queue *q, tko__queue *aq, uintptr_t as
 }
 
 bool tko__rings_ready_seq(tko__rings *rs) {
-  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
+  unsigned n = tko__load_seq(&rs->count); /* pairs with find_or_claim's seq_cst store */
   for (unsigned i = 0; i < n; i++) {
     tko__ring *r = rs->ring[i];
     /* head first: a drain between the loads can only make it look ready. */
@@ -185,7 +186,7 @@ bool tko__rings_ready_seq(tko__rings *rs) {
 }
 
 bool tko__rings_ready_hint(tko__rings *rs) {
-  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
   for (unsigned i = 0; i < n; i++) {
     tko__ring *r = rs->ring[i];
     uint64_t h = tko__load_relaxed(&r->head);
@@ -195,7 +196,7 @@ bool tko__rings_ready_hint(tko__rings *rs) {
 }
 
 uint64_t tko__rings_published(tko__rings *rs) {
-  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's release */
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
   uint64_t sum = 0;
   for (unsigned i = 0; i < n; i++)
     sum += tko__load_seq(&rs->ring[i]->tail) & ~TKO__RING_CLOSED;

@@ -83,8 +83,11 @@ typedef struct tko__ring {
 
 typedef struct tko__rings {
   tko__ring *ring[TKO__RINGS_MAX]; /* [0, count) set, each once */
-  /* Rings claimed: stored release after ring[count] is set (pairs with
-   * the acquire loads of the readers). */
+  /* Rings claimed: stored seq_cst after ring[count] is set (its release
+   * half pairs with the readers' acquire loads; seq_cst so that a worker's
+   * re-check before it sleeps, which loads it seq_cst, sees a ring its
+   * submitter claimed before the publish that did not wake it: step (2)
+   * of signal.c's essay). */
   atomic_uint count;
   pthread_mutex_t mu; /* rank TKO__RANK_RINGS, a leaf: claims and the close */
   bool closed;        /* under mu */
@@ -126,9 +129,14 @@ static inline void tko__ring_write(tko__ring *r, uint64_t pos, tko_task_fn fn, v
 /* Publishes positions [t, t + n), written before: 0, or -ESHUTDOWN if
  * the ring was closed (nothing published). seq_cst: the submit's step (1')
  * of signal.c's essay, as the shared inbox's reservation is; its release
- * half pairs with the drain's acquire load of the tail. */
+ * half pairs with the drain's acquire load of the tail. The CAS is weak,
+ * and may fail spuriously where it is load-linked/store-conditional: only
+ * a failure that shows the closed bit refuses (only the owner moves the
+ * tail; a shutdown only sets that bit). */
 static inline int tko__ring_publish(tko__ring *r, uint64_t t, uint64_t n) {
-  return tko__cas_seq(&r->tail, &t, t + n) ? 0 : -ESHUTDOWN;
+  for (uint64_t seen = t; !tko__cas_seq(&r->tail, &seen, t + n); seen = t)
+    if (seen & TKO__RING_CLOSED) return -ESHUTDOWN;
+  return 0;
 }
 
 /* Closes every ring (shutdown): publishes after this fail; rings claimed

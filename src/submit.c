@@ -11,9 +11,12 @@
 
 int tko__pool_drain_locked(tko_pool *pool) {
   int rc = tko__inbox_drain(&pool->inbox, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
-  int rings = tko__rings_drain(&pool->rings, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
+  /* Not past an inbox that could not move everything: a thread whose ring
+   * came after a failed claim has older tasks there (ring.c). */
+  if (rc == 0)
+    rc = tko__rings_drain(&pool->rings, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
   tko__refresh_backlog(pool);
-  return rc ? rc : rings;
+  return rc;
 }
 
 /* What make_room did: QUEUED, the tasks are in the queue; ROOM, the ring
@@ -209,6 +212,16 @@ static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t c
   return 0;
 }
 
+/* Caller holds the lock and has drained (the rings, the inbox) into the
+ * queue on a submitter's thread: other threads' tasks may be among those
+ * moved, whose submits saw a worker searching and woke nobody, and a
+ * sleeper's re-check now finds them only in backlog. seq_cst (the value
+ * just stored, under the lock): step (1') as in claim_locked; the caller
+ * then wakes a worker (its own publish's, or tko__signal_work). */
+static void moved_by_submitter(tko_pool *pool) {
+  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
+}
+
 /* A batch larger than a ring, under the queue lock: everything published
  * is moved first (this thread's ring is then empty, its earlier tasks
  * ahead of the batch), room in the queue is made for all (all or
@@ -235,11 +248,9 @@ static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tas
     done += k;
   }
   tko__refresh_backlog(pool);
-  /* seq_cst (the value just stored, under the lock): the drain moved the
-   * ring's head past the tasks, so a sleeper's re-check finds them in
-   * backlog; step (1') as in claim_locked. */
-  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
+  moved_by_submitter(pool);
   tko__unlock(&pool->lock);
+  if (rc) tko__signal_work(pool); /* for what the drain moved (moved_by_submitter) */
   return rc;
 }
 
@@ -254,10 +265,14 @@ static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, siz
   if (!tko__ring_room(r, t, n)) {
     tko__lock_acquire(&pool->lock);
     int rc = tko__pool_drain_locked(pool);
+    moved_by_submitter(pool);
     tko__unlock(&pool->lock);
     /* The drain moved every task this thread published, unless a queue
      * could not grow. */
-    if (!tko__ring_room(r, t, n)) return rc ? rc : -ENOMEM;
+    if (!tko__ring_room(r, t, n)) {
+      tko__signal_work(pool); /* for what the drain moved (moved_by_submitter) */
+      return rc ? rc : -ENOMEM;
+    }
   }
   for (size_t i = 0; i < n; i++)
     tko__ring_write(r, t + i, tasks[i].fn, tasks[i].arg, ctx, tasks[i].weight, enq_ns);
