@@ -190,11 +190,14 @@ static inline int tt_thread_count(void) {
  * read after ~10 s. The kernel removes an exited thread from /proc
  * asynchronously, after pthread_join has already returned, so a short
  * re-read loop is waiting on the kernel, not on the library. */
-static inline int tt_wait_thread_count_leq(int limit) {
-  uint64_t end = tt_now_ns() + 10ull * 1000000000u;
+static inline int tt_wait_thread_count_leq_within(int limit, long ms) {
+  uint64_t end = tt_now_ns() + (uint64_t)ms * 1000000u;
   int n;
   while ((n = tt_thread_count()) > limit && tt_now_ns() < end) sched_yield();
   return n;
+}
+static inline int tt_wait_thread_count_leq(int limit) {
+  return tt_wait_thread_count_leq_within(limit, 10000);
 }
 
 /* Spins (without sleeping) for at least ns nanoseconds of monotonic time. */
