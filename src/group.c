@@ -220,8 +220,7 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
    * are pending. None pending: done now, whatever is submitted next. (A
    * worker that went on to the blocking wait below while a member came in
    * meanwhile waited for a member only it could run: on a one-worker pool,
-   * until its deadline; group/a_helping_wait_races_member_submits hung in
-   * 8 of 40 runs under TSan.) */
+   * until its deadline; group/a_helping_wait_races_member_submits.) */
   if (!g->pending) {
     tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
     return 0;

@@ -23,6 +23,16 @@ int tko__pool_drain_locked(tko_pool *pool) {
  * has room again (reserve); or a negative errno. */
 enum { QUEUED = 0, ROOM = TKO__INBOX_ROOM };
 
+/* Caller holds the lock and has drained (the rings, the inbox) into the
+ * queue on a submitter's thread: other threads' tasks may be among those
+ * moved, whose submits saw a worker searching and woke nobody, and a
+ * sleeper's re-check now finds them only in backlog. seq_cst (the value
+ * just stored, under the lock): step (1') of signal.c's essay, as a
+ * slot's publish is; the caller then wakes a worker (tko__signal_work). */
+static void moved_by_submitter(tko_pool *pool) {
+  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
+}
+
 /* Caller holds the lock and has drained: puts n tasks (all carrying ctx)
  * straight into the queue, on positions claimed past the ring, when the
  * ring has no room for them - head waits at a reservation that is not
@@ -43,10 +53,7 @@ static int claim_locked(tko_pool *pool, const tko_task *tasks, size_t n, uintptr
     (void)tko__queue_push(q, &item); /* cannot fail: reserved above */
   }
   tko__refresh_backlog(pool);
-  /* seq_cst (the value just stored, under the lock): step (1') of
-   * signal.c's essay, as the publish of a slot is; the submitter's
-   * tko__signal_work then loads idle.state. */
-  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
+  moved_by_submitter(pool);
   return QUEUED;
 }
 
@@ -210,16 +217,6 @@ static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t c
   for (size_t i = 0; i < n; i++) run_on_caller(pool, tasks[i].fn, tasks[i].arg, ctx, tasks[i].weight);
   tko__gate_leave(pool);
   return 0;
-}
-
-/* Caller holds the lock and has drained (the rings, the inbox) into the
- * queue on a submitter's thread: other threads' tasks may be among those
- * moved, whose submits saw a worker searching and woke nobody, and a
- * sleeper's re-check now finds them only in backlog. seq_cst (the value
- * just stored, under the lock): step (1') as in claim_locked; the caller
- * then wakes a worker (its own publish's, or tko__signal_work). */
-static void moved_by_submitter(tko_pool *pool) {
-  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
 }
 
 /* A batch larger than a ring, under the queue lock: everything published
