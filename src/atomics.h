@@ -51,6 +51,11 @@
                                                             memory_order_seq_cst, \
                                                             memory_order_relaxed))
 
+#define tko__cas_relaxed(p, expected, desired) \
+  TKO__AUDITED_CAS(p, atomic_compare_exchange_weak_explicit((p), (expected), (desired), \
+                                                            memory_order_relaxed, \
+                                                            memory_order_relaxed))
+
 /* Asks for a cache line in exclusive state ahead of a read-modify-write:
  * reading a line another core wrote and then writing it costs two
  * transfers (shared, then the upgrade); this makes it one. x86's

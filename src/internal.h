@@ -80,6 +80,15 @@ typedef struct tko__worker {
   TKO_CACHE_ALIGNED atomic_uint_fast64_t started;
   atomic_uint_fast64_t finished; /* stored seq_cst once per batch: see worker.c */
   atomic_uint_fast64_t failed;
+  /* Bounded queues (admit.c): room given back by tasks this slot started
+   * (owner only), and how much of it was subtracted from room_taken
+   * (advanced by CAS, by any thread: a line of its own, so that those
+   * CASes leave the counters' line to its owner). Unused in the caller
+   * slot. */
+  TKO_CACHE_ALIGNED atomic_size_t room_given;
+  atomic_size_t room_settled;
+  size_t room_chunk; /* give-backs it gathers before it settles; owner only */
+  bool room_listed;  /* counted in pool->room_slots; owner only */
   tko_pool *pool;
   unsigned index;
   tko_worker_kind kind;
@@ -168,12 +177,16 @@ struct tko_pool {
   pthread_mutex_t idle_mu; /* guards nothing but the wait on idle_cv */
   pthread_cond_t idle_cv;
 
-  /* Bounded queues only: tasks accepted and not yet taken by a worker. A
+  /* Bounded queues only (admit.c): room taken by admissions (leased
+   * credits included), less room given back and settled: never below the
+   * room in use. Worker slots [0, room_slots) have given room back. A
    * blocked submitter counts itself in space_waiters, then sleeps on
-   * space_cv under space_mu; whoever frees room broadcasts (Dekker pair:
-   * the room's seq_cst release, then the waiters' seq_cst load). */
-  TKO_CACHE_ALIGNED atomic_size_t bounded_count;
-  atomic_uint space_waiters;
+   * space_cv under space_mu; whoever frees room broadcasts. */
+  TKO_CACHE_ALIGNED atomic_size_t room_taken;
+  atomic_uint room_slots;
+  /* Read by every give-back (admit.c), written only by waiters: its own
+   * line, away from room_taken. */
+  TKO_CACHE_ALIGNED atomic_uint space_waiters;
   pthread_mutex_t space_mu; /* guards nothing but the wait on space_cv */
   pthread_cond_t space_cv;
   atomic_uint_fast64_t caller_runs; /* CALLER_RUNS tasks: part of submitted */
@@ -256,7 +269,8 @@ struct tko_pool {
                                opts.max_threads, within TKO_MAX_WORKERS /
                                TKO_MAX_ELASTIC */
   unsigned nslots;          /* I */
-  tko__worker *slots;
+  tko__worker *slots;       /* I: cache-line aligned inside slots_raw */
+  void *slots_raw;
 };
 
 /* The pool whose worker is the calling thread, if any, and that worker. */
@@ -312,8 +326,14 @@ int tko__pool_drain_locked(tko_pool *pool);
  * bounded queue blocks up to timeout_ms (-1 = no limit). */
 int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
                      long timeout_ms);
-/* Gives back room in a bounded queue for n tasks that left it. */
+/* admit.c. Gives back room in a bounded queue for n tasks that left it
+ * (started, cancelled, or never queued): tko__give_room by worker w, the
+ * calling thread's own slot (or the caller slot), in chunks;
+ * tko__release_room at once, from any thread. */
+void tko__give_room(tko_pool *pool, tko__worker *w, size_t n);
 void tko__release_room(tko_pool *pool, size_t n);
+/* Takes room for n tasks with no check (a caller-runs keyed task). */
+void tko__take_room_unchecked(tko_pool *pool, size_t n);
 /* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
  * TKO__RUN_HERE (caller-runs: no room taken) or a negative errno. *gated:
  * the caller waited inside the gate and calls tko__gate_leave once done

@@ -54,7 +54,7 @@ static int run_here(tko_pool *pool, tko_lanes *l, uint64_t key, tko_task_fn fn, 
                     int weight) {
   int rc = tko__gate_enter(pool);
   if (rc) return rc;
-  tko__add_seq(&pool->bounded_count, 1); /* seq_cst: as try_admit's CAS */
+  tko__take_room_unchecked(pool, 1);
   rc = tko__lanes_submit_keyed(l, key, fn, arg, weight, true);
   if (rc) tko__release_room(pool, 1);
   tko__gate_leave(pool);

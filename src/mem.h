@@ -5,6 +5,7 @@
 #define TKO_MEM_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,16 @@ static inline bool tko__allocator_valid(const tko_allocator *a) {
 
 static inline void *tko__mem_alloc(const tko_allocator *a, size_t size) {
   return a && a->alloc ? a->alloc(a->ctx, size) : malloc(size);
+}
+
+/* size bytes aligned to align (a power of two: a cache line, so that what
+ * one thread writes shares no line with its neighbours), from the pool's
+ * allocator, which need not align that far; *raw is what to free. */
+static inline void *tko__mem_alloc_aligned(const tko_allocator *a, size_t size, size_t align,
+                                           void **raw) {
+  *raw = tko__mem_alloc(a, size + align);
+  if (!*raw) return NULL;
+  return (void *)(((uintptr_t)*raw + align - 1) & ~(uintptr_t)(align - 1));
 }
 
 static inline void *tko__mem_realloc(const tko_allocator *a, void *p, size_t size) {

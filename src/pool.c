@@ -9,6 +9,7 @@
  * idle yet", never towards a false "idle". */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdalign.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,6 +71,8 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
   atomic_init(&w->started, 0);
   atomic_init(&w->finished, 0);
   atomic_init(&w->failed, 0);
+  atomic_init(&w->room_given, 0);
+  atomic_init(&w->room_settled, 0);
   atomic_init(&w->slot_state, TKO__SLOT_EMPTY);
 }
 
@@ -78,7 +81,7 @@ static void free_pool(tko_pool *pool) {
   pool->magic = 0; /* see TKO__POOL_MAGIC */
   tko__keyed_free(pool);
   for (unsigned i = 0; i < pool->nslots; i++) tko__parker_fini(&pool->slots[i].sleeper.parker);
-  tko__mem_free(a, pool->slots);
+  tko__mem_free(a, pool->slots_raw);
   tko__queue_fini(&pool->queue);
   tko__queue_fini(&pool->async_queue);
   tko__async_fini(pool);
@@ -167,7 +170,9 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   pool->queue.alone_tag = TKO__CTX_OWNED; /* a worker takes an owned task alone */
   pool->stamp_enqueue = pool->timing || opts->aging_ms;
   if (rc == 0) {
-    pool->slots = tko__mem_alloc(a, (size_t)pool->nslots * sizeof *pool->slots);
+    /* Each slot's counters on lines of their own (tko__worker). */
+    pool->slots = tko__mem_alloc_aligned(a, (size_t)pool->nslots * sizeof *pool->slots,
+                                         alignof(tko__worker), &pool->slots_raw);
     if (!pool->slots) rc = -ENOMEM;
   }
   if (rc) {

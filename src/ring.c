@@ -41,12 +41,12 @@ void tko__rings_fini(tko__rings *rs) {
 }
 
 static tko__ring *ring_new(tko__rings *rs, unsigned index) {
-  void *raw = tko__mem_alloc(rs->alloc, sizeof(tko__ring) + alignof(tko__ring));
-  if (!raw) return NULL;
-  uintptr_t at = ((uintptr_t)raw + alignof(tko__ring) - 1) & ~(uintptr_t)(alignof(tko__ring) - 1);
-  tko__ring *r = (tko__ring *)at;
+  void *raw;
+  tko__ring *r = tko__mem_alloc_aligned(rs->alloc, sizeof(tko__ring), alignof(tko__ring), &raw);
+  if (!r) return NULL;
   atomic_init(&r->tail, rs->closed ? TKO__RING_CLOSED : 0);
   atomic_init(&r->head, 0);
+  atomic_init(&r->credits, 0);
   r->mixed_weights = false;
   r->head_seen = 0;
   r->owner = &cache;

@@ -69,6 +69,11 @@ typedef struct tko__ring {
    * read by drains. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t tail;
   uint64_t head_seen; /* owner only: a head it read, never ahead of head */
+  /* Room in a bounded queue this thread leased and has not spent (admit.c):
+   * the owner spends it; a submitter that finds the queue full takes it
+   * back. Its own line, so that a take-back leaves the tail's line to its
+   * writer. */
+  TKO_CACHE_ALIGNED atomic_size_t credits;
   /* The first position not yet moved: the queue lock holder's; the owner
    * reads it when the ring looks full. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t head;

@@ -4,7 +4,6 @@
  * has one worker or every ring is taken; only a full ring or inbox, or a
  * batch larger than one, takes the queue lock to move tasks along. */
 #include <errno.h>
-#include <time.h>
 
 #include "invariant.h"
 #include "internal.h"
@@ -109,83 +108,7 @@ uint64_t tko__enqueue_time(tko_pool *pool) {
   return pool->stamp_enqueue ? tko__now_ns() : 0;
 }
 
-void tko__release_room(tko_pool *pool, size_t n) {
-  if (!pool->opts.queue_capacity || !n) return;
-  size_t held = tko__sub_seq(&pool->bounded_count, n);
-  TKO__INVARIANT(held >= n); /* room given back once per task that took it */
-  (void)held;
-  /* seq_cst: after the release above; pairs with wait_for_room. */
-  if (tko__load_seq(&pool->space_waiters)) {
-    tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
-    pthread_cond_broadcast(&pool->space_cv);
-    tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
-  }
-}
-
-static bool try_admit(tko_pool *pool, size_t k) {
-  size_t cap = pool->opts.queue_capacity;
-  size_t n = tko__load_relaxed(&pool->bounded_count);
-  do {
-    if (n + k > cap) return false;
-  } while (!tko__cas_seq(&pool->bounded_count, &n, n + k));
-  return true;
-}
-
-/* Blocks until k tasks may fit, the pool closes or the deadline passes. */
-static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct timespec *deadline) {
-  int rc = 0;
-  tko__add_seq(&pool->space_waiters, 1); /* seq_cst: see tko__release_room */
-  tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
-  while (tko__load_seq(&pool->bounded_count) + k > pool->opts.queue_capacity) {
-    if (tko__load_seq(&pool->closing)) {
-      rc = -ESHUTDOWN;
-      break;
-    }
-    if (timeout_ms < 0) {
-      tko__cond_wait(&pool->space_cv, &pool->space_mu, TKO__RANK_SPACE);
-    } else if (timeout_ms == 0 || tko__cond_timedwait(&pool->space_cv, &pool->space_mu,
-                                                      TKO__RANK_SPACE, deadline) == ETIMEDOUT) {
-      rc = -ETIMEDOUT;
-      break;
-    }
-  }
-  tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
-  tko__sub_seq(&pool->space_waiters, 1);
-  return rc;
-}
-
 enum { ADMITTED = TKO__ADMITTED, RUN_HERE = TKO__RUN_HERE };
-
-/* Takes room for k tasks in a bounded queue, following the full policy:
- * ADMITTED, RUN_HERE (caller-runs), or a negative errno. A submitter that
- * has to wait for room enters the pool's gate first (lifecycle.h), so that
- * shutdown waits for it to leave; *gated then says it must call
- * tko__gate_leave once done with the pool (whatever this returned). */
-int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy, bool *gated) {
-  *gated = false;
-  if (!pool->opts.queue_capacity) return ADMITTED;
-  if (k > pool->opts.queue_capacity) /* could never fit */
-    return policy == TKO_FULL_CALLER_RUNS ? RUN_HERE : -EAGAIN;
-  struct timespec deadline;
-  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
-  while (!try_admit(pool, k)) {
-    if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
-    switch (policy) {
-    case TKO_FULL_REJECT: return -EAGAIN;
-    case TKO_FULL_CALLER_RUNS: return RUN_HERE;
-    default: break;
-    }
-    if (tko__current_pool == pool) return -EAGAIN; /* a worker must not wait on itself */
-    if (!*gated) {
-      int rc = tko__gate_enter(pool);
-      if (rc) return rc;
-      *gated = true;
-    }
-    int rc = wait_for_room(pool, k, timeout_ms, &deadline);
-    if (rc) return rc;
-  }
-  return ADMITTED;
-}
 
 /* Runs one task on the calling thread (caller-runs); the caller is inside
  * the gate. */

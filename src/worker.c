@@ -298,7 +298,7 @@ static void task_exited(void *arg) {
 static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
   /* A bounded queue counts a task until it starts (or is cancelled), not
    * until a worker takes it: taken tasks still wait. */
-  tko__release_room(pool, tko__item_room(item));
+  tko__give_room(pool, w, tko__item_room(item));
   /* Acquire: pairs with the release in lifecycle.c (close_pool), so tasks this
    * worker had taken are cancelled rather than run once TKO_CANCEL began. */
   if (tko__load_acquire(&pool->cancelling)) {

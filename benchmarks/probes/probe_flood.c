@@ -4,8 +4,9 @@
  * tko_pool_wait_idle), 2 workers. Prints ns/task per run, with the backlog
  * left when the submitting ended.
  *   probe_flood batch  fresh|reused RUNS    one producer, tko_submit_batch of 256
- *   probe_flood submit PRODUCERS RUNS       PRODUCERS threads of tko_submit, a
- *                                           fresh pool per run */
+ *   probe_flood submit PRODUCERS RUNS [CAP] PRODUCERS threads of tko_submit, a
+ *                                           fresh pool per run; CAP > 0: a bounded
+ *                                           queue of CAP tasks (full policy BLOCK) */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,8 +21,9 @@ static int empty(void *arg) {
   return 0;
 }
 
-static tko_pool *make_pool(void) {
+static tko_pool *make_pool(long capacity) {
   tko_options o = tko_basic_options(2);
+  o.queue_capacity = (size_t)capacity;
   tko_pool *p = NULL;
   if (tko_pool_create(&p, &o)) exit(1);
   return p;
@@ -62,8 +64,8 @@ static void *produce(void *arg) {
   return NULL;
 }
 
-static void submit_run(long n) {
-  tko_pool *p = make_pool();
+static void submit_run(long n, long capacity) {
+  tko_pool *p = make_pool(capacity);
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, (unsigned)n + 1);
   pthread_t th[64];
@@ -84,16 +86,17 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "batch";
   if (strcmp(mode, "submit") == 0) {
     long n = probe_arg(argc, argv, 2, 4), runs = probe_arg(argc, argv, 3, 5);
-    if (n < 1 || n > 64) return 2;
-    for (long r = 0; r < runs; r++) submit_run(n);
+    long capacity = probe_arg(argc, argv, 4, 0);
+    if (n < 1 || n > 64 || capacity < 0) return 2;
+    for (long r = 0; r < runs; r++) submit_run(n, capacity);
     return 0;
   }
   int reused = argc > 2 && strcmp(argv[2], "reused") == 0;
   long runs = probe_arg(argc, argv, 3, 5);
-  tko_pool *p = reused ? make_pool() : NULL;
+  tko_pool *p = reused ? make_pool(0) : NULL;
   if (reused) batch_run(p, "warm-up (the queue grows), not counted: ");
   for (long r = 0; r < runs; r++) {
-    if (!reused) p = make_pool();
+    if (!reused) p = make_pool(0);
     batch_run(p, "");
     if (!reused) tko_pool_destroy(p);
   }

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT */
+/* Admission to a bounded queue (queue_capacity > 0): a task takes room
+ * before it is queued and gives it back when it starts (or is cancelled),
+ * so that at most queue_capacity tasks wait.
+ *
+ * The count is room_taken: room taken by admissions, less room given back.
+ * One shared count that every submit CASed and every start decremented
+ * moved its line between cores twice a task. Both sides now go to it in
+ * chunks (issue 15), which shrink to single tasks near the bound:
+ *
+ * - Leases. A submitting thread with a ring (ring.h) takes, with its own
+ *   task's room, a share of the room still free, kept in the ring's credits
+ *   (a line no other submitter writes) and spent a task at a time.
+ * - Settling. A worker counts the room its starts give back on its own
+ *   line (tko__worker.room_given) and subtracts it from room_taken once a
+ *   chunk has gathered (room_settled says how much was).
+ *
+ * A chunk is at most 1/(CHUNK_SHARE x its kind's count: rings, or workers)
+ * of the room free when it is taken, and at most CHUNK_MAX tasks; below
+ * CHUNK_MIN there is none
+ * (audit_sharing --capacity shows what that saves). Far from the bound
+ * a thread touches room_taken once a chunk; near it chunks are empty and
+ * each submit and start moves room_taken itself, as before.
+ *
+ * Why the bound holds: room_taken is never below the room in use. Leased
+ * credits count as taken; a give-back leaves it only when settled, and a
+ * settle marks room_settled before it subtracts, so no give-back is
+ * subtracted twice.
+ *
+ * Why a submit is refused, or waits, only for room that tasks waiting, or
+ * submits in progress, hold: before it refuses or sleeps it gathers every
+ * chunk (gather: it settles every worker slot's give-backs and takes every
+ * ring's unspent credits back) and looks again. And a waiter cannot sleep
+ * through room coming free, by these Dekker pairs (seq_cst both sides):
+ * a worker stores its give-back, then loads space_waiters; a lease adds
+ * its credits, then loads space_waiters; a waiter increments space_waiters,
+ * then gathers, which loads both. Either the waiter's gather sees the room,
+ * or the other side sees the waiter and broadcasts under space_mu, which
+ * the waiter holds from its gather until it sleeps. */
+#include <errno.h>
+#include <time.h>
+
+#include "internal.h"
+#include "invariant.h"
+
+enum { CHUNK_SHARE = 4, CHUNK_MIN = 8, CHUNK_MAX = 128 };
+
+/* A chunk's size when free room is left: see the essay. Below CHUNK_MIN,
+ * none: a chunk of a task or two would cost its own line's RMWs on top of
+ * the shared one's, and be taken back by every full submit (near the
+ * bound: audit_sharing --capacity 4096). */
+static size_t chunk_size(size_t free, unsigned sharers) {
+  size_t chunk = free / (CHUNK_SHARE * (size_t)(sharers ? sharers : 1));
+  if (chunk < CHUNK_MIN) return 0;
+  return chunk < CHUNK_MAX ? chunk : CHUNK_MAX;
+}
+
+/* Room came free: wakes the submitters waiting for it. seq_cst: after the
+ * room was given back; the other half of the waiter's Dekker pair (see the
+ * essay). */
+static void wake_space_waiters(tko_pool *pool) {
+  if (tko__load_seq(&pool->space_waiters)) {
+    tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
+    pthread_cond_broadcast(&pool->space_cv);
+    tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
+  }
+}
+
+/* Whether submitters wait for room. seq_cst: after a give-back's store,
+ * the other half of the waiter's Dekker pair (see the essay); before it,
+ * a hint. */
+static bool space_awaited(tko_pool *pool) { return tko__load_seq(&pool->space_waiters) != 0; }
+
+/* Subtracts w's give-backs not yet settled from room_taken; returns how
+ * many. Any thread may: room_settled is advanced by CAS, before the
+ * subtraction (see the essay). */
+static size_t settle(tko_pool *pool, tko__worker *w) {
+  size_t given = tko__load_seq(&w->room_given); /* seq_cst: a waiter's gather */
+  size_t settled = tko__load_relaxed(&w->room_settled);
+  while (settled < given) {
+    if (tko__cas_seq(&w->room_settled, &settled, given)) {
+      size_t before = tko__sub_seq(&pool->room_taken, given - settled);
+      TKO__INVARIANT(before >= given - settled); /* each give-back settled once */
+      (void)before;
+      return given - settled;
+    }
+  }
+  return 0;
+}
+
+/* The workers that give room back, for chunk_size: relaxed, a hint. */
+static unsigned workers_now(tko_pool *pool) {
+  return tko__load_relaxed(&pool->basic_alive) + tko__load_relaxed(&pool->elastic_count);
+}
+
+/* The chunk to gather after room_taken read used. */
+static size_t next_chunk(tko_pool *pool, size_t used) {
+  size_t cap = pool->opts.queue_capacity;
+  return chunk_size(used < cap ? cap - used : 0, workers_now(pool));
+}
+
+void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
+  if (!pool->opts.queue_capacity || !n) return;
+  if (w == &pool->caller) {
+    tko__release_room(pool, n);
+    return;
+  }
+  size_t given = tko__load_relaxed(&w->room_given) + n; /* owner only */
+  bool pending = tko__load_relaxed(&w->room_settled) != given - n;
+  if (!pending && (!w->room_chunk || space_awaited(pool))) {
+    /* Near the bound, or submitters wait, and nothing gathered: straight
+     * to room_taken, as one shared count did. */
+    size_t before = tko__sub_seq(&pool->room_taken, n);
+    TKO__INVARIANT(before >= n); /* room given back once per task that took it */
+    w->room_chunk = next_chunk(pool, before - n);
+    wake_space_waiters(pool);
+    return;
+  }
+  if (!w->room_listed) { /* this slot's first chunk: gather visits it from now */
+    unsigned want = (unsigned)(w - pool->slots) + 1, seen = tko__load_relaxed(&pool->room_slots);
+    while (seen < want && !tko__cas_seq(&pool->room_slots, &seen, want)) {
+    }
+    w->room_listed = true;
+  }
+  tko__store_seq(&w->room_given, given); /* seq_cst: a Dekker pair (see the essay) */
+  bool waiters = space_awaited(pool);
+  if (waiters || given - tko__load_relaxed(&w->room_settled) >= w->room_chunk) {
+    settle(pool, w);
+    w->room_chunk = next_chunk(pool, tko__load_relaxed(&pool->room_taken)); /* relaxed: a hint */
+  }
+  if (waiters) wake_space_waiters(pool);
+}
+
+void tko__release_room(tko_pool *pool, size_t n) {
+  if (!pool->opts.queue_capacity || !n) return;
+  size_t before = tko__sub_seq(&pool->room_taken, n);
+  TKO__INVARIANT(before >= n); /* room given back once per task that took it */
+  (void)before;
+  wake_space_waiters(pool);
+}
+
+void tko__take_room_unchecked(tko_pool *pool, size_t n) {
+  tko__add_seq(&pool->room_taken, n); /* seq_cst: as try_take's CAS */
+}
+
+/* Settles every worker slot and takes every ring's unspent credits back;
+ * returns the room that came back. */
+static size_t gather(tko_pool *pool) {
+  size_t back = 0;
+  unsigned slots = tko__load_seq(&pool->room_slots);
+  for (unsigned i = 0; i < slots; i++) back += settle(pool, &pool->slots[i]);
+  size_t credits = 0;
+  unsigned rings = tko__load_acquire(&pool->rings.count); /* pairs with the claim's store */
+  for (unsigned i = 0; i < rings; i++) {
+    tko__ring *r = pool->rings.ring[i];
+    if (tko__load_seq(&r->credits)) credits += tko__exchange_seq(&r->credits, 0);
+  }
+  if (credits) tko__sub_seq(&pool->room_taken, credits);
+  return back + credits;
+}
+
+/* Spends k of ring r's credits, if it holds that many. Relaxed: a count
+ * only; the owner's spend and a reclaim meet in the RMWs' order on this
+ * word. */
+static bool spend_credits(tko__ring *r, size_t k) {
+  size_t c = tko__load_relaxed(&r->credits);
+  while (c >= k)
+    if (tko__cas_relaxed(&r->credits, &c, c - k)) return true;
+  return false;
+}
+
+/* Takes room for k tasks: from the calling thread's credits, else from
+ * room_taken, with a lease if the thread has a ring. */
+static bool try_take(tko_pool *pool, size_t k) {
+  tko__ring *r = tko__rings_mine(&pool->rings);
+  if (r && spend_credits(r, k)) return true;
+  size_t cap = pool->opts.queue_capacity, lease;
+  size_t taken = tko__load_relaxed(&pool->room_taken); /* the CAS checks it */
+  do {
+    if (taken + k > cap) return false;
+    lease = r ? chunk_size(cap - taken - k, tko__load_relaxed(&pool->rings.count)) : 0;
+  } while (!tko__cas_seq(&pool->room_taken, &taken, taken + k + lease));
+  if (lease) {
+    tko__add_seq(&r->credits, lease); /* seq_cst: a Dekker pair (see the essay) */
+    wake_space_waiters(pool);
+  }
+  return true;
+}
+
+/* Blocks until k tasks may fit, the pool closes or the deadline passes. */
+static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct timespec *deadline) {
+  int rc = 0;
+  tko__add_seq(&pool->space_waiters, 1); /* seq_cst: see the essay */
+  tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
+  for (;;) {
+    /* Others may fit in what came back: under space_mu, so a broadcast
+     * of our own. */
+    if (gather(pool)) pthread_cond_broadcast(&pool->space_cv);
+    if (tko__load_seq(&pool->room_taken) + k <= pool->opts.queue_capacity) break;
+    if (tko__load_seq(&pool->closing)) {
+      rc = -ESHUTDOWN;
+      break;
+    }
+    if (timeout_ms < 0) {
+      tko__cond_wait(&pool->space_cv, &pool->space_mu, TKO__RANK_SPACE);
+    } else if (timeout_ms == 0 || tko__cond_timedwait(&pool->space_cv, &pool->space_mu,
+                                                      TKO__RANK_SPACE, deadline) == ETIMEDOUT) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+  }
+  tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
+  tko__sub_seq(&pool->space_waiters, 1);
+  return rc;
+}
+
+int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy, bool *gated) {
+  *gated = false;
+  if (!pool->opts.queue_capacity) return TKO__ADMITTED;
+  if (k > pool->opts.queue_capacity) /* could never fit */
+    return policy == TKO_FULL_CALLER_RUNS ? TKO__RUN_HERE : -EAGAIN;
+  struct timespec deadline;
+  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
+  while (!try_take(pool, k)) {
+    if (gather(pool)) {
+      wake_space_waiters(pool); /* others may fit in it too */
+      continue;
+    }
+    if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
+    switch (policy) {
+    case TKO_FULL_REJECT: return -EAGAIN;
+    case TKO_FULL_CALLER_RUNS: return TKO__RUN_HERE;
+    default: break;
+    }
+    if (tko__current_pool == pool) return -EAGAIN; /* a worker must not wait on itself */
+    if (!*gated) {
+      int rc = tko__gate_enter(pool);
+      if (rc) return rc;
+      *gated = true;
+    }
+    int rc = wait_for_room(pool, k, timeout_ms, &deadline);
+    if (rc) return rc;
+  }
+  return TKO__ADMITTED;
+}
