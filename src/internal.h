@@ -271,6 +271,7 @@ struct tko_pool {
   unsigned nslots;          /* I */
   tko__worker *slots;       /* I: cache-line aligned inside slots_raw */
   void *slots_raw;
+  void *raw; /* I: the pool's own allocation (the pool is aligned inside it) */
 };
 
 /* The pool whose worker is the calling thread, if any, and that worker. */

@@ -102,7 +102,7 @@ static void free_pool(tko_pool *pool) {
   pthread_mutex_destroy(&pool->timer_mu);
   pthread_cond_destroy(&pool->timer_cv);
   tko__timers_fini(pool);
-  tko__mem_free(a, pool);
+  tko__mem_free(a, pool->raw);
 }
 
 static int init_sync(tko_pool *pool) {
@@ -131,9 +131,13 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   if (rc == 0) rc = tko__place_init(&place, opts->cpus, opts->ncpus, opts->stack_size);
   if (rc) return rc;
   const tko_allocator *a = opts->allocator;
-  tko_pool *pool = tko__mem_alloc(a, sizeof *pool);
+  /* Cache-line aligned, so that its TKO_CACHE_ALIGNED fields (the inbox's
+   * tail, the lock, the room count) start lines of their own. */
+  void *raw;
+  tko_pool *pool = tko__mem_alloc_aligned(a, sizeof *pool, alignof(tko_pool), &raw);
   if (!pool) return -ENOMEM;
   memset(pool, 0, sizeof *pool);
+  pool->raw = raw;
   pool->opts = *opts;
   tko__fork_watch();
   pool->fork_gen = tko__fork_generation();
