@@ -140,9 +140,9 @@ struct tko_pool {
   tko__queue queue;
   tko__queue async_queue; /* async tasks waiting for an in-flight slot */
   unsigned async_running; /* async tasks in flight; guarded by lock */
-  /* Work a worker could take now (queue.len, plus async_queue.len when an
-   * in-flight slot is free), and async tasks waiting; stored under lock,
-   * read lock-free. */
+  /* 1 while a worker could take work now (queued tasks, or async ones with
+   * an in-flight slot free), and 1 while async tasks wait, else 0; stored
+   * under lock when that changes (tko__refresh_backlog), read lock-free. */
   atomic_size_t backlog;
   atomic_size_t async_waiting;
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */
@@ -435,12 +435,19 @@ bool tko__resize_left(tko_pool *pool, tko__worker *w);
  * that thread and starts another. */
 void tko__resize_vacate(tko_pool *pool, tko__worker *w);
 
-/* Refreshes backlog and async_waiting; caller holds lock. */
+/* Refreshes backlog and async_waiting; caller holds lock. Each is read
+ * only as "any" (tko__look_seq, tko__nothing_left), so it is stored only
+ * when that changes: a flood's takes then leave its line alone, which they
+ * stored once a take, the audit's worst line (audit_sharing). Relaxed,
+ * under the lock (its only writers); the sleep protocol's seq_cst point is
+ * moved_by_submitter's store, or a fence (signal.c). */
 static inline void tko__refresh_backlog(tko_pool *pool) {
   unsigned max = pool->opts.max_async_inflight;
   size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
-  tko__store_relaxed(&pool->backlog, pool->queue.len + runnable_async); /* under lock */
-  tko__store_relaxed(&pool->async_waiting, pool->async_queue.len);
+  size_t work = pool->queue.len + runnable_async > 0, waiting = pool->async_queue.len > 0;
+  if (tko__load_relaxed(&pool->backlog) != work) tko__store_relaxed(&pool->backlog, work);
+  if (tko__load_relaxed(&pool->async_waiting) != waiting)
+    tko__store_relaxed(&pool->async_waiting, waiting);
 }
 
 /* True in a child process forked after the pool was created: its threads

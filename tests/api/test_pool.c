@@ -566,6 +566,44 @@ Test(pool, no_lost_wakeup_with_two_workers, .timeout = 300) {
 
 /* ---- stats while busy, and no allocation per task ----------------------- */
 
+/* Two tasks that each wait for the other to start: they finish only if
+ * two workers run them at once. */
+typedef struct rendezvous {
+  tt_count arrived;
+  atomic_int missed;
+} rendezvous;
+
+static int meet_fn(void *arg) {
+  rendezvous *r = arg;
+  tt_count_add(&r->arrived, 1);
+  if (!tt_count_wait_geq_within(&r->arrived, 2, 10000)) atomic_store(&r->missed, 1);
+  return 0;
+}
+
+/* One submit wakes one worker; that worker, leaving queued work behind its
+ * take, wakes the next (signal.c: the last searcher wakes one more). A
+ * batch of two lands in one submitting thread's ring: the first worker
+ * moves both into the queue and takes one, so the second task is found
+ * by the second worker only through that worker's look at what is
+ * queued (backlog). */
+Test(pool, queued_work_left_by_a_take_wakes_a_second_worker) {
+  tko_pool *p;
+  tko_options o = tko_basic_options(2);
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  for (int round = 0; round < TT_SCALE(20, 5); round++) {
+    pool_wait(p); /* both workers go back to sleep */
+    rendezvous r;
+    tt_count_init(&r.arrived);
+    atomic_init(&r.missed, 0);
+    tko_task two[2] = {{meet_fn, &r, 0}, {meet_fn, &r, 0}};
+    cr_assert_eq(tko_submit_batch(p, two, 2), 0);
+    pool_wait(p);
+    cr_assert_eq(atomic_load(&r.missed), 0, "round %d: the second task waited for the first", round);
+    tt_count_fini(&r.arrived);
+  }
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
 Test(pool, stats_while_a_task_runs) {
   tko_pool *p;
   tko_options o = tko_basic_options(1);
