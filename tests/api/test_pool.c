@@ -690,12 +690,15 @@ static void ca_free(void *ctx, void *ptr) {
   free(ptr);
 }
 
-Test(pool, steady_state_allocates_nothing_per_task) {
+/* capacity > 0: a bounded queue, whose room moves in leases and chunks
+ * (admit.c), the same. */
+static void steady_state_allocates_nothing(size_t capacity) {
   counting_alloc ca = {0};
   tko_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
   tko_options o = tko_basic_options(2);
   o.initial_capacity = 16;
   o.allocator = &al;
+  o.queue_capacity = capacity;
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   cr_assert_gt(atomic_load(&ca.allocs), 0, "the pool's own memory comes from the allocator");
@@ -719,4 +722,10 @@ Test(pool, steady_state_allocates_nothing_per_task) {
   cr_assert_eq(atomic_load(&ca.allocs), before, "allocations in a steady state");
   cr_assert_eq(tko_pool_destroy(p), 0);
   cr_assert_eq(atomic_load(&ca.live), 0, "destroy frees everything it allocated");
+}
+
+Test(pool, steady_state_allocates_nothing_per_task) { steady_state_allocates_nothing(0); }
+
+Test(pool, steady_state_allocates_nothing_per_task_in_a_bounded_queue) {
+  steady_state_allocates_nothing(4096);
 }
