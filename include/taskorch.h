@@ -65,6 +65,10 @@ extern "C" {
 #define TKO_MAX_TIMER_MS 3153600000000LL
 /** Deepest nesting of helping group waits on one worker (see tko_group_wait). */
 #define TKO_MAX_HELP_DEPTH 64u
+/** Largest tko_options.queue_capacity (2^31 tasks) and initial_capacity
+ * (2^30 slots). Larger: -EINVAL. */
+#define TKO_MAX_QUEUE_CAPACITY ((size_t)1 << 31)
+#define TKO_MAX_INITIAL_CAPACITY ((size_t)1 << 30)
 
 typedef struct tko_pool tko_pool; /**< opaque */
 
@@ -175,7 +179,7 @@ typedef struct tko_options {
                                 Also the idle time after which the queue gives
                                 a burst's memory back (tko_pool_trim) */
   unsigned spin_yields;      /**< yields a worker makes looking for work before it
-                                sleeps; 0 = 8. (A worker whose take came back
+                                sleeps; 0 = 8; at most 1,000,000. (A worker whose take came back
                                 with fewer than 4 tasks, and fewer than
                                 max_batch, also yields once before looking
                                 again, so that tasks gather into batches.) */
@@ -187,9 +191,11 @@ typedef struct tko_options {
                                 for each other (a worker never runs a task it
                                 took while an earlier one of its batch
                                 blocks). */
-  size_t initial_capacity;   /**< queue slots allocated up front; 0 = 256 */
+  size_t initial_capacity;   /**< queue slots allocated up front; 0 = 256; at most
+                                TKO_MAX_INITIAL_CAPACITY */
   size_t queue_capacity;     /**< most tasks queued (not started) at once; 0 = no
-                                limit. Memory is then bounded too. */
+                                limit; at most TKO_MAX_QUEUE_CAPACITY. Memory is
+                                then bounded too. */
   tko_full_policy full_policy; /**< when queue_capacity is reached; default BLOCK */
   unsigned aging_ms;         /**< anti-starvation: a queued task gains one unit of
                                 weight per aging_ms waited; 0 = off */

@@ -41,12 +41,12 @@ static int check_options(const tko_options *o) {
   if (o->workers == 0 && o->max_elastic == 0) return -EINVAL;
   if (o->workers > TKO_MAX_WORKERS || o->max_elastic > TKO_MAX_ELASTIC) return -EINVAL;
   if (o->elastic_idle_ms > TKO_MAX_IDLE_MS) return -EINVAL;
-  if (o->initial_capacity > ((size_t)1 << 30)) return -EINVAL;
+  if (o->initial_capacity > TKO_MAX_INITIAL_CAPACITY) return -EINVAL;
   if (o->spin_yields > 1000000u) return -EINVAL;
   if (o->full_policy > TKO_FULL_CALLER_RUNS) return -EINVAL;
   if (o->max_batch > TKO__GRAB_MAX) return -EINVAL;
   if (o->aging_ms > TKO_MAX_IDLE_MS) return -EINVAL;
-  if (o->queue_capacity > ((size_t)1 << 31)) return -EINVAL;
+  if (o->queue_capacity > TKO_MAX_QUEUE_CAPACITY) return -EINVAL;
   if (!tko__allocator_valid(o->allocator)) return -EINVAL;
   if (o->max_threads && (o->max_threads < o->workers + o->max_elastic ||
                          o->max_threads > TKO_MAX_WORKERS + TKO_MAX_ELASTIC))

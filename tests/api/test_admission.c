@@ -6,10 +6,14 @@
  * submitter waiting: a submit that finds the queue full takes every chunk
  * back first, and a waiter takes back what was leased while it slept.
  * Each test fills a paused pool and counts exactly queue_capacity tasks
- * in before the first refusal, or sees a blocked submit get in. Public API
- * only; waits are bounded by the suites' limits (a hang fails). */
+ * in before the first refusal, or sees a blocked submit get in; and on a
+ * running pool each start lets exactly one more submit in (kept from the
+ * attack on this change, which found no violation: docs/RELIABILITY.md).
+ * Public API only; waits are bounded by the suites' limits (a hang
+ * fails). */
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -222,4 +226,92 @@ Test(admission, producers_leasing_through_a_small_queue_lose_nothing) {
   cr_assert_eq(tko_pool_resume(pool), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+/* Kept from the attack on leased room (its t02_stepwise): a running pool
+ * whose tasks wait on a semaphore; each time one finishes and the worker
+ * starts a queued one, exactly one more submit fits - the room the worker
+ * gave back, in a chunk or not - also when a fresh thread (which may lease)
+ * makes it. */
+static sem_t stepper;
+static tt_count step_started;
+
+static int step_task(void *arg) {
+  (void)arg;
+  tt_count_add(&step_started, 1);
+  sem_wait(&stepper);
+  atomic_fetch_add(&runs, 1);
+  return 0;
+}
+
+static int try_step_submit(tko_pool *pool, tko_full_policy policy) {
+  int rc = policy == TKO_FULL_BLOCK ? tko_submit_timed(pool, step_task, NULL, 0, 0)
+                                    : tko_submit(pool, step_task, NULL, 0);
+  if (rc) cr_assert_eq(rc, policy == TKO_FULL_BLOCK ? -ETIMEDOUT : -EAGAIN);
+  return rc == 0;
+}
+
+typedef struct step_helper {
+  tko_pool *pool;
+  tko_full_policy policy;
+  int in;
+} step_helper;
+
+static void *step_from_a_thread(void *arg) {
+  step_helper *h = arg;
+  int rc = h->policy == TKO_FULL_BLOCK ? tko_submit_timed(h->pool, step_task, NULL, 0, 0)
+                                       : tko_submit(h->pool, step_task, NULL, 0);
+  h->in = rc == 0;
+  return NULL;
+}
+
+static void each_start_frees_one_submit(tko_full_policy policy, size_t cap) {
+  enum { WORKERS = 2, STEPS = TT_SCALE(150, 40) };
+  cr_assert_eq(sem_init(&stepper, 0, 0), 0);
+  tt_count_init(&step_started);
+  tko_options o = tko_basic_options(WORKERS);
+  o.queue_capacity = cap;
+  o.full_policy = policy;
+  o.max_batch = 1;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  atomic_store(&runs, 0);
+  long in = 0;
+  for (int i = 0; i < WORKERS; i++, in++) cr_assert(try_step_submit(pool, policy));
+  cr_assert(tt_count_wait_geq(&step_started, WORKERS)); /* both workers hold a task */
+  size_t queued = 0;
+  while (try_step_submit(pool, policy)) cr_assert_leq(++queued, cap, "over the capacity");
+  cr_assert_eq(queued, cap);
+  in += (long)queued;
+  for (int step = 0; step < STEPS; step++) {
+    long before = tt_count_get(&step_started);
+    cr_assert_eq(sem_post(&stepper), 0); /* one task ends; its worker starts a queued one */
+    cr_assert(tt_count_wait_geq(&step_started, before + 1));
+    int got = 0;
+    if (step % 2) {
+      step_helper h = {pool, policy, 0};
+      pthread_t t;
+      cr_assert_eq(pthread_create(&t, NULL, step_from_a_thread, &h), 0);
+      cr_assert_eq(pthread_join(t, NULL), 0);
+      got += h.in;
+    }
+    while (got < 3 && try_step_submit(pool, policy)) got++;
+    cr_assert_eq(got, 1, "step %d: %d submits fit after one task started", step, got);
+    in += got;
+    cr_assert_leq(tf_stats(pool).queued, cap);
+  }
+  for (long i = 0; i < in; i++) cr_assert_eq(sem_post(&stepper), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(atomic_load(&runs), in);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  tt_count_fini(&step_started);
+  sem_destroy(&stepper);
+}
+
+Test(admission, each_start_lets_exactly_one_more_submit_in_reject) {
+  each_start_frees_one_submit(TKO_FULL_REJECT, 64);
+}
+
+Test(admission, each_start_lets_exactly_one_more_submit_in_block) {
+  each_start_frees_one_submit(TKO_FULL_BLOCK, 1000);
 }

@@ -127,6 +127,18 @@ Test(bounded, options_are_checked) {
   tko_pool *p = NULL;
   cr_assert_eq(tko_pool_create(&p, &o), -EINVAL);
   cr_assert_null(p);
+  /* The capacities' limits, as the header names them (found by the
+   * attack on leased room: the limit was not documented). */
+  o.full_policy = TKO_FULL_BLOCK;
+  o.queue_capacity = TKO_MAX_QUEUE_CAPACITY + 1;
+  cr_assert_eq(tko_pool_create(&p, &o), -EINVAL);
+  o.queue_capacity = 4;
+  o.initial_capacity = TKO_MAX_INITIAL_CAPACITY + 1;
+  cr_assert_eq(tko_pool_create(&p, &o), -EINVAL);
+  o.initial_capacity = 0;
+  o.queue_capacity = TKO_MAX_QUEUE_CAPACITY;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
 Test(bounded, reject_never_exceeds_capacity) {
