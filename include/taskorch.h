@@ -309,7 +309,11 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * A worker may take a few queued tasks at once (up to max_batch, fewer when
  * the queue is short or its tasks are long: about 20 us of work), so a task
  * submitted later with a higher weight can run after tasks that a worker had
- * already taken. */
+ * already taken - and only those: each take first moves every submitted
+ * task into the queue and takes the heaviest, so once this call has
+ * returned, at most workers x max_batch lighter tasks start before this
+ * one while it is queued, none later than the batches already taken plus
+ * the longest single task. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
 /** Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits
