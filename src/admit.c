@@ -30,14 +30,19 @@
  * Why a submit is refused, or waits, only for room that tasks waiting, or
  * submits in progress, hold: before it refuses or sleeps it gathers every
  * chunk (gather: it settles every worker slot's give-backs and takes every
- * ring's unspent credits back) and looks again. And a waiter cannot sleep
- * through room coming free, by these Dekker pairs (seq_cst both sides):
- * a worker stores its give-back, then loads space_waiters; a lease adds
- * its credits, then loads space_waiters; a waiter increments space_waiters,
- * then gathers, which loads both. Either the waiter's gather sees the room,
- * or the other side sees the waiter and broadcasts under space_mu, which
- * the waiter holds from its gather until it sleeps. */
+ * ring's unspent credits back), waits out any settle or take-back another
+ * thread has between its two steps (room_moving: the room is then in
+ * neither place), and looks again. A lease between its CAS and its
+ * credits is a submit in progress. And a waiter cannot sleep through room
+ * coming free, by these Dekker pairs (seq_cst both sides): a worker stores
+ * its give-back, then loads space_waiters; a lease adds its credits, then
+ * loads space_waiters; a settle subtracts, then loads space_waiters; a
+ * waiter increments space_waiters, then gathers, which loads them all.
+ * Either the waiter's gather sees the room, or the other side sees the
+ * waiter and broadcasts under space_mu, which the waiter holds from its
+ * gather until it sleeps. */
 #include <errno.h>
+#include <sched.h>
 #include <time.h>
 
 #include "internal.h"
@@ -71,21 +76,35 @@ static void wake_space_waiters(tko_pool *pool) {
  * a hint. */
 static bool space_awaited(tko_pool *pool) { return tko__load_seq(&pool->space_waiters) != 0; }
 
+/* The seam of the settle (tests/unit/test_admit.c parks a worker there):
+ * called between a settle's mark and its subtraction. NULL outside tests:
+ * one relaxed load, on the settle's slow path only. */
+void (*_Atomic tko__test_settle_window)(void);
+
 /* Subtracts w's give-backs not yet settled from room_taken; returns how
  * many. Any thread may: room_settled is advanced by CAS, before the
- * subtraction (see the essay). */
+ * subtraction (see the essay), and room_moving counts the settle from
+ * before its mark to after its subtraction, so that a submit about to
+ * refuse can tell room on its way back (tko__admit). */
 static size_t settle(tko_pool *pool, tko__worker *w) {
   size_t given = tko__load_seq(&w->room_given); /* seq_cst: a waiter's gather */
   size_t settled = tko__load_relaxed(&w->room_settled);
+  if (settled >= given) return 0;
+  tko__add_seq(&pool->room_moving, 1);
+  size_t back = 0;
   while (settled < given) {
     if (tko__cas_seq(&w->room_settled, &settled, given)) {
-      size_t before = tko__sub_seq(&pool->room_taken, given - settled);
-      TKO__INVARIANT(before >= given - settled); /* each give-back settled once */
+      void (*seam)(void) = atomic_load_explicit(&tko__test_settle_window, memory_order_relaxed);
+      if (seam) seam();
+      back = given - settled;
+      size_t before = tko__sub_seq(&pool->room_taken, back);
+      TKO__INVARIANT(before >= back); /* each give-back settled once */
       (void)before;
-      return given - settled;
+      break;
     }
   }
-  return 0;
+  tko__sub_seq(&pool->room_moving, 1);
+  return back;
 }
 
 /* The workers that give room back, for chunk_size: relaxed, a hint. */
@@ -124,11 +143,16 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
   }
   tko__store_seq(&w->room_given, given); /* seq_cst: a Dekker pair (see the essay) */
   bool waiters = space_awaited(pool);
+  size_t back = 0;
   if (waiters || given - tko__load_relaxed(&w->room_settled) >= w->room_chunk) {
-    settle(pool, w);
+    back = settle(pool, w);
     w->room_chunk = next_chunk(pool, tko__load_relaxed(&pool->room_taken)); /* relaxed: a hint */
   }
-  if (waiters) wake_space_waiters(pool);
+  /* A settle's room also wakes: a waiter that came after the load above
+   * slept on room this settle was still moving (its load of space_waiters
+   * follows the subtraction; found by review, test
+   * admit/a_waiter_that_comes_mid_settle_is_woken). */
+  if (waiters || back) wake_space_waiters(pool);
 }
 
 void tko__release_room(tko_pool *pool, size_t n) {
@@ -150,12 +174,19 @@ static size_t gather(tko_pool *pool) {
   unsigned slots = tko__load_seq(&pool->room_slots);
   for (unsigned i = 0; i < slots; i++) back += settle(pool, &pool->slots[i]);
   size_t credits = 0;
-  unsigned rings = tko__load_acquire(&pool->rings.count); /* pairs with the claim's store */
+  /* seq_cst: a waiter's half of the lease's Dekker pair takes in a ring
+   * claimed just before its lease (the claim's store is seq_cst). */
+  unsigned rings = tko__load_seq(&pool->rings.count);
+  bool moving = false; /* counted only when there is something to move */
   for (unsigned i = 0; i < rings; i++) {
     tko__ring *r = pool->rings.ring[i];
-    if (tko__load_seq(&r->credits)) credits += tko__exchange_seq(&r->credits, 0);
+    if (!tko__load_seq(&r->credits)) continue;
+    if (!moving) tko__add_seq(&pool->room_moving, 1);
+    moving = true;
+    credits += tko__exchange_seq(&r->credits, 0);
   }
   if (credits) tko__sub_seq(&pool->room_taken, credits);
+  if (moving) tko__sub_seq(&pool->room_moving, 1);
   return back + credits;
 }
 
@@ -178,7 +209,11 @@ static bool try_take(tko_pool *pool, size_t k) {
   size_t taken = tko__load_relaxed(&pool->room_taken); /* the CAS checks it */
   do {
     if (taken + k > cap) return false;
-    lease = r ? chunk_size(cap - taken - k, tko__load_relaxed(&pool->rings.count)) : 0;
+    /* No lease while submitters wait: each would wake them to take it
+     * back. */
+    lease = r && !tko__load_relaxed(&pool->space_waiters)
+                ? chunk_size(cap - taken - k, tko__load_relaxed(&pool->rings.count))
+                : 0;
   } while (!tko__cas_seq(&pool->room_taken, &taken, taken + k + lease));
   if (lease) {
     tko__add_seq(&r->credits, lease); /* seq_cst: a Dekker pair (see the essay) */
@@ -226,6 +261,14 @@ int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy
       wake_space_waiters(pool); /* others may fit in it too */
       continue;
     }
+    /* Room another thread is settling or taking back is on its way: wait
+     * for it (a few instructions, unless that thread was preempted), then
+     * look once more before refusing. seq_cst: after the gather. */
+    if (tko__load_seq(&pool->room_moving)) {
+      sched_yield();
+      continue;
+    }
+    if (try_take(pool, k)) break;
     if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
     switch (policy) {
     case TKO_FULL_REJECT: return -EAGAIN;

@@ -184,6 +184,7 @@ struct tko_pool {
    * space_cv under space_mu; whoever frees room broadcasts. */
   TKO_CACHE_ALIGNED atomic_size_t room_taken;
   atomic_uint room_slots;
+  atomic_uint room_moving; /* settles and take-backs between their two steps */
   /* Read by every give-back (admit.c), written only by waiters: its own
    * line, away from room_taken. */
   TKO_CACHE_ALIGNED atomic_uint space_waiters;
@@ -335,6 +336,10 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n);
 void tko__release_room(tko_pool *pool, size_t n);
 /* Takes room for n tasks with no check (a caller-runs keyed task). */
 void tko__take_room_unchecked(tko_pool *pool, size_t n);
+/* A test seam (tests/unit/test_admit.c): called inside a settle, between
+ * marking a worker's give-backs settled and subtracting them. NULL outside
+ * tests. */
+extern void (*_Atomic tko__test_settle_window)(void);
 /* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
  * TKO__RUN_HERE (caller-runs: no room taken) or a negative errno. *gated:
  * the caller waited inside the gate and calls tko__gate_leave once done

@@ -166,23 +166,41 @@ Test(admission, a_blocked_batch_takes_back_room_leased_while_it_waited) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
 
-Test(admission, a_blocked_submit_wakes_when_a_gathering_worker_starts_a_task) {
+/* The first queued task holds the only worker until the test opens its
+ * gate: one start, one task's room, and the blocked submit must get it
+ * then, not a chunk of starts later. */
+static tt_gate first_gate;
+
+static int gated_run(void *arg) {
+  (void)arg;
+  (void)tt_gate_wait(&first_gate);
+  atomic_fetch_add(&runs, 1);
+  return 0;
+}
+
+Test(admission, a_blocked_submit_gets_the_room_of_one_start_at_once) {
   enum { CAP = 1024 }; /* room enough that the worker's chunks stay large */
   tko_pool *pool = make_pool(1, CAP, TKO_FULL_BLOCK);
+  pthread_mutex_init(&first_gate.mu, NULL);
+  pthread_cond_init(&first_gate.cv, NULL);
+  first_gate.open = false;
   /* Two tasks, one at a time: the worker now gathers its give-backs. */
   for (int i = 0; i < 2; i++) {
     cr_assert_eq(tko_submit(pool, count_run, NULL, 0), 0);
     cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   }
   cr_assert_eq(tko_pool_pause(pool), 0);
-  for (int i = 0; i < CAP; i++) cr_assert_eq(tko_submit_timed(pool, count_run, NULL, 0, 0), 0);
+  cr_assert_eq(tko_submit_timed(pool, gated_run, NULL, 0, 0), 0);
+  for (int i = 1; i < CAP; i++) cr_assert_eq(tko_submit_timed(pool, count_run, NULL, 0, 0), 0);
   blocked b = {pool, NULL, 1};
   tf_thread t;
   cr_assert_eq(tf_thread_start(&t, submit_blocked, &b), 0);
   cr_assert(tf_wait_thread_sleeping(t.tid));
   cr_assert_eq(tko_pool_resume(pool), 0);
   int rc = -1;
-  cr_assert(tf_thread_join(&t, &rc), "room came free in a worker's chunk and woke nobody");
+  bool in = tf_thread_join(&t, &rc);
+  tt_gate_open(&first_gate);
+  cr_assert(in, "one start's room did not reach the blocked submit while that task ran");
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(atomic_load(&runs), 2 + CAP + 1);

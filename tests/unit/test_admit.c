@@ -10,6 +10,8 @@
 #include "internal.h"
 #include "taskorch.h"
 #include "tko_test.h"
+#include "tko_test_feature.h"
+#include "tko_test_sync.h"
 
 enum { CAP = 256, THREADS = 8, PER = 20 };
 
@@ -79,5 +81,61 @@ Test(admit, leases_stay_within_the_bound_and_all_room_comes_back) {
    * exactly what workers gathered and have not settled. */
   cr_assert_eq(credits(pool), 0);
   cr_assert_eq(taken(pool), unsettled(pool));
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+/* A settle parked between its two steps (the seam): its room is in
+ * neither place - marked settled, not yet subtracted. A REJECT submit
+ * that comes then must wait for it rather than refuse (room_moving), and
+ * gets in once the settle finishes. Found by review: without that wait
+ * the submit was refused with the queue empty. */
+static tt_gate settle_gate;
+static tt_count settle_parked;
+
+static void park_settle(void) {
+  tt_count_add(&settle_parked, 1);
+  (void)tt_gate_wait(&settle_gate);
+}
+
+static int nothing_fn(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+static int submit_reject(void *arg) { return tko_submit((tko_pool *)arg, nothing_fn, NULL, 0); }
+
+Test(admit, a_submit_waits_for_room_a_settle_is_moving_rather_than_refuse) {
+  enum { CAP = 64 };
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = CAP;
+  o.full_policy = TKO_FULL_REJECT;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  /* One task: its room goes straight back, and the worker's chunk is now
+   * CAP / 4 = 16 give-backs. */
+  cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  for (int i = 0; i < CAP; i++) cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), 0);
+  cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), -EAGAIN);
+  pthread_mutex_init(&settle_gate.mu, NULL);
+  pthread_cond_init(&settle_gate.cv, NULL);
+  settle_gate.open = false;
+  tt_count_init(&settle_parked);
+  atomic_store(&tko__test_settle_window, park_settle);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  /* The worker settles its first chunk and parks inside the settle. */
+  cr_assert(tt_count_wait_geq(&settle_parked, 1));
+  atomic_store(&tko__test_settle_window, NULL);
+  tf_thread t;
+  cr_assert_eq(tf_thread_start(&t, submit_reject, pool), 0);
+  int rc = -1;
+  /* Refused at once, the submit would be back within this bound. */
+  bool back = tf_thread_join_within(&t, 200, &rc);
+  cr_assert_not(back && rc == -EAGAIN, "refused while room was on its way back");
+  tt_gate_open(&settle_gate);
+  if (!back) cr_assert(tf_thread_join(&t, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
