@@ -65,10 +65,8 @@ extern "C" {
 #define TKO_MAX_TIMER_MS 3153600000000LL
 /** Deepest nesting of helping group waits on one worker (see tko_group_wait). */
 #define TKO_MAX_HELP_DEPTH 64u
-/** Largest tko_options.queue_capacity (2^31 tasks) and initial_capacity
- * (2^30 slots). Larger: -EINVAL. */
-#define TKO_MAX_QUEUE_CAPACITY ((size_t)1 << 31)
-#define TKO_MAX_INITIAL_CAPACITY ((size_t)1 << 30)
+#define TKO_MAX_QUEUE_CAPACITY ((size_t)1 << 31) /**< tko_options.queue_capacity: 2^31 tasks */
+#define TKO_MAX_INITIAL_CAPACITY ((size_t)1 << 30) /**< tko_options.initial_capacity: 2^30 slots */
 
 typedef struct tko_pool tko_pool; /**< opaque */
 
