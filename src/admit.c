@@ -209,11 +209,7 @@ static bool try_take(tko_pool *pool, size_t k) {
   size_t taken = tko__load_relaxed(&pool->room_taken); /* the CAS checks it */
   do {
     if (taken + k > cap) return false;
-    /* No lease while submitters wait: each would wake them to take it
-     * back. */
-    lease = r && !tko__load_relaxed(&pool->space_waiters)
-                ? chunk_size(cap - taken - k, tko__load_relaxed(&pool->rings.count))
-                : 0;
+    lease = r ? chunk_size(cap - taken - k, tko__load_relaxed(&pool->rings.count)) : 0;
   } while (!tko__cas_seq(&pool->room_taken, &taken, taken + k + lease));
   if (lease) {
     tko__add_seq(&r->credits, lease); /* seq_cst: a Dekker pair (see the essay) */
