@@ -150,8 +150,8 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
   }
   /* A settle's room also wakes: a waiter that came after the load above
    * slept on room this settle was still moving (its load of space_waiters
-   * follows the subtraction; found by review, test
-   * admit/a_waiter_that_comes_mid_settle_is_woken). */
+   * follows the subtraction; found by review, docs/RELIABILITY.md: no
+   * deterministic test, the interleaving needs two seams). */
   if (waiters || back) wake_space_waiters(pool);
 }
 
