@@ -118,6 +118,15 @@ static size_t next_chunk(tko_pool *pool, size_t used) {
   return chunk_size(used < cap ? cap - used : 0, workers_now(pool));
 }
 
+/* Gives n tasks' room straight back to room_taken and wakes the waiters;
+ * returns the room still taken. */
+static size_t give_back_now(tko_pool *pool, size_t n) {
+  size_t before = tko__sub_seq(&pool->room_taken, n);
+  TKO__INVARIANT(before >= n); /* room given back once per task that took it */
+  wake_space_waiters(pool);
+  return before - n;
+}
+
 void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
   if (!pool->opts.queue_capacity || !n) return;
   if (w == &pool->caller) {
@@ -129,10 +138,7 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
   if (!pending && (!w->room_chunk || space_awaited(pool))) {
     /* Near the bound, or submitters wait, and nothing gathered: straight
      * to room_taken, as one shared count did. */
-    size_t before = tko__sub_seq(&pool->room_taken, n);
-    TKO__INVARIANT(before >= n); /* room given back once per task that took it */
-    w->room_chunk = next_chunk(pool, before - n);
-    wake_space_waiters(pool);
+    w->room_chunk = next_chunk(pool, give_back_now(pool, n));
     return;
   }
   if (!w->room_listed) { /* this slot's first chunk: gather visits it from now */
@@ -156,11 +162,7 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
 }
 
 void tko__release_room(tko_pool *pool, size_t n) {
-  if (!pool->opts.queue_capacity || !n) return;
-  size_t before = tko__sub_seq(&pool->room_taken, n);
-  TKO__INVARIANT(before >= n); /* room given back once per task that took it */
-  (void)before;
-  wake_space_waiters(pool);
+  if (pool->opts.queue_capacity && n) (void)give_back_now(pool, n);
 }
 
 void tko__take_room_unchecked(tko_pool *pool, size_t n) {
