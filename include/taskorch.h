@@ -232,6 +232,15 @@ typedef struct tko_options {
                                 larger of workers + max_elastic and 4 per CPU.
                                 -EINVAL below workers + max_elastic or above
                                 TKO_MAX_WORKERS + TKO_MAX_ELASTIC */
+  unsigned recheck_us;       /**< the recheck period of the bounded-inversion
+                                contract (tko_submit), in microseconds; 0 = 100.
+                                A worker working through a batch it took looks
+                                at the queue again before it starts a task
+                                lighter than the heaviest weight ever
+                                submitted, once this long has passed since its
+                                take or its last look; if a heavier task is
+                                queued it hands the rest of the batch back
+                                (tko_stats.handbacks) and takes again */
 } tko_options;
 
 /** Pool statistics: a snapshot, each counter read once, without a lock, so
@@ -273,6 +282,9 @@ typedef struct tko_stats {
                                 default allocator, a huge-page mapping of its
                                 own, not malloc'd) and shrinks back once the
                                 pool stays idle, or on tko_pool_trim */
+  uint64_t handbacks;        /**< batches a worker handed back to the queue at a
+                                recheck (tko_options.recheck_us) because a
+                                heavier task was queued */
 } tko_stats;
 
 /** Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */
@@ -308,10 +320,15 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * the queue is short or its tasks are long: about 20 us of work), so a task
  * submitted later with a higher weight can run after tasks that a worker had
  * already taken - and only those: each take first moves every submitted
- * task into the queue and takes the heaviest, so once this call has
- * returned, at most workers x max_batch lighter tasks start before this
- * one while it is queued, none later than the batches already taken plus
- * the longest single task. */
+ * task into the queue and takes the heaviest. The inversion is bounded in
+ * time: once this call has returned, no worker starts a lighter task more
+ * than recheck_us (tko_options; 100 us by default) later while this one is
+ * still queued, because a worker looks at the queue again before such a
+ * start once recheck_us has passed since its take or its last look, and
+ * hands the rest of its batch back if a heavier task waits
+ * (tko_stats.handbacks counts those). Not bounded so: an async task held
+ * back by max_async_inflight, and the tasks a worker runs from its own
+ * batch while it helps inside tko_group_wait. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
 /** Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits

@@ -47,6 +47,9 @@
 #define TKO__BATCH_DEFAULT 64u
 #define TKO__BATCH_START 16u
 #define TKO__BATCH_BUDGET_NS 20000u
+/* tko_options.recheck_us's default: five batch budgets, so that rechecks
+ * add at most one visit to the queue lock per five batches. */
+#define TKO__RECHECK_DEFAULT_US 100u
 
 /* A take of fewer tasks than this is followed by a yield (worker.c). */
 #define TKO__SMALL_TAKE 4u
@@ -115,6 +118,8 @@ typedef struct tko__worker {
   bool has_predecessor;
   bool exiting; /* a task is ending this thread (owner only) */
   size_t batch_cap; /* most tasks the next take may hold; owner only */
+  uint64_t looked_ns; /* its last take or recheck look (worker.c); owner only */
+  atomic_uint_fast64_t handbacks; /* batches handed back at a recheck; owner only */
   unsigned hole_poll_ms; /* its last sleep beside a hole, 0 if none (worker_sleep); owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,
@@ -265,6 +270,12 @@ struct tko_pool {
    * Read-mostly: no task writes this line. */
   atomic_uint basic_target; /* basic workers wanted: slots [0, basic_target) */
   atomic_uint elastic_max;  /* max_elastic now (opts.max_elastic: at create) */
+  /* The heaviest weight ever submitted: a worker whose next task of its
+   * batch weighs that much starts it without a recheck look (worker.c),
+   * since nothing can outrank it. Raised by CAS only when a heavier weight
+   * first appears, so this line stays read-mostly. */
+  atomic_int weight_ceiling;
+  uint64_t recheck_ns;      /* I: opts.recheck_us, 0 resolved, in ns */
   unsigned elastic_base;    /* I: basic slots are [0, elastic_base), elastic
                                ones [elastic_base, nslots); each region holds
                                opts.max_threads, within TKO_MAX_WORKERS /

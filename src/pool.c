@@ -9,6 +9,7 @@
  * idle yet", never towards a false "idle". */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -71,6 +72,7 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
   atomic_init(&w->started, 0);
   atomic_init(&w->finished, 0);
   atomic_init(&w->failed, 0);
+  atomic_init(&w->handbacks, 0);
   atomic_init(&w->room_given, 0);
   atomic_init(&w->room_settled, 0);
   atomic_init(&w->slot_state, TKO__SLOT_EMPTY);
@@ -162,6 +164,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   atomic_init(&pool->basic_target, opts->workers);
   atomic_init(&pool->elastic_max, opts->max_elastic);
   atomic_init(&pool->drained, false);
+  atomic_init(&pool->weight_ceiling, INT_MIN);
+  pool->recheck_ns = (uint64_t)(opts->recheck_us ? opts->recheck_us : TKO__RECHECK_DEFAULT_US) * 1000u;
 
   rc = init_sync(pool);
   if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);
@@ -393,4 +397,5 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   /* Relaxed, both: statistics (see queue.c's grow_items). */
   out->queue_bytes = tko__load_relaxed(&pool->queue.slab_bytes) +
                      tko__load_relaxed(&pool->async_queue.slab_bytes);
+  out->handbacks = sum_slots(pool, offsetof(tko__worker, handbacks));
 }

@@ -43,10 +43,13 @@ static void forget_free_slots(tko__queue *q);
 
 static bool bucket_in_table(const tko__bucket *b) { return b->heap_pos != FREE_MARK; }
 
+/* The order's key, before the tie-break on id. */
+static __int128 item_key(uint64_t aging_ns, const tko__item *it) {
+  return aging_ns ? (__int128)it->weight * aging_ns - (__int128)it->enq_ns : it->weight;
+}
+
 static bool item_before(uint64_t aging_ns, const tko__item *ia, const tko__item *ib) {
-  __int128 ka = (__int128)ia->weight * aging_ns - (aging_ns ? ia->enq_ns : 0);
-  __int128 kb = (__int128)ib->weight * aging_ns - (aging_ns ? ib->enq_ns : 0);
-  if (!aging_ns) ka = ia->weight, kb = ib->weight;
+  __int128 ka = item_key(aging_ns, ia), kb = item_key(aging_ns, ib);
   return ka != kb ? ka > kb : ia->id < ib->id;
 }
 
@@ -54,6 +57,12 @@ static bool bucket_before(const tko__queue *q, uint32_t a, uint32_t b) {
   const tko__bucket *ba = &q->buckets[a], *bb = &q->buckets[b];
   if (!q->aging_ns) return ba->weight > bb->weight; /* weights are distinct */
   return item_before(q->aging_ns, &q->items[ba->head], &q->items[bb->head]);
+}
+
+bool tko__queue_outranks(const tko__queue *q, const tko__item *item) {
+  if (!q->heap_len) return false;
+  const tko__item *top = &q->items[q->buckets[q->heap[0]].head];
+  return item_key(q->aging_ns, top) > item_key(q->aging_ns, item);
 }
 
 bool tko__queue_top_before(const tko__queue *a, const tko__queue *b) {

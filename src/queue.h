@@ -120,6 +120,10 @@ int tko__queue_push_ordered(tko__queue *q, const tko__item *item);
 /* Moves up to max items, highest priority first, into out; returns how
  * many. An alone_tag item is only ever popped by itself. */
 size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max);
+/* True if q holds an item of higher priority than *item by weight (or by
+ * its aged weight, with aging), not merely by id: a task that a take would
+ * pick before *item even if *item were queued with its own id. */
+bool tko__queue_outranks(const tko__queue *q, const tko__item *item);
 /* True if a's highest-priority item goes before b's; both non-empty. */
 bool tko__queue_top_before(const tko__queue *a, const tko__queue *b);
 /* Trimming (giving a burst's memory back): whether the slab is larger than

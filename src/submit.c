@@ -4,6 +4,7 @@
  * has one worker or every ring is taken; only a full ring or inbox, or a
  * batch larger than one, takes the queue lock to move tasks along. */
 #include <errno.h>
+#include <limits.h>
 
 #include "invariant.h"
 #include "internal.h"
@@ -204,11 +205,23 @@ static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, siz
   return 0;
 }
 
+/* Raises the pool's weight ceiling (internal.h) to weight, before the task
+ * it belongs to is published: a worker's take or recheck that moves the
+ * task (acquiring its publish) then reads the new ceiling. Relaxed, the
+ * load and the CAS: the line is read-mostly and written only by a weight
+ * heavier than any before; the publish's release orders it. */
+static void raise_ceiling(tko_pool *pool, int weight) {
+  int seen = tko__load_relaxed(&pool->weight_ceiling);
+  while (weight > seen && !tko__cas_relaxed(&pool->weight_ceiling, &seen, weight)) {
+  }
+}
+
 /* Reserves an inbox slot and publishes the task, or queues it directly
  * when the ring has no room (after admit; a failure leaves the room it
  * took to the caller). */
 static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
   uint64_t enq_ns = tko__enqueue_time(pool);
+  raise_ceiling(pool, weight);
   tko__ring *r = tko__rings_mine(&pool->rings);
   if (r) {
     tko_task task = {fn, arg, weight};
@@ -293,8 +306,9 @@ int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long
  * or straight into the queue when it is larger than the inbox (positions
  * claimed past the ring, so its ids stay consecutive) or the ring has no
  * room for it. */
-static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
+static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n, int heaviest) {
   uint64_t enq_ns = tko__enqueue_time(pool);
+  raise_ceiling(pool, heaviest);
   tko__inbox *in = &pool->inbox;
   tko__ring *r = tko__rings_mine(&pool->rings);
   int rc;
@@ -332,12 +346,15 @@ int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   if (!tasks || n == 0) return -EINVAL;
-  for (size_t i = 0; i < n; i++)
+  int heaviest = INT_MIN;
+  for (size_t i = 0; i < n; i++) {
     if (!tasks[i].fn) return -EINVAL;
+    if (tasks[i].weight > heaviest) heaviest = tasks[i].weight;
+  }
   bool gated;
   rc = tko__admit(pool, n, -1, pool->opts.full_policy, &gated);
   if (rc == RUN_HERE) return run_here(pool, tasks, n, 0);
-  if (rc == ADMITTED) rc = enqueue_batch(pool, tasks, n);
+  if (rc == ADMITTED) rc = enqueue_batch(pool, tasks, n, heaviest);
   if (gated) tko__gate_leave(pool);
   return rc;
 }

@@ -151,18 +151,24 @@ void tko__notify_idle(tko_pool *pool) {
   tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
 }
 
-static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
-  tko__lock_acquire(&pool->lock);
-  /* paused first, then the drain's tail: seq_cst both (plain loads on x86).
-   * A take that sees a resume then also sees every task submitted before
-   * it, so the tasks queued while paused are all in the queue - and run in
-   * priority order - before any is taken. (Read only after the drain, a
-   * stale tail plus a fresh resume let a take pick from half the backlog.) */
+/* Under the lock: moves every submitted task into the queue, and says
+ * whether the pool is paused. paused first, then the drain's tail:
+ * seq_cst both (plain loads on x86). A take that sees a resume then also
+ * sees every task submitted before it, so the tasks queued while paused
+ * are all in the queue - and run in priority order - before any is taken.
+ * (Read only after the drain, a stale tail plus a fresh resume let a take
+ * pick from half the backlog.) And paused again after the drain: a task
+ * the drain saw was submitted after a pause that happened before it, which
+ * that load then sees. */
+static bool drain_for_take(tko_pool *pool) {
   bool paused = tko__load_seq(&pool->paused);
   tko__pool_drain_locked(pool);
-  /* And again after the drain: a task the drain saw was submitted after a
-   * pause that happened before it, which this load then sees. */
-  paused = paused || tko__load_seq(&pool->paused);
+  return paused || tko__load_seq(&pool->paused);
+}
+
+static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
+  tko__lock_acquire(&pool->lock);
+  bool paused = drain_for_take(pool);
   size_t len = pool->queue.len, n = 0;
   unsigned max_async = pool->opts.max_async_inflight;
   if (!paused && pool->async_queue.len && (!max_async || pool->async_running < max_async) &&
@@ -338,32 +344,89 @@ static void publish_finished(tko__worker *w) {
   tko__store_seq(&w->finished, tko__load_relaxed(&w->finished));
 }
 
+/* ---- the recheck: bounded priority inversion ------------------------
+ *
+ * The contract (taskorch.h, tko_submit): once a submit has returned, no
+ * worker starts a lighter task more than recheck_ns later while that task
+ * is still queued. A take moves every submitted task into the queue and
+ * takes the heaviest, so only the rest of a batch already taken can start
+ * after a heavier task came. Before it starts each of those, a worker looks
+ * at the queue again - drains it and compares its best task - if recheck_ns
+ * has passed since its take or its last look (looked_ns: the clock read
+ * right after the take, or before the look's drain); a heavier task sends
+ * the rest of the batch back and the loop takes again. A start without a
+ * look is then in time: a heavier task it passes came after the last
+ * look's drain, so less than recheck_ns ago - plus, after a take, the few
+ * instructions between its drain and its clock read. (Rather there than
+ * before the take: size_next_take times the batch from there, and a slow
+ * take - a big drain, a first touch of the slab - must not shrink the next
+ * one.) A worker descheduled between a look and a start is late by that
+ * long, as any thread would be. A task at the pool's
+ * weight ceiling (the heaviest weight ever submitted) needs no look: no
+ * task can outrank it, and with aging a task outranks an older one only
+ * with a higher weight (queue.c's key). So pools of one weight never read
+ * the clock for it. */
+
+/* Whether a task queued now outranks *than; under the lock, after a drain,
+ * as take_batch looks: nothing counts while paused (nothing starts), and
+ * an async task only inside the in-flight limit. */
+static bool heavier_queued(tko_pool *pool, const tko__item *than) {
+  tko__lock_acquire(&pool->lock);
+  bool paused = drain_for_take(pool);
+  unsigned max_async = pool->opts.max_async_inflight;
+  bool heavier = !paused && (tko__queue_outranks(&pool->queue, than) ||
+                             ((!max_async || pool->async_running < max_async) &&
+                              tko__queue_outranks(&pool->async_queue, than)));
+  tko__unlock(&pool->lock);
+  return heavier;
+}
+
+/* Whether this worker should hand the rest of its batch back before
+ * starting *next, a later task of a batch it took. The ceiling's load is
+ * relaxed: submit.c's raise_ceiling. */
+static bool recheck_hands_back(tko_pool *pool, tko__worker *w, const tko__item *next) {
+  if (next->weight >= tko__load_relaxed(&pool->weight_ceiling)) return false;
+  uint64_t now = tko__now_ns();
+  if (now - w->looked_ns < pool->recheck_ns) return false;
+  w->looked_ns = now;
+  if (!heavier_queued(pool, next)) return false;
+  count_own(&w->handbacks);
+  return true;
+}
+
 /* Runs a batch this worker took. Its cursor lives in the worker, so that a
  * group wait inside one of these tasks can run the batch's remaining tasks
  * itself (tko__help_one): a member of the awaited group may be among them,
  * and nobody else can reach this worker's private batch.
  * A batch taken by the work loop itself (top: no task of this thread below
  * it) stops early when a shrink retires the worker (resize.c): after the
- * task that was running, the rest goes back to the queue. Returns whether
- * that happened. */
-static bool run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n, bool top) {
+ * task that was running, the rest goes back to the queue; so does it when
+ * a recheck finds a heavier task queued (above). */
+enum batch_end { RAN_ALL, HANDED_BACK, RETIRED_MIDWAY };
+
+static enum batch_end run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n,
+                                bool top) {
   tko__batch_frame frame = {batch, n, 0, w->batch};
   w->batch = &frame;
-  bool retired = false;
+  enum batch_end end = RAN_ALL;
   while (frame.next < frame.n) {
+    if (top && frame.next && recheck_hands_back(pool, w, &batch[frame.next])) {
+      end = HANDED_BACK;
+      break;
+    }
     run_or_cancel(pool, w, &batch[frame.next++]);
     if (top && frame.next < frame.n && tko__resize_hint(pool, w) && tko__resize_retire(pool, w)) {
-      retired = true;
+      end = RETIRED_MIDWAY;
       break;
     }
   }
   publish_finished(w);
-  if (retired) {
+  if (end != RAN_ALL) {
     requeue_taken(pool, w); /* sets w->batch to NULL: this frame was the only one */
     if (tko__runnable_seq(pool)) tko__signal_work(pool);
   }
   w->batch = frame.outer;
-  return retired;
+  return end;
 }
 
 int tko_blocking_begin(void) {
@@ -525,14 +588,19 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
           tko__signal_work(pool);
       }
       /* Two clock reads (~26 ns each here) a take, skipped where the cap
-       * cannot move (max_batch 1: the C-Thread-Pool layer's job per take). */
+       * cannot move and a batch holds one task (max_batch 1: the
+       * C-Thread-Pool layer's job per take). The first is also the time of
+       * the recheck's first look: the take's drain, a moment before. */
       if (pool->opts.max_batch > 1) {
         uint64_t t0 = tko__now_ns();
-        if (run_batch(pool, w, batch, n, true)) {
+        w->looked_ns = t0;
+        enum batch_end how = run_batch(pool, w, batch, n, true);
+        if (how == RETIRED_MIDWAY) {
           end = left(w);
           break;
         }
-        size_next_take(pool, w, n, tko__now_ns() - t0);
+        /* A batch cut short says little about its tasks' length. */
+        if (how == RAN_ALL) size_next_take(pool, w, n, tko__now_ns() - t0);
       } else {
         run_batch(pool, w, batch, n, true); /* one task: it never stops early */
       }

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/* The bounded-inversion recheck (taskorch.h: tko_submit, recheck_us): a
+ * worker working through a batch it took looks at the queue again before a
+ * lighter start once recheck_us has passed since its take or its last look,
+ * and hands the rest of its batch back if a heavier task is queued.
+ * One worker, so the order is exact: the pool is paused while ten light
+ * tasks are queued, so that its one take holds all ten. The first of them
+ * submits a task of its own and then runs for twice the recheck period (a
+ * length of task, not a wait for anything); the order of starts then says
+ * whether the worker looked. Public API only. */
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "taskorch.h"
+#include "tko_test.h"
+
+enum { LIGHT = 10, RECHECK_US = 50 };
+
+typedef enum how { SINGLE, BATCH } how;
+
+typedef struct scenario {
+  tko_pool *pool;
+  int late_weight; /* the weight the first task submits */
+  how via;
+  atomic_int starts;
+  int order[LIGHT + 1]; /* by start: the task's number, LIGHT for the late one */
+} scenario;
+
+typedef struct task {
+  scenario *s;
+  int number;
+} task;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void note_start(const task *t) {
+  int k = atomic_fetch_add(&t->s->starts, 1);
+  if (k <= LIGHT) t->s->order[k] = t->number;
+}
+
+static int plain_fn(void *arg) {
+  note_start(arg);
+  return 0;
+}
+
+static task late_task;
+
+/* The first light task: submits the late one, then lasts two periods. */
+static int first_fn(void *arg) {
+  task *t = arg;
+  note_start(t);
+  scenario *s = t->s;
+  late_task = (task){s, LIGHT};
+  if (s->via == SINGLE) {
+    cr_assert_eq(tko_submit(s->pool, plain_fn, &late_task, s->late_weight), 0);
+  } else {
+    tko_task one[1] = {{plain_fn, &late_task, s->late_weight}};
+    cr_assert_eq(tko_submit_batch(s->pool, one, 1), 0);
+  }
+  uint64_t until = now_ns() + 2000u * RECHECK_US;
+  while (now_ns() < until) {
+  }
+  return 0;
+}
+
+static int noop_fn(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+/* Runs the scenario; returns the pool's handbacks. ceiling: a weight
+ * submitted (and run) first, so that the pool has seen it. */
+static uint64_t run(scenario *s, unsigned recheck_us, int ceiling) {
+  tko_options o = tko_basic_options(1);
+  o.recheck_us = recheck_us;
+  cr_assert_eq(tko_pool_create(&s->pool, &o), 0);
+  cr_assert_eq(tko_submit(s->pool, noop_fn, NULL, ceiling), 0);
+  cr_assert_eq(tko_pool_wait_idle(s->pool, -1), 0);
+  atomic_store(&s->starts, 0);
+  task tasks[LIGHT];
+  cr_assert_eq(tko_pool_pause(s->pool), 0);
+  for (int i = 0; i < LIGHT; i++) {
+    tasks[i] = (task){s, i};
+    cr_assert_eq(tko_submit(s->pool, i ? plain_fn : first_fn, &tasks[i], 0), 0);
+  }
+  cr_assert_eq(tko_pool_resume(s->pool), 0);
+  cr_assert_eq(tko_pool_wait_idle(s->pool, -1), 0);
+  cr_assert_eq(atomic_load(&s->starts), LIGHT + 1);
+  tko_stats st;
+  tko_pool_stats(s->pool, &st);
+  tko_pool_destroy(s->pool);
+  return st.handbacks;
+}
+
+/* Where the late task started: its index in the order of starts. */
+static int late_start(const scenario *s) {
+  for (int k = 0; k <= LIGHT; k++)
+    if (s->order[k] == LIGHT) return k;
+  return -1;
+}
+
+/* The light tasks kept their order, whatever the late one did. */
+static void lights_in_order(const scenario *s) {
+  int next = 0;
+  for (int k = 0; k <= LIGHT; k++)
+    if (s->order[k] != LIGHT) cr_assert_eq(s->order[k], next++);
+  cr_assert_eq(next, LIGHT);
+}
+
+/* The pool has seen weight 0 only: the late task raises its ceiling. */
+static void heavier_goes_next(how via) {
+  scenario s = {.late_weight = 5, .via = via};
+  /* Whether the take held the ten or fewer (takes are sized by time), the
+   * late task starts right after the task that submitted it. */
+  cr_assert_leq(run(&s, RECHECK_US, 0), 1);
+  cr_assert_eq(late_start(&s), 1);
+  lights_in_order(&s);
+}
+
+Test(recheck, a_heavier_task_sends_the_rest_of_a_batch_back) { heavier_goes_next(SINGLE); }
+
+Test(recheck, a_heavier_task_from_a_batch_submit_sends_it_back_too) { heavier_goes_next(BATCH); }
+
+/* No look before the period is out: nothing handed back, and the late task
+ * starts where the first take's size put it. */
+Test(recheck, a_long_period_lets_the_batch_run_first) {
+  scenario s = {.late_weight = 5, .via = SINGLE};
+  cr_assert_eq(run(&s, UINT_MAX, 0), 0);
+  cr_assert_geq(late_start(&s), 1);
+  lights_in_order(&s);
+}
+
+/* The pool has seen weight 9, so the worker looks; an equal or lighter
+ * task queued meanwhile does not outrank the batch. */
+Test(recheck, an_equal_or_lighter_task_leaves_the_batch_alone) {
+  int weights[] = {0, -1};
+  for (int i = 0; i < 2; i++) {
+    scenario s = {.late_weight = weights[i], .via = SINGLE};
+    cr_assert_eq(run(&s, RECHECK_US, 9), 0);
+    cr_assert_eq(late_start(&s), LIGHT);
+    lights_in_order(&s);
+  }
+}
