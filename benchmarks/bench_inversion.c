@@ -100,15 +100,16 @@ static long late_inversions(stamped *all, long n, uint64_t delta_ns) {
 }
 
 typedef struct result {
-  double ns_per_task, high_p50_us, high_p99_us;
+  double ns_per_task, high_p50_us, high_p99_us, handbacks;
   long late;
 } result;
 
 static bench *the_bench;
 
 static result run_once(long producers, long workers, long tasks, long high_every,
-                       uint64_t delta_ns) {
+                       uint64_t delta_ns, long recheck_us) {
   tko_options o = tko_basic_options((unsigned)workers);
+  o.recheck_us = (unsigned)recheck_us;
   tko_pool *pool;
   int rc = tko_pool_create(&pool, &o);
   if (rc) bench_die("tko_pool_create: %s", tko_strerror(rc));
@@ -149,6 +150,9 @@ static result run_once(long producers, long workers, long tasks, long high_every
   r.high_p50_us = nh ? bench_percentile(waits, nh, 50) : 0;
   r.high_p99_us = nh ? bench_percentile(waits, nh, 99) : 0;
   r.late = late_inversions(all, n, delta_ns);
+  tko_stats st;
+  tko_pool_stats(pool, &st);
+  r.handbacks = (double)st.handbacks;
   free(waits);
   free(all);
   free(p);
@@ -158,7 +162,7 @@ static result run_once(long producers, long workers, long tasks, long high_every
 }
 
 int main(int argc, char **argv) {
-  long producers, workers, tasks, high_every;
+  long producers, workers, tasks, high_every, recheck_us;
   double work_ns, delta_us;
   bench_opt opts[] = {
       {"producers", BENCH_OPT_LONG, &producers, "8", "2", 1, 256, "producer threads"},
@@ -172,6 +176,9 @@ int main(int argc, char **argv) {
       {"delta-us", BENCH_OPT_DOUBLE, &delta_us, "100", NULL, 0, 1e9,
        "the inversion window: a lower-weight start this long after a higher-weight "
        "submit returned, while that task is still queued, is a late inversion"},
+      {"recheck-us", BENCH_OPT_LONG, &recheck_us, "0", NULL, 0, 4294967295.0,
+       "the pool's recheck_us (0: its default, 100 us); 4294967295 all but turns the "
+       "recheck off"},
   };
   bench *b = bench_init(argc, argv, "bench_inversion",
                         "Priority quality under load (issue 15): weight-7 wait and late "
@@ -184,7 +191,8 @@ int main(int argc, char **argv) {
   result *res = calloc(runs, sizeof *res);
   if (!res) bench_die("out of memory");
   for (size_t r = 0; r < runs; r++)
-    res[r] = run_once(producers, workers, tasks, high_every, (uint64_t)(delta_us * 1e3));
+    res[r] = run_once(producers, workers, tasks, high_every, (uint64_t)(delta_us * 1e3),
+                      recheck_us);
   bench_table *t = bench_table_new(b, "inversion", "priority quality (medians of runs)");
   double *v = calloc(runs, sizeof *v);
   if (!v) bench_die("out of memory");
@@ -201,6 +209,7 @@ int main(int argc, char **argv) {
   MEDIAN("w7 wait p50 us", "%.1f", high_p50_us);
   MEDIAN("w7 wait p99 us", "%.1f", high_p99_us);
   MEDIAN("late inversions", "%.0f", late);
+  MEDIAN("pool handbacks", "%.0f", handbacks);
 #undef MEDIAN
   bench_table_print(t);
   bench_note(b, "late inversions: starts of a task while a higher-weight task whose submit "
