@@ -326,9 +326,10 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * still queued, because a worker looks at the queue again before such a
  * start once recheck_us has passed since its take or its last look, and
  * hands the rest of its batch back if a heavier task waits
- * (tko_stats.handbacks counts those). Not bounded so: an async task held
- * back by max_async_inflight, and the tasks a worker runs from its own
- * batch while it helps inside tko_group_wait. */
+ * (tko_stats.handbacks counts those); so does a worker that helps inside
+ * tko_group_wait. Not bounded so: an async task held back by
+ * max_async_inflight, and a worker descheduled between its look and its
+ * start (late by that long). */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
 /** Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits

@@ -361,7 +361,8 @@ static void publish_finished(tko__worker *w) {
  * before the take: size_next_take times the batch from there, and a slow
  * take - a big drain, a first touch of the slab - must not shrink the next
  * one.) A worker descheduled between a look and a start is late by that
- * long, as any thread would be. A task at the pool's
+ * long, as any thread would be. A worker helping inside a group wait
+ * looks before each task of its batch too (tko__help_one). A task at the pool's
  * weight ceiling (the heaviest weight ever submitted) needs no look: no
  * task can outrank it, and with aging a task outranks an older one only
  * with a higher weight (queue.c's key). So pools of one weight never read
@@ -454,10 +455,16 @@ int tko_blocking_end(void) {
 
 bool tko__help_one(tko_pool *pool, tko__worker *w) {
   tko__batch_frame *b = w->batch;
-  if (b && b->next < b->n) { /* this worker's own batch first */
-    run_or_cancel(pool, w, &b->items[b->next++]);
-    publish_finished(w);
-    return true;
+  if (b && b->next < b->n) { /* this worker's own batch first... */
+    if (!recheck_hands_back(pool, w, &b->items[b->next])) {
+      run_or_cancel(pool, w, &b->items[b->next++]);
+      publish_finished(w);
+      return true;
+    }
+    /* ...unless a heavier task waits: the batch goes back (each frame's n
+     * drops to its next, so the loops below end) and the wait takes. */
+    requeue_taken(pool, w);
+    if (tko__runnable_seq(pool)) tko__signal_work(pool);
   }
   tko__item item;
   if (!take_batch(pool, &item, 1)) return false;
