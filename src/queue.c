@@ -172,6 +172,10 @@ static int reserve_buckets(tko__queue *q, size_t k) {
 
 int tko__queue_reserve_buckets(tko__queue *q, size_t k) { return reserve_buckets(q, k); }
 
+bool tko__queue_has_bucket(const tko__queue *q, int weight) {
+  return table_find(q, weight) != TKO__NIL;
+}
+
 bool tko__grouping_add(tko__grouping *g, int weight) {
   if (g->n == TKO__GROUPED_MAX) return false;
   size_t k = 0;
@@ -272,7 +276,7 @@ static uint32_t new_bucket(tko__queue *q, int weight) {
     b = q->buckets_used++;
   }
   q->buckets[b] = (tko__bucket){.weight = weight, .head = TKO__NIL, .tail = TKO__NIL,
-                                .heap_pos = TKO__NIL};
+                                .heap_pos = TKO__NIL, .returned = 0};
   table_insert(q, b);
   return b;
 }
@@ -329,13 +333,16 @@ int tko__queue_push_ordered(tko__queue *q, const tko__item *item) {
   int rc = bucket_for(q, item->weight, &b);
   if (rc) return rc;
   tko__bucket *bk = &q->buckets[b];
-  /* Past the items that go before it: none, usually, for a task handed
-   * back (it was taken from the head, and pushed back last-taken first). */
+  /* Past the pushed-back items that go before it (queue.h): none, usually
+   * (it was taken from the head, and is pushed back last-taken first). */
   uint32_t prev = TKO__NIL, cur = bk->head;
-  while (cur != TKO__NIL && item_before(q->aging_ns, &q->items[cur], item)) {
+  for (uint32_t k = 0; k < bk->returned && cur != TKO__NIL &&
+                      item_before(q->aging_ns, &q->items[cur], item);
+       k++) {
     prev = cur;
     cur = q->items[cur].next;
   }
+  bk->returned++;
   if (cur == TKO__NIL) {
     append(q, b, item);
     return 0;
@@ -382,6 +389,7 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max) {
     if (alone && n) break; /* the next pop's, by itself */
     out[n++] = q->items[slot];
     bk->head = q->items[slot].next;
+    if (bk->returned) bk->returned--;
     free_slot(q, slot);
     if (bk->head == TKO__NIL) {
       bk->tail = TKO__NIL;
@@ -412,11 +420,12 @@ static void heap_remove(tko__queue *q, uint32_t b) {
 static size_t remove_from_bucket(tko__queue *q, uint32_t b, uintptr_t ctx, tko__item *out,
                                  size_t max) {
   tko__bucket *bk = &q->buckets[b];
-  uint32_t prev = TKO__NIL;
+  uint32_t prev = TKO__NIL, returned = bk->returned;
   size_t n = 0;
-  for (uint32_t slot = bk->head; slot != TKO__NIL && n < max;) {
+  for (uint32_t slot = bk->head, pos = 0; slot != TKO__NIL && n < max; pos++) {
     uint32_t next = q->items[slot].next;
     if (q->items[slot].ctx == ctx) {
+      if (pos < returned) bk->returned--; /* one of the pushed-back ones */
       out[n++] = q->items[slot];
       if (prev == TKO__NIL) bk->head = next;
       else q->items[prev].next = next;

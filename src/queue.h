@@ -37,6 +37,9 @@ typedef struct tko__bucket {
   int weight;
   uint32_t head, tail;  /* slab indices; head == TKO__NIL when empty */
   uint32_t heap_pos;    /* index in the heap, or TKO__NIL when not in it */
+  /* The first `returned` items were pushed back (tko__queue_push_ordered);
+   * every item after them came in by tko__queue_push. */
+  uint32_t returned;
 } tko__bucket;
 
 #define TKO__NIL UINT32_MAX
@@ -110,12 +113,20 @@ int tko__queue_reserve(tko__queue *q, size_t n);
 /* Makes room for k more distinct weights, so that pushes cannot fail for
  * want of a bucket (batch submit's all-or-nothing). */
 int tko__queue_reserve_buckets(tko__queue *q, size_t k);
+/* Whether weight has a bucket (queued items, or an empty bucket kept for
+ * it): a push of that weight then needs none. */
+bool tko__queue_has_bucket(const tko__queue *q, int weight);
 /* Copies *item in. -ENOMEM (queue unchanged) if it could not grow. */
 int tko__queue_push(tko__queue *q, const tko__item *item);
 /* Copies *item in at its place by priority and id among the items of its
- * weight, rather than at the tail: a task taken and handed back (a worker
- * that retires with part of its batch) goes back where it was. -ENOMEM
- * (queue unchanged) if it could not grow. */
+ * weight that were pushed back too, rather than at the tail: a task taken
+ * and handed back (a worker that retires with part of its batch, or whose
+ * recheck found a heavier task) goes back where it was. It never passes an
+ * item that came in by tko__queue_push: one from its own submitting thread
+ * came after it (it was taken from the head), and one from another thread
+ * has no promised order with it; so the scan is at most as long as the
+ * pushed-back items at the head of its weight, however deep the queue.
+ * -ENOMEM (queue unchanged) if it could not grow. */
 int tko__queue_push_ordered(tko__queue *q, const tko__item *item);
 /* Moves up to max items, highest priority first, into out; returns how
  * many. An alone_tag item is only ever popped by itself. */

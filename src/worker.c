@@ -227,22 +227,72 @@ static void finish_started(tko_pool *pool, tko__worker *w) {
   publish_finished(w);
 }
 
-/* The tasks this thread took and had not started go back to the queue, at
+/* ---- handing taken tasks back ----------------------------------------
+ *
+ * The tasks this thread took and had not started go back to the queue, at
  * the places they were taken from (last taken first, each ahead of the
- * later tasks of its weight); one the queue cannot take back (no memory) is
- * cancelled. Their room in a bounded queue is still held. The caller then
- * signals the work (tko__runnable_seq, tko__signal_work): the seq_cst fence
- * here orders the pushes, stored under the lock, before that load of
+ * later tasks of its weight: tko__queue_push_ordered). Their room in a
+ * bounded queue is still held. The caller then signals the work
+ * (tko__runnable_seq, tko__signal_work): the seq_cst fence of
+ * taken_back orders the pushes, stored under the lock, before that load of
  * idle.state - the Dekker pair with a sleeper's sleep_prepare RMW and its
  * seq_cst re-check of backlog (signal.c), as a submit's reservation CAS
  * does for the inbox. */
-static void requeue_taken(tko_pool *pool, tko__worker *w) {
+
+static tko__queue *queue_of(tko_pool *pool, const tko__item *it) {
+  return it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
+}
+
+/* Under the lock: makes room for every task this thread took and has not
+ * started, so that put_back_locked cannot fail; false if the queues could
+ * not grow. Their slots were freed by the take, and their weights' buckets
+ * usually kept, so this allocates nothing in a steady state
+ * (pool/steady_state_allocates_nothing_per_task*). */
+static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w) {
+  tko__queue *qs[2] = {&pool->queue, &pool->async_queue};
+  size_t items[2] = {0, 0}, weights[2] = {0, 0}; /* new weights, counted with repeats */
+  for (const tko__batch_frame *b = w->batch; b; b = b->outer) {
+    for (size_t i = b->next; i < b->n; i++) {
+      size_t k = queue_of(pool, &b->items[i]) != qs[0];
+      items[k]++;
+      weights[k] += !tko__queue_has_bucket(qs[k], b->items[i].weight);
+    }
+  }
+  for (size_t k = 0; k < 2; k++) {
+    if (tko__queue_reserve(qs[k], items[k])) return false;
+    if (weights[k] && tko__queue_reserve_buckets(qs[k], weights[k])) return false;
+  }
+  return true;
+}
+
+/* Under the lock, after room_for_taken_locked: puts them back. */
+static void put_back_locked(tko_pool *pool, tko__worker *w) {
   for (tko__batch_frame *b = w->batch; b; b = b->outer) {
     while (b->n > b->next) {
       const tko__item *it = &b->items[--b->n];
+      (void)tko__queue_push_ordered(queue_of(pool, it), it); /* cannot fail: reserved */
+    }
+  }
+  tko__refresh_backlog(pool);
+}
+
+static void taken_back(tko__worker *w) {
+  w->batch = NULL;
+  atomic_thread_fence(memory_order_seq_cst); /* see above */
+}
+
+/* Puts them back; one the queue cannot take back (no memory) is
+ * cancelled. */
+static void requeue_taken(tko_pool *pool, tko__worker *w) {
+  tko__lock_acquire(&pool->lock);
+  bool room = room_for_taken_locked(pool, w);
+  if (room) put_back_locked(pool, w);
+  tko__unlock(&pool->lock);
+  for (tko__batch_frame *b = w->batch; b && !room; b = b->outer) {
+    while (b->n > b->next) {
+      const tko__item *it = &b->items[--b->n];
       tko__lock_acquire(&pool->lock);
-      tko__queue *q = it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
-      int rc = tko__queue_push_ordered(q, it);
+      int rc = tko__queue_push_ordered(queue_of(pool, it), it);
       tko__refresh_backlog(pool);
       tko__unlock(&pool->lock);
       if (rc) {
@@ -251,8 +301,7 @@ static void requeue_taken(tko_pool *pool, tko__worker *w) {
       }
     }
   }
-  w->batch = NULL;
-  atomic_thread_fence(memory_order_seq_cst); /* see above */
+  taken_back(w);
 }
 
 /* Starts a thread to take this basic worker's place; false if none could
@@ -368,29 +417,35 @@ static void publish_finished(tko__worker *w) {
  * with a higher weight (queue.c's key). So pools of one weight never read
  * the clock for it. */
 
-/* Whether a task queued now outranks *than; under the lock, after a drain,
- * as take_batch looks: nothing counts while paused (nothing starts), and
- * an async task only inside the in-flight limit. */
-static bool heavier_queued(tko_pool *pool, const tko__item *than) {
+/* The look, under one hold of the lock: drains as take_batch does and, if
+ * a task queued now outranks *than, puts back what this thread took and
+ * has not started (all of it, or - when the queue cannot grow - none: a
+ * task is never cancelled for a recheck). Nothing outranks while paused
+ * (nothing starts), and an async task only inside the in-flight limit. */
+static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__item *than) {
   tko__lock_acquire(&pool->lock);
   bool paused = drain_for_take(pool);
   unsigned max_async = pool->opts.max_async_inflight;
-  bool heavier = !paused && (tko__queue_outranks(&pool->queue, than) ||
-                             ((!max_async || pool->async_running < max_async) &&
-                              tko__queue_outranks(&pool->async_queue, than)));
+  bool back = !paused &&
+              (tko__queue_outranks(&pool->queue, than) ||
+               ((!max_async || pool->async_running < max_async) &&
+                tko__queue_outranks(&pool->async_queue, than))) &&
+              room_for_taken_locked(pool, w);
+  if (back) put_back_locked(pool, w);
   tko__unlock(&pool->lock);
-  return heavier;
+  if (back) taken_back(w);
+  return back;
 }
 
-/* Whether this worker should hand the rest of its batch back before
- * starting *next, a later task of a batch it took. The ceiling's load is
- * relaxed: submit.c's raise_ceiling. */
+/* Whether this worker handed what it took back, looking before it starts
+ * *next, a later task of a batch it took; the caller then signals the
+ * work. The ceiling's load is relaxed: submit.c's raise_ceiling. */
 static bool recheck_hands_back(tko_pool *pool, tko__worker *w, const tko__item *next) {
   if (next->weight >= tko__load_relaxed(&pool->weight_ceiling)) return false;
   uint64_t now = tko__now_ns();
   if (now - w->looked_ns < pool->recheck_ns) return false;
   w->looked_ns = now;
-  if (!heavier_queued(pool, next)) return false;
+  if (!hand_back_if_outranked(pool, w, next)) return false;
   count_own(&w->handbacks);
   return true;
 }
@@ -422,10 +477,9 @@ static enum batch_end run_batch(tko_pool *pool, tko__worker *w, const tko__item 
     }
   }
   publish_finished(w);
-  if (end != RAN_ALL) {
-    requeue_taken(pool, w); /* sets w->batch to NULL: this frame was the only one */
-    if (tko__runnable_seq(pool)) tko__signal_work(pool);
-  }
+  /* Either sets w->batch to NULL: this frame was the only one. */
+  if (end == RETIRED_MIDWAY) requeue_taken(pool, w);
+  if (end != RAN_ALL && tko__runnable_seq(pool)) tko__signal_work(pool);
   w->batch = frame.outer;
   return end;
 }
@@ -461,9 +515,8 @@ bool tko__help_one(tko_pool *pool, tko__worker *w) {
       publish_finished(w);
       return true;
     }
-    /* ...unless a heavier task waits: the batch goes back (each frame's n
-     * drops to its next, so the loops below end) and the wait takes. */
-    requeue_taken(pool, w);
+    /* ...unless a heavier task waited: the batch went back (each frame's n
+     * dropped to its next, so the loops below end) and the wait takes. */
     if (tko__runnable_seq(pool)) tko__signal_work(pool);
   }
   tko__item item;

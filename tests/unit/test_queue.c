@@ -418,10 +418,11 @@ Test(queue, sizes_past_the_index_range_are_refused_before_allocating) {
   tko__queue_fini(&q);
 }
 
-/* tko__queue_push_ordered (a retiring worker's hand-back): items pushed
- * back in any order land where the contract's order puts them among those
- * queued - before, between and after them, in new and existing buckets -
- * with and without aging. */
+/* tko__queue_push_ordered (a worker's hand-back): items taken earlier
+ * (lower ids, earlier stamps) and pushed back in any order land where the
+ * contract's order puts them - among each other, ahead of the items of
+ * their weight queued since, in new and existing buckets - with and
+ * without aging. */
 static uint64_t ordered_aging;
 
 static int aged_cmp(const void *a, const void *b) {
@@ -445,10 +446,11 @@ static void check_push_ordered(uint64_t aging_ns) {
     ref[i] = make_item(i + 1, (int)(tt_rand(&seed) % 5));
     ref[i].enq_ns = (i + 1) * 300; /* submit order, as stamped */
   }
-  /* Odd ids first, plainly; then the even ones handed back, shuffled. */
-  for (size_t i = 0; i < N; i += 2) cr_assert_eq(tko__queue_push(&q, &ref[i]), 0);
+  /* The later half first, plainly; then the earlier half handed back,
+   * shuffled. */
+  for (size_t i = N / 2; i < N; i++) cr_assert_eq(tko__queue_push(&q, &ref[i]), 0);
   size_t order[N / 2];
-  for (size_t k = 0; k < N / 2; k++) order[k] = 2 * k + 1;
+  for (size_t k = 0; k < N / 2; k++) order[k] = k;
   for (size_t k = N / 2 - 1; k > 0; k--) {
     size_t j = tt_rand(&seed) % (k + 1), t = order[k];
     order[k] = order[j];
@@ -466,4 +468,54 @@ static void check_push_ordered(uint64_t aging_ns) {
 Test(queue, push_ordered_puts_items_back_in_place) {
   check_push_ordered(0);
   check_push_ordered(1000); /* aging: a new head re-sifts its bucket */
+}
+
+/* Pops every item; checks the ids in order. */
+static void pops_in_order(tko__queue *q, const uint64_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    tko__item out;
+    cr_assert_eq(tko__queue_pop(q, &out, 1), 1);
+    cr_assert_eq(out.id, ids[i], "position %zu", i);
+  }
+  cr_assert_eq(q->len, 0u);
+}
+
+/* A pushed-back item never passes one that came in by tko__queue_push,
+ * whatever their ids (another thread's task, in a pool of rings): so its
+ * scan is bounded by the pushed-back items, however deep the bucket. */
+Test(queue, push_ordered_stays_ahead_of_plain_pushes) {
+  tko__queue q;
+  cr_assert_eq(tko__queue_init(&q, 16, NULL), 0);
+  for (uint64_t id = 1; id <= 3; id++) {
+    tko__item it = make_item(id, 0);
+    cr_assert_eq(tko__queue_push(&q, &it), 0);
+  }
+  tko__item back = make_item(9, 0);
+  cr_assert_eq(tko__queue_push_ordered(&q, &back), 0);
+  pops_in_order(&q, (uint64_t[]){9, 1, 2, 3}, 4);
+  tko__queue_fini(&q);
+}
+
+/* The count of pushed-back items at a bucket's head follows pops and
+ * removals: once they are gone, a new one goes ahead of a plain push. */
+static void forgets_taken_back(bool by_removal) {
+  tko__queue q;
+  cr_assert_eq(tko__queue_init(&q, 16, NULL), 0);
+  tko__item a = make_item(2, 0), b = make_item(4, 0), plain = make_item(1, 0), c = make_item(6, 0);
+  a.ctx = 8; /* a group's record, say */
+  cr_assert_eq(tko__queue_push_ordered(&q, &a), 0);
+  cr_assert_eq(tko__queue_push_ordered(&q, &b), 0);
+  tko__item out;
+  if (by_removal) cr_assert_eq(tko__queue_remove_ctx(&q, 8, &out, 1), 1);
+  else cr_assert_eq(tko__queue_pop(&q, &out, 1), 1);
+  cr_assert_eq(out.id, 2u);
+  cr_assert_eq(tko__queue_push(&q, &plain), 0);
+  cr_assert_eq(tko__queue_push_ordered(&q, &c), 0);
+  pops_in_order(&q, (uint64_t[]){4, 6, 1}, 3);
+  tko__queue_fini(&q);
+}
+
+Test(queue, push_ordered_counts_pops_and_removals) {
+  forgets_taken_back(false);
+  forgets_taken_back(true);
 }
