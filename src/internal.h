@@ -456,7 +456,7 @@ void tko__resize_vacate(tko_pool *pool, tko__worker *w);
  * when that changes: a flood's takes then leave its line alone, which they
  * stored once a take, the audit's worst line (audit_sharing). Relaxed,
  * under the lock (its only writers); the sleep protocol's seq_cst point is
- * moved_by_submitter's store, or a fence (signal.c). */
+ * tko__publish_backlog_seq (signal.c). */
 static inline void tko__refresh_backlog(tko_pool *pool) {
   unsigned max = pool->opts.max_async_inflight;
   size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
@@ -464,6 +464,15 @@ static inline void tko__refresh_backlog(tko_pool *pool) {
   if (tko__load_relaxed(&pool->backlog) != work) tko__store_relaxed(&pool->backlog, work);
   if (tko__load_relaxed(&pool->async_waiting) != waiting)
     tko__store_relaxed(&pool->async_waiting, waiting);
+}
+
+/* Caller holds the lock and has queued tasks that a sleeper may not have
+ * been told of (a submitter's move, a worker's hand-back): a seq_cst store
+ * of backlog (the value just stored, under the lock) is step (1') of
+ * signal.c's essay, as a slot's publish is; the caller then wakes a worker
+ * (tko__runnable_seq, tko__signal_work). */
+static inline void tko__publish_backlog_seq(tko_pool *pool) {
+  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
 }
 
 /* True in a child process forked after the pool was created: its threads

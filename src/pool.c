@@ -269,10 +269,18 @@ int tko_pool_resume(tko_pool *pool) {
   /* A pause after shutdown began (whose close woke every sleeper) lets
    * workers sleep with tasks queued. One wake would drain those, but the
    * other sleepers must also see "closing, nothing left" and exit, or
-   * shutdown waits for them forever: wake them all. seq_cst load, after
-   * the store above: pairs with close_pool's store of closing (lifecycle.c). */
-  if (tko__load_seq(&pool->closing)) tko__idle_wake_all(&pool->idle);
-  else if (tko__has_work_seq(pool)) tko__signal_work(pool);
+   * shutdown waits for them forever: wake them all - and every worker
+   * waiting in a group wait, which may have slept while the pool was
+   * paused with its group's members queued (found by the attack on the
+   * recheck: the drain then never ended). seq_cst loads, after the store
+   * above: closing pairs with close_pool's store (lifecycle.c), helpers
+   * with a helper's increment before its re-check (group.c). */
+  if (tko__load_seq(&pool->closing)) {
+    tko__idle_wake_all(&pool->idle);
+    if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
+  } else if (tko__has_work_seq(pool)) {
+    tko__signal_work(pool);
+  }
   return 0;
 }
 

@@ -44,7 +44,9 @@
  * ring) has its claim's seq_cst CAS of the tail and a seq_cst store of
  * backlog as its (1') (submit.c: claim_locked); a batch larger than a
  * submit ring goes through the ring a ringful at a time under the queue
- * lock, each with its CAS (submit.c: ring_enqueue_locked).
+ * lock, each with its CAS (submit.c: ring_enqueue_locked). Tasks a worker
+ * hands back (a shrink, a recheck: worker.c) have the same seq_cst store
+ * of backlog as their (1'), then a seq_cst load of idle.state.
  *
  * A spawn that fails. When nobody is searching or asleep, a submit starts an
  * elastic worker, which its spawner counts as searching before the thread

@@ -26,12 +26,8 @@ enum { QUEUED = 0, ROOM = TKO__INBOX_ROOM };
 /* Caller holds the lock and has drained (the rings, the inbox) into the
  * queue on a submitter's thread: other threads' tasks may be among those
  * moved, whose submits saw a worker searching and woke nobody, and a
- * sleeper's re-check now finds them only in backlog. seq_cst (the value
- * just stored, under the lock): step (1') of signal.c's essay, as a
- * slot's publish is; the caller then wakes a worker (tko__signal_work). */
-static void moved_by_submitter(tko_pool *pool) {
-  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
-}
+ * sleeper's re-check now finds them only in backlog (tko__publish_backlog_seq). */
+static void moved_by_submitter(tko_pool *pool) { tko__publish_backlog_seq(pool); }
 
 /* Caller holds the lock and has drained: puts n tasks (all carrying ctx)
  * straight into the queue, on positions claimed past the ring, when the

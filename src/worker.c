@@ -232,12 +232,11 @@ static void finish_started(tko_pool *pool, tko__worker *w) {
  * The tasks this thread took and had not started go back to the queue, at
  * the places they were taken from (last taken first, each ahead of the
  * later tasks of its weight: tko__queue_push_ordered). Their room in a
- * bounded queue is still held. The caller then signals the work
- * (tko__runnable_seq, tko__signal_work): the seq_cst fence of
- * taken_back orders the pushes, stored under the lock, before that load of
- * idle.state - the Dekker pair with a sleeper's sleep_prepare RMW and its
- * seq_cst re-check of backlog (signal.c), as a submit's reservation CAS
- * does for the inbox. */
+ * bounded queue is still held. Each hold of the lock that puts some back
+ * ends with tko__publish_backlog_seq, and the caller then signals the work
+ * (tko__runnable_seq, tko__signal_work): the Dekker pair with a sleeper's
+ * sleep_prepare RMW and its seq_cst re-check of backlog (signal.c), as a
+ * submitter's move into the queue does. */
 
 static tko__queue *queue_of(tko_pool *pool, const tko__item *it) {
   return it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
@@ -274,11 +273,7 @@ static void put_back_locked(tko_pool *pool, tko__worker *w) {
     }
   }
   tko__refresh_backlog(pool);
-}
-
-static void taken_back(tko__worker *w) {
-  w->batch = NULL;
-  atomic_thread_fence(memory_order_seq_cst); /* see above */
+  tko__publish_backlog_seq(pool);
 }
 
 /* Puts them back; one the queue cannot take back (no memory) is
@@ -294,6 +289,7 @@ static void requeue_taken(tko_pool *pool, tko__worker *w) {
       tko__lock_acquire(&pool->lock);
       int rc = tko__queue_push_ordered(queue_of(pool, it), it);
       tko__refresh_backlog(pool);
+      tko__publish_backlog_seq(pool);
       tko__unlock(&pool->lock);
       if (rc) {
         tko__release_room(pool, tko__item_room(it));
@@ -301,7 +297,7 @@ static void requeue_taken(tko_pool *pool, tko__worker *w) {
       }
     }
   }
-  taken_back(w);
+  w->batch = NULL;
 }
 
 /* Starts a thread to take this basic worker's place; false if none could
@@ -433,7 +429,7 @@ static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__it
               room_for_taken_locked(pool, w);
   if (back) put_back_locked(pool, w);
   tko__unlock(&pool->lock);
-  if (back) taken_back(w);
+  if (back) w->batch = NULL;
   return back;
 }
 

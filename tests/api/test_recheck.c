@@ -9,12 +9,14 @@
  * length of task, not a wait for anything); the order of starts then says
  * whether the worker looked. Public API only. */
 #include <limits.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "taskorch.h"
 #include "tko_test.h"
+#include "tko_test_sync.h"
 
 enum { LIGHT = 10, RECHECK_US = 50 };
 
@@ -165,4 +167,84 @@ Test(recheck, an_equal_or_lighter_task_leaves_the_batch_alone) {
     cr_assert_eq(late_start(&s), LIGHT);
     lights_in_order(&s);
   }
+}
+
+/* A hand-back needs room in the queue; when the queue cannot grow, the
+ * worker keeps its batch and runs it: a recheck never sends a task to
+ * on_cancel. One worker takes 16 tasks from a 16-slot queue (the first
+ * holds it); 15 more and a heavier one fill the slots again; the allocator
+ * then fails, and the first task lasts past the period. (Kept from the
+ * attack on the recheck: before, the 15 went to on_cancel.) */
+typedef struct failing {
+  atomic_bool fail;
+  atomic_int failed;
+} failing;
+
+static void *fl_alloc(void *ctx, size_t n) {
+  failing *f = ctx;
+  if (atomic_load(&f->fail)) return atomic_fetch_add(&f->failed, 1), NULL;
+  return malloc(n);
+}
+
+static void *fl_realloc(void *ctx, void *p, size_t n) {
+  failing *f = ctx;
+  if (atomic_load(&f->fail)) return atomic_fetch_add(&f->failed, 1), NULL;
+  return realloc(p, n);
+}
+
+static void fl_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
+
+static atomic_int oom_ran, oom_cancelled;
+static tt_pin oom_first = TT_PIN_INIT;
+
+static int oom_task(void *arg) {
+  if (arg) {
+    tt_pin_fn(&oom_first);
+    uint64_t until = now_ns() + 2000u * RECHECK_US;
+    while (now_ns() < until) {
+    }
+  }
+  atomic_fetch_add(&oom_ran, 1);
+  return 0;
+}
+
+static void oom_on_cancel(void *user, const tko_task_info *info) {
+  (void)user, (void)info;
+  atomic_fetch_add(&oom_cancelled, 1);
+}
+
+Test(recheck, a_hand_back_the_queue_cannot_take_keeps_the_batch) {
+  failing f = {0};
+  tko_allocator al = {fl_alloc, fl_realloc, fl_free, &f};
+  tko_options o = tko_basic_options(1);
+  o.initial_capacity = 16;
+  o.allocator = &al;
+  o.recheck_us = RECHECK_US;
+  o.hooks.on_cancel = oom_on_cancel;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  /* Both weights have their buckets (kept when empty), so only the hand-back
+   * itself needs room. */
+  for (int w = 0; w <= 5; w += 5) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, w), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  for (int i = 0; i < 16; i++) cr_assert_eq(tko_submit(p, oom_task, i ? NULL : &oom_first, 0), 0);
+  cr_assert_eq(tko_pool_resume(p), 0);
+  cr_assert(tt_count_wait_geq(&oom_first.started, 1));
+  for (int i = 0; i < 15; i++) cr_assert_eq(tko_submit(p, oom_task, NULL, 0), 0);
+  cr_assert_eq(tko_submit(p, oom_task, NULL, 5), 0);
+  atomic_store(&f.fail, true);
+  tt_gate_open(&oom_first.gate);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  atomic_store(&f.fail, false);
+  tko_stats st;
+  tko_pool_stats(p, &st);
+  cr_assert_gt(atomic_load(&f.failed), 0); /* the hand-back asked for room */
+  cr_assert_eq(st.handbacks, 0);
+  cr_assert_eq(atomic_load(&oom_cancelled), 0);
+  cr_assert_eq(atomic_load(&oom_ran), 32);
+  cr_assert_eq(tko_pool_destroy(p), 0);
 }
