@@ -57,7 +57,7 @@ extern "C" {
 /** Hard limit, checked by tko_pool_create (larger values are -EINVAL). */
 #define TKO_MAX_WORKERS 1024u     /**< basic workers */
 #define TKO_MAX_ELASTIC 1024u     /**< elastic workers */
-#define TKO_MAX_IDLE_MS 3600000u  /**< elastic idle timeout: one hour */
+#define TKO_MAX_IDLE_MS 3600000u  /**< elastic idle timeout and aging_ms: one hour */
 #define TKO_MAX_CPUS 1024u        /**< CPU numbers in tko_options.cpus: 0..1023 */
 #define TKO_MIN_STACK_SIZE ((size_t)64 << 10) /**< smallest tko_options.stack_size */
 /** Longest timer delay or period (tko_submit_after / _every): 100 years in
@@ -79,8 +79,10 @@ typedef struct tko_pool tko_pool; /**< opaque */
  * and a basic worker is replaced by a new thread (an elastic one retires),
  * so waits, stats and shutdown stay right. Not supported (the pool's
  * counts, and with them waits and shutdown, go wrong): pthread_exit from
- * an async task's start function or from a task run on a submitter's
- * thread (TKO_FULL_CALLER_RUNS), thread cancellation, and longjmp or
+ * an async task's start function, from a task run on a submitter's
+ * thread (TKO_FULL_CALLER_RUNS) or from a keyed task or a lane table's
+ * task (taskorch/lanes.h: its lane stays scheduled with its tasks, and
+ * destroy waits for it), thread cancellation, and longjmp or
  * siglongjmp out of any task or hook; a bounded wait (tko_pool_wait_idle,
  * tko_pool_shutdown_timed) then returns -ETIMEDOUT instead of hanging. */
 typedef int (*tko_task_fn)(void *arg);
@@ -196,7 +198,8 @@ typedef struct tko_options {
                                 then bounded too. */
   tko_full_policy full_policy; /**< when queue_capacity is reached; default BLOCK */
   unsigned aging_ms;         /**< anti-starvation: a queued task gains one unit of
-                                weight per aging_ms waited; 0 = off */
+                                weight per aging_ms waited; 0 = off; at most
+                                TKO_MAX_IDLE_MS */
   unsigned max_async_inflight; /**< async tasks started and not completed at
                                   once; the rest stay queued by weight; 0 = no limit */
   const char *name;          /**< thread name prefix, NULL = "tko". Workers are
@@ -323,13 +326,19 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * task into the queue and takes the heaviest. The inversion is bounded in
  * time: once this call has returned, no worker starts a lighter task more
  * than recheck_us (tko_options; 100 us by default) later while this one is
- * still queued, because a worker looks at the queue again before such a
- * start once recheck_us has passed since its take or its last look, and
- * hands the rest of its batch back if a heavier task waits
+ * still in the queue, because a worker looks at the queue again before
+ * such a start once recheck_us has passed since its take or its last look,
+ * and hands the rest of its batch back if a heavier task waits
  * (tko_stats.handbacks counts those); so does a worker that helps inside
- * tko_group_wait. Not bounded so: an async task held back by
- * max_async_inflight, and a worker descheduled between its look and its
- * start (late by that long). */
+ * tko_group_wait. In the queue means not yet taken: a task a worker has
+ * taken waits only for the tasks that worker took before it, none of them
+ * lighter, while other workers go on with lighter ones. Not bounded so: an
+ * async task held back by max_async_inflight; a worker descheduled between
+ * its look and its start (late by that long); a paused pool, where a
+ * worker may still start what it took (tko_pool_pause); and the tasks of
+ * a keyed lane (tko_submit_keyed, taskorch/lanes.h), whose runner is one
+ * task of the pool that runs up to max_drain of its lane's tasks whatever
+ * their weights. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
 /** Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits
@@ -647,6 +656,11 @@ extern "C" {
  * bit set), never the library's lane runner; stats count it in submitted,
  * queued (while it waits in its lane), running, completed, failed and
  * cancelled, and the runners not at all.
+ * Weights: a lane competes with the pool's other tasks through its runner,
+ * which carries the weight of the task at the lane's head and runs up to
+ * max_drain of the lane's tasks whatever their weights (taskorch/lanes.h);
+ * tko_submit's recheck bound applies to the runner, not to the tasks it
+ * runs.
  * Bounded pools: a keyed task holds room in queue_capacity from its submit
  * until it starts, and the full policy applies before its lane is locked:
  * TKO_FULL_BLOCK waits for room (a worker of the pool gets -EAGAIN),
