@@ -330,7 +330,12 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * such a start once recheck_us has passed since its take or its last look,
  * and hands the rest of its batch back if a heavier task waits
  * (tko_stats.handbacks counts those); so does a worker that helps inside
- * tko_group_wait. In the queue means not yet taken: a task a worker has
+ * tko_group_wait. It reads the clock for that before the second task of a
+ * batch, then about once per microsecond of work, judging by how long its
+ * tasks since the last reading ran: so add to recheck_us the tasks a
+ * worker starts between two readings - about a microsecond of them, or one
+ * task when tasks run longer, plus the length of one that ran much longer
+ * than those before it. In the queue means not yet taken: a task a worker has
  * taken waits only for the tasks that worker took before it, none of them
  * lighter, while other workers go on with lighter ones. Not bounded so: an
  * async task held back by max_async_inflight; a worker descheduled between

@@ -48,8 +48,11 @@
 #define TKO__BATCH_START 16u
 #define TKO__BATCH_BUDGET_NS 20000u
 /* tko_options.recheck_us's default: five batch budgets, so that rechecks
- * add at most one visit to the queue lock per five batches. */
+ * add at most one visit to the queue lock per five batches. And the work
+ * between two of a worker's clock reads in a batch (worker.c:
+ * recheck_hands_back): a read costs ~27 ns here, so at most ~3%. */
 #define TKO__RECHECK_DEFAULT_US 100u
+#define TKO__CLOCK_STRIDE_NS 1000u
 
 /* A take of fewer tasks than this is followed by a yield (worker.c). */
 #define TKO__SMALL_TAKE 4u
@@ -118,7 +121,11 @@ typedef struct tko__worker {
   bool has_predecessor;
   bool exiting; /* a task is ending this thread (owner only) */
   size_t batch_cap; /* most tasks the next take may hold; owner only */
-  uint64_t looked_ns; /* its last take or recheck look (worker.c); owner only */
+  /* The recheck (worker.c), owner only: the time of its last take or look,
+   * of its last clock read, the starts since that read, and the starts
+   * between two reads. */
+  uint64_t looked_ns, clocked_ns;
+  size_t unclocked, clock_stride;
   atomic_uint_fast64_t handbacks; /* batches handed back at a recheck; owner only */
   unsigned hole_poll_ms; /* its last sleep beside a hole, 0 if none (worker_sleep); owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
