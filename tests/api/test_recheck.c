@@ -9,13 +9,13 @@
  * length of task, not a wait for anything); the order of starts then says
  * whether the worker looked. Public API only. */
 #include <limits.h>
-#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "taskorch.h"
 #include "tko_test.h"
+#include "tko_test_fault.h"
 #include "tko_test_sync.h"
 
 enum { LIGHT = 10, RECHECK_US = 50 };
@@ -175,28 +175,6 @@ Test(recheck, an_equal_or_lighter_task_leaves_the_batch_alone) {
  * holds it); 15 more and a heavier one fill the slots again; the allocator
  * then fails, and the first task lasts past the period. (Kept from the
  * attack on the recheck: before, the 15 went to on_cancel.) */
-typedef struct failing {
-  atomic_bool fail;
-  atomic_int failed;
-} failing;
-
-static void *fl_alloc(void *ctx, size_t n) {
-  failing *f = ctx;
-  if (atomic_load(&f->fail)) return atomic_fetch_add(&f->failed, 1), NULL;
-  return malloc(n);
-}
-
-static void *fl_realloc(void *ctx, void *p, size_t n) {
-  failing *f = ctx;
-  if (atomic_load(&f->fail)) return atomic_fetch_add(&f->failed, 1), NULL;
-  return realloc(p, n);
-}
-
-static void fl_free(void *ctx, void *p) {
-  (void)ctx;
-  free(p);
-}
-
 static atomic_int oom_ran, oom_cancelled;
 static tt_pin oom_first = TT_PIN_INIT;
 
@@ -217,11 +195,11 @@ static void oom_on_cancel(void *user, const tko_task_info *info) {
 }
 
 Test(recheck, a_hand_back_the_queue_cannot_take_keeps_the_batch) {
-  failing f = {0};
-  tko_allocator al = {fl_alloc, fl_realloc, fl_free, &f};
+  tfa f;
+  tfa_init(&f);
   tko_options o = tko_basic_options(1);
   o.initial_capacity = 16;
-  o.allocator = &al;
+  o.allocator = &f.al;
   o.recheck_us = RECHECK_US;
   o.hooks.on_cancel = oom_on_cancel;
   tko_pool *p;
@@ -236,15 +214,16 @@ Test(recheck, a_hand_back_the_queue_cannot_take_keeps_the_batch) {
   cr_assert(tt_count_wait_geq(&oom_first.started, 1));
   for (int i = 0; i < 15; i++) cr_assert_eq(tko_submit(p, oom_task, NULL, 0), 0);
   cr_assert_eq(tko_submit(p, oom_task, NULL, 5), 0);
-  atomic_store(&f.fail, true);
+  tfa_fail_from(&f, 1);
   tt_gate_open(&oom_first.gate);
   cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
-  atomic_store(&f.fail, false);
+  tfa_heal(&f);
   tko_stats st;
   tko_pool_stats(p, &st);
-  cr_assert_gt(atomic_load(&f.failed), 0); /* the hand-back asked for room */
+  cr_assert_gt(atomic_load(&f.failures), 0); /* the hand-back asked for room */
   cr_assert_eq(st.handbacks, 0);
   cr_assert_eq(atomic_load(&oom_cancelled), 0);
   cr_assert_eq(atomic_load(&oom_ran), 32);
   cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(atomic_load(&f.live), 0);
 }
