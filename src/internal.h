@@ -50,7 +50,8 @@
 /* tko_options.recheck_us's default: five batch budgets, so that rechecks
  * add at most one visit to the queue lock per five batches. And the work
  * between two of a worker's clock reads in a batch (worker.c:
- * recheck_hands_back): a read costs ~27 ns here, so at most ~3%. */
+ * recheck_hands_back): a microsecond, so that a read is a few percent of
+ * it at most. */
 #define TKO__RECHECK_DEFAULT_US 100u
 #define TKO__CLOCK_STRIDE_NS 1000u
 

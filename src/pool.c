@@ -165,7 +165,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   atomic_init(&pool->elastic_max, opts->max_elastic);
   atomic_init(&pool->drained, false);
   atomic_init(&pool->weight_ceiling, INT_MIN);
-  pool->recheck_ns = (uint64_t)(opts->recheck_us ? opts->recheck_us : TKO__RECHECK_DEFAULT_US) * 1000u;
+  unsigned recheck_us = opts->recheck_us ? opts->recheck_us : TKO__RECHECK_DEFAULT_US;
+  pool->recheck_ns = (uint64_t)recheck_us * 1000u;
 
   rc = init_sync(pool);
   if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);

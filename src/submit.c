@@ -23,11 +23,11 @@ int tko__pool_drain_locked(tko_pool *pool) {
  * has room again (reserve); or a negative errno. */
 enum { QUEUED = 0, ROOM = TKO__INBOX_ROOM };
 
-/* Caller holds the lock and has drained (the rings, the inbox) into the
- * queue on a submitter's thread: other threads' tasks may be among those
- * moved, whose submits saw a worker searching and woke nobody, and a
- * sleeper's re-check now finds them only in backlog (tko__publish_backlog_seq). */
-static void moved_by_submitter(tko_pool *pool) { tko__publish_backlog_seq(pool); }
+/* A submitter that drained (the rings, the inbox) into the queue under the
+ * lock publishes backlog seq_cst (tko__publish_backlog_seq): other
+ * threads' tasks may be among those moved, whose submits saw a worker
+ * searching and woke nobody, and a sleeper's re-check now finds them only
+ * in backlog. */
 
 /* Caller holds the lock and has drained: puts n tasks (all carrying ctx)
  * straight into the queue, on positions claimed past the ring, when the
@@ -49,7 +49,7 @@ static int claim_locked(tko_pool *pool, const tko_task *tasks, size_t n, uintptr
     (void)tko__queue_push(q, &item); /* cannot fail: reserved above */
   }
   tko__refresh_backlog(pool);
-  moved_by_submitter(pool);
+  tko__publish_backlog_seq(pool);
   return QUEUED;
 }
 
@@ -165,9 +165,9 @@ static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tas
     done += k;
   }
   tko__refresh_backlog(pool);
-  moved_by_submitter(pool);
+  tko__publish_backlog_seq(pool);
   tko__unlock(&pool->lock);
-  if (rc) tko__signal_work(pool); /* for what the drain moved (moved_by_submitter) */
+  if (rc) tko__signal_work(pool); /* for what the drain moved (tko__publish_backlog_seq) */
   return rc;
 }
 
@@ -182,12 +182,12 @@ static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, siz
   if (!tko__ring_room(r, t, n)) {
     tko__lock_acquire(&pool->lock);
     int rc = tko__pool_drain_locked(pool);
-    moved_by_submitter(pool);
+    tko__publish_backlog_seq(pool);
     tko__unlock(&pool->lock);
     /* The drain moved every task this thread published, unless a queue
      * could not grow. */
     if (!tko__ring_room(r, t, n)) {
-      tko__signal_work(pool); /* for what the drain moved (moved_by_submitter) */
+      tko__signal_work(pool); /* for what the drain moved (tko__publish_backlog_seq) */
       return rc ? rc : -ENOMEM;
     }
   }

@@ -283,7 +283,8 @@ static void requeue_taken(tko_pool *pool, tko__worker *w) {
   bool room = room_for_taken_locked(pool, w);
   if (room) put_back_locked(pool, w);
   tko__unlock(&pool->lock);
-  for (tko__batch_frame *b = w->batch; b && !room; b = b->outer) {
+  /* Without room, one by one: those that fit go back, the rest cancelled. */
+  for (tko__batch_frame *b = room ? NULL : w->batch; b; b = b->outer) {
     while (b->n > b->next) {
       const tko__item *it = &b->items[--b->n];
       tko__lock_acquire(&pool->lock);
@@ -397,22 +398,25 @@ static void publish_finished(tko__worker *w) {
  * takes the heaviest, so only the rest of a batch already taken can start
  * after a heavier task came. Before it starts each of those, a worker looks
  * at the queue again - drains it and compares its best task - if recheck_ns
- * has passed since its take or its last look (looked_ns: the clock read
- * right after the take, or before the look's drain); a heavier task sends
- * the rest of the batch back and the loop takes again. A start without a
- * look is then in time: a heavier task it passes came after the last
- * look's drain, so less than recheck_ns ago - plus, after a take, the few
- * instructions between its drain and its clock read, plus the tasks
- * started since the worker's last clock read (clock_from_take). (Rather there than
- * before the take: size_next_take times the batch from there, and a slow
- * take - a big drain, a first touch of the slab - must not shrink the next
- * one.) A worker descheduled between a look and a start is late by that
- * long, as any thread would be. A worker helping inside a group wait
- * looks before each task of its batch too (tko__help_one). A task at the pool's
- * weight ceiling (the heaviest weight ever submitted) needs no look: no
- * task can outrank it, and with aging a task outranks an older one only
- * with a higher weight (queue.c's key). So pools of one weight never read
- * the clock for it. */
+ * has passed since its take or its last look; a heavier task sends the
+ * rest of the batch back and the loop takes again. A worker helping inside
+ * a group wait looks before each task of its batch too (tko__help_one).
+ *
+ * A start without a look is in time: a heavier task it passes came after
+ * the last look's drain, so less than recheck_ns ago - give or take:
+ * - looked_ns after a take is the clock read just after it (the few
+ *   instructions since its drain), not before it: size_next_take times the
+ *   batch from there, and a slow take - a big drain, a first touch of the
+ *   slab - must not shrink the next one;
+ * - the clock is read before a batch's second task, then only once per
+ *   TKO__CLOCK_STRIDE_NS of work as the tasks since the last read ran
+ *   (clock_from_take), so the tasks started since that read add theirs;
+ * - a worker descheduled between a look and a start is late by that long,
+ *   as any thread would be.
+ * A task at the pool's weight ceiling (the heaviest weight ever submitted)
+ * needs no look: no task can outrank it, and with aging a task outranks an
+ * older one only with a higher weight (queue.c's key). So pools of one
+ * weight never read the clock for it. */
 
 /* The look, under one hold of the lock: drains as take_batch does and, if
  * a task queued now outranks *than, puts back what this thread took and
@@ -436,9 +440,9 @@ static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__it
 
 /* The clock reads a batch's rechecks make: the first before its second
  * task, then one per TKO__CLOCK_STRIDE_NS of work as the tasks since the
- * last read ran (a read per task cost 30% of a flood of empty tasks of
- * four weights: `ab_probe.sh 9d68fdd tree 30 probe_flood batch reused`,
- * 36.4 -> 49.2 ns/task). */
+ * last read ran. Why not one per task: a flood of empty tasks of four
+ * weights pays it on most tasks (`benchmarks/ab_probe.sh A B 30
+ * probe_flood batch reused 1`; figures in docs/PERFORMANCE.md). */
 static void clock_from_take(tko__worker *w, uint64_t now) {
   w->looked_ns = w->clocked_ns = now;
   w->unclocked = 0;
