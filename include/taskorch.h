@@ -77,12 +77,14 @@ typedef struct tko_pool tko_pool; /**< opaque */
  * -ECANCELED for its group; no after_run or on_failure hook), the tasks
  * that worker had taken go back to the queue, its thread_stop hook runs,
  * and a basic worker is replaced by a new thread (an elastic one retires),
- * so waits, stats and shutdown stay right. Not supported (the pool's
+ * so waits, stats and shutdown stay right. So is it from a keyed task or
+ * a lane table's task (taskorch/lanes.h) on a worker: the tasks its lane's
+ * visit had taken and not started go back to the head of the lane, in
+ * order, and the lane goes on. Not supported (the pool's
  * counts, and with them waits and shutdown, go wrong): pthread_exit from
  * an async task's start function, from a task run on a submitter's
- * thread (TKO_FULL_CALLER_RUNS) or from a keyed task or a lane table's
- * task (taskorch/lanes.h: its lane stays scheduled with its tasks, and
- * destroy waits for it), thread cancellation, and longjmp or
+ * thread (TKO_FULL_CALLER_RUNS, or a lane a destroy drives), thread
+ * cancellation, and longjmp or
  * siglongjmp out of any task or hook; a bounded wait (tko_pool_wait_idle,
  * tko_pool_shutdown_timed) then returns -ETIMEDOUT instead of hanging. */
 typedef int (*tko_task_fn)(void *arg);

@@ -4,6 +4,7 @@
  * counted, run with the hooks and cancelled through on_cancel like any
  * other task, while their lanes' runners stay the library's own. */
 #include <errno.h>
+#include <pthread.h>
 
 #include "internal.h"
 #include "keyed_host.h"
@@ -20,12 +21,29 @@ static tko__worker *counting_slot(tko_pool *pool) {
   return w && w->pool == pool ? w : &pool->caller;
 }
 
+/* A keyed task that ends its thread (pthread_exit) on a worker: started,
+ * it now counts as finished and failed, as the pool's own tasks do
+ * (worker.c: task_exited, which then ends its lane's runner, after the
+ * lane's visit has handed the lane on: lanes.c, visit_exited). */
+static void keyed_exited(void *worker) {
+  tko__worker *w = worker;
+  tko__count(w->pool, w, &w->failed);
+  tko__count(w->pool, w, &w->finished);
+}
+
 int tko__keyed_run(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint64_t enq_ns) {
   tko__release_room(pool, 1); /* a task holds its room until it starts */
   tko__item item = {.fn = task->fn, .arg = task->arg, .id = id, .enq_ns = enq_ns,
                     .weight = task->weight};
   tko__worker *w = counting_slot(pool);
-  if (w != &pool->caller) return tko__run_item(pool, w, &item);
+  if (w != &pool->caller) {
+    int status;
+    /* A cleanup attribute: keyed.c is built with -fexceptions. */
+    pthread_cleanup_push(keyed_exited, w);
+    status = tko__run_item(pool, w, &item);
+    pthread_cleanup_pop(0);
+    return status;
+  }
   /* On a thread the pool does not own (a caller-runs submitter, or the
    * shutting-down thread): it counts as the pool's meanwhile (-EDEADLK for
    * its waits), and in stats.caller_runs, as run_on_caller does (found by

@@ -432,28 +432,49 @@ static int submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms, bo
   return ran ? 1 : 0;
 }
 
-/* Runs one taken batch with no lock held. Returns the failures. */
-static uint64_t run_batch(tko_lanes *l, lane *ln, size_t n) {
-  tko_lanes *saved = current_lanes;
+/* A visit: the tasks a runner took from its lane's head into scratch, run
+ * with no lock held. */
+typedef struct visit {
+  tko_lanes *l, *outer_lanes; /* outer_lanes: current_lanes before it */
+  lane *ln;
+  size_t n, next; /* next: the task running, then n */
+  uint64_t failed;
+} visit;
+
+static void run_visit(visit *v) {
+  tko_lanes *l = v->l;
+  lane *ln = v->ln;
   current_lanes = l;
-  uint64_t failed = 0;
   if (l->opts.batch) {
-    tko_lane_batch b = {.lane = ln->index, .count = n, .tasks = ln->scratch};
+    tko_lane_batch b = {.lane = ln->index, .count = v->n, .tasks = ln->scratch};
+    v->next = v->n - 1; /* one call runs them all */
     l->opts.batch(l->opts.user, &b);
   } else if (l->keyed) { /* the pool runs them as its tasks: hooks, stats */
-    for (size_t i = 0; i < n; i++)
-      if (tko__keyed_run(l->pool, &ln->scratch[i], ln->scratch_meta[i].id,
-                         ln->scratch_meta[i].enq_ns))
-        failed++;
+    for (v->next = 0; v->next < v->n; v->next++)
+      if (tko__keyed_run(l->pool, &ln->scratch[v->next], ln->scratch_meta[v->next].id,
+                         ln->scratch_meta[v->next].enq_ns))
+        v->failed++;
   } else {
-    for (size_t i = 0; i < n; i++)
-      if (ln->scratch[i].fn(ln->scratch[i].arg)) failed++;
+    for (v->next = 0; v->next < v->n; v->next++)
+      if (ln->scratch[v->next].fn(ln->scratch[v->next].arg)) v->failed++;
   }
-  current_lanes = saved;
-  return failed;
+  v->next = v->n;
+  current_lanes = v->outer_lanes;
+}
+
+/* Under ln->mu: the lane's figures after n of a visit's tasks ran. */
+static void count_visit(tko_lanes *l, lane *ln, size_t n, uint64_t failed) {
+  if (!n) return;
+  ln->visits++;
+  ln->completed += n;
+  ln->failed += failed;
+  if (n > ln->max_batch) ln->max_batch = n;
+  pending_sub(l, n); /* lane mu, then idle_mu: the documented order */
 }
 
 static void start_unlocked(tko_lanes *l, lane *ln, int weight);
+static bool hand_on(tko_lanes *l, lane *ln);
+static void visit_exited(void *arg);
 
 /* Drives the lane: entered with ln->mu held by the owner of the runner
  * token; returns with the mutex released and the token either passed to a
@@ -464,51 +485,122 @@ static void drive(tko_lanes *l, lane *ln) {
     for (size_t i = 0; i < n; i++)
       ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
     tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-    uint64_t failed = n ? run_batch(l, ln, n) : 0;
-    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+    visit v = {l, current_lanes, ln, n, 0, 0};
     if (n) {
-      ln->visits++;
-      ln->completed += n;
-      ln->failed += failed;
-      if (n > ln->max_batch) ln->max_batch = n;
-      pending_sub(l, n); /* lane mu, then idle_mu: the documented order */
+      /* A cleanup attribute (lanes.c is built with -fexceptions): a few
+       * stores a visit. */
+      pthread_cleanup_push(visit_exited, &v);
+      run_visit(&v);
+      pthread_cleanup_pop(0);
     }
-    if (ln->count == 0) {
-      ln->scheduled = false;
-      ring_old old;
-      ring_shrink(l, ln, &old);
-      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-      ring_free(l, &old); /* before runner_done: the table is still ours */
-      runner_done(l);
-      return;
-    }
-    /* More queued: give the worker back to the pool's ordering, ranked by
-     * the new head. The new runner inherits this one's count in runners.
-     * Never run here again: a caller-runs submitter runs one visit at most
-     * (issue 17, defect 7: it drained its lane while others appended). */
-    /* Destroy drives the lane to its end, and so does a runner of a closed
-     * table, where it runs: nothing can append to the lane any more, and a
-     * destroy waiting for its runners must not wait on a pool that may be
-     * paused (issue 14, defect 4). close_table sets `closed`, then takes
-     * every lane's mu: a requeue decided here before the flag was set is
-     * queued before close returns, so destroy withdraws it. */
-    if (destroying == l || tko__load_seq(&l->closed)) continue;
-    int weight = ln->ring[ln->head].weight;
-    int rc = submit_runner(l, ln, weight, 0, false);
-    if (rc == 0) {
-      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-      return;
-    }
-    if (rc == -ETIMEDOUT) {
-      /* A full queue, on a thread that may wait for room (a caller-runs
-       * submitter, not a worker): wait with the lane unlocked. */
-      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-      start_unlocked(l, ln, weight);
-      return;
-    }
-    /* The pool refused (shutting down, or full and this is its worker):
-     * keep draining here, still owning the lane. */
+    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+    count_visit(l, ln, n, v.failed);
+    if (hand_on(l, ln)) return;
   }
+}
+
+/* Under ln->mu, owning the runner token, after a visit: gives the token
+ * back when the lane is empty, or passes it to a new runner, and returns
+ * true with the mutex released; false, still holding it, when this thread
+ * has to drive the lane on. */
+static bool hand_on(tko_lanes *l, lane *ln) {
+  if (ln->count == 0) {
+    ln->scheduled = false;
+    ring_old old;
+    ring_shrink(l, ln, &old);
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    ring_free(l, &old); /* before runner_done: the table is still ours */
+    runner_done(l);
+    return true;
+  }
+  /* More queued: give the worker back to the pool's ordering, ranked by
+   * the new head. The new runner inherits this one's count in runners.
+   * Never run here again: a caller-runs submitter runs one visit at most
+   * (issue 17, defect 7: it drained its lane while others appended). */
+  /* Destroy drives the lane to its end, and so does a runner of a closed
+   * table, where it runs: nothing can append to the lane any more, and a
+   * destroy waiting for its runners must not wait on a pool that may be
+   * paused (issue 14, defect 4). close_table sets `closed`, then takes
+   * every lane's mu: a requeue decided here before the flag was set is
+   * queued before close returns, so destroy withdraws it. */
+  if (destroying == l || tko__load_seq(&l->closed)) return false;
+  int weight = ln->ring[ln->head].weight;
+  int rc = submit_runner(l, ln, weight, 0, false);
+  if (rc == 0) {
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    return true;
+  }
+  if (rc == -ETIMEDOUT) {
+    /* A full queue, on a thread that may wait for room (a caller-runs
+     * submitter, not a worker): wait with the lane unlocked. */
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    start_unlocked(l, ln, weight);
+    return true;
+  }
+  /* The pool refused (shutting down, or full and this is its worker):
+   * keep draining here, still owning the lane. */
+  return false;
+}
+
+/* ---- a task that ends its thread --------------------------------------
+ *
+ * pthread_exit from a lane's task (or its batch callback) unwinds through
+ * the visit running it. Its handler leaves the lane as a visit's end does,
+ * so that the lane's later tasks still run and waits and destroy end:
+ * the ended task counts as run and failed (the pool's own rule for a task
+ * that ends its thread: taskorch.h), the visit's tasks it did not start go
+ * back to the head of the ring in their order (on_cancel only when the
+ * ring cannot grow to take them), and the token goes on (hand_on) - or,
+ * when the table is closed or the pool refuses a runner, this thread
+ * drives the lane to its end before it goes. Then the pool's handler ends
+ * the runner, as it does any of its tasks that ends its thread
+ * (worker.c: task_exited); a keyed task first counts itself in the pool
+ * (keyed.c). */
+
+/* Hands a task taken from the ring to on_cancel; no lock held. */
+static void cancel_task(tko_lanes *l, const tko_lane_task *t, const lane_meta *m) {
+  if (l->keyed) { /* the pool's on_cancel, with the task's id */
+    tko__keyed_cancel(l->pool, t, m->id, m->enq_ns);
+  } else if (l->opts.on_cancel) {
+    /* As in a batch: waiting on or destroying these lanes from on_cancel
+     * would wait for this very call, so it is -EDEADLK. */
+    tko_lanes *saved = current_lanes;
+    current_lanes = l;
+    l->opts.on_cancel(l->opts.user, t);
+    current_lanes = saved;
+  }
+}
+
+/* Under ln->mu: puts scratch[i] back at the ring's head; there is room. */
+static void ring_unpop(lane *ln, size_t i) {
+  ln->head = ln->head ? ln->head - 1 : ln->cap - 1;
+  ln->ring[ln->head] = ln->scratch[i];
+  if (ln->meta) ln->meta[ln->head] = ln->scratch_meta[i];
+  ln->count++;
+}
+
+static void visit_exited(void *arg) {
+  visit *v = arg;
+  tko_lanes *l = v->l;
+  lane *ln = v->ln;
+  current_lanes = v->outer_lanes;
+  size_t ran = v->next + 1, back = v->n - ran;
+  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+  while (ln->cap - ln->count < back && ring_grow(l, ln) == 0) {
+  }
+  bool room = ln->cap - ln->count >= back;
+  if (room)
+    for (size_t i = v->n; i-- > ran;) ring_unpop(ln, i);
+  count_visit(l, ln, ran, v->failed + 1);
+  if (!room) { /* out of memory: the visit's scratch is still this thread's */
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    for (size_t i = ran; i < v->n; i++)
+      cancel_task(l, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
+    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+    ln->cancelled += back;
+    pending_sub(l, back);
+  }
+  if (!hand_on(l, ln)) drive(l, ln);
 }
 
 static int lane_runner(void *arg) {
@@ -676,18 +768,9 @@ static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
     ring_pop(ln, &t, &m);
     ln->cancelled++;
     n++;
-    if (l->keyed) { /* the pool's on_cancel, with the task's id */
+    if (l->keyed || l->opts.on_cancel) {
       tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-      tko__keyed_cancel(l->pool, &t, m.id, m.enq_ns);
-      tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
-    } else if (l->opts.on_cancel) {
-      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-      /* As in a batch: waiting on or destroying these lanes from on_cancel
-       * would wait for this very call, so it is -EDEADLK. */
-      tko_lanes *saved = current_lanes;
-      current_lanes = l;
-      l->opts.on_cancel(l->opts.user, &t);
-      current_lanes = saved;
+      cancel_task(l, &t, &m);
       tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
     }
   }

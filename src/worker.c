@@ -217,6 +217,10 @@ static void publish_finished(tko__worker *w);
 static void finish_started(tko_pool *pool, tko__worker *w) {
   for (tko__task_frame *f = w->task; f; f = f->outer) {
     if (f->item->ctx & TKO__CTX_ASYNC) continue;
+    if (tko__item_internal(f->item)) { /* a keyed lane's runner: not a task */
+      tko__add_seq(&pool->runners_done, 1);
+      continue;
+    }
     tko__count(pool, w, &w->failed);
     if (f->item->ctx) ctx_done(f->item, -ECANCELED, false); /* it ran */
     tko__count(pool, w, &w->finished);

@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "taskorch.h"
+#include "taskorch/lanes.h"
 #include "tko_test.h"
+#include "tko_test_fault.h"
 #include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
@@ -191,5 +193,139 @@ Test(thread_exit, taken_tasks_go_back_in_their_order) {
   cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&order_pos), 24);
   for (int i = 0; i < 24; i++) cr_assert_eq(order_log[i], i, "position %d ran task %d", i, order_log[i]);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+/* ---- keyed tasks and lane tables (a keyed task's exit used to leave its
+ * lane scheduled with the visit's other tasks gone, and destroy hung: found
+ * by the attack on the recheck). The exit is the sixth task of one visit:
+ * five ran before it, ten were taken with it and must run after it. */
+
+enum { BEFORE = 5, AFTER = 10, LANE_KEY = 7 };
+
+typedef int (*submit_to_lane)(void *to, tko_task_fn fn, void *arg);
+
+static void exit_amid_a_visit(tko_pool *pool, submit_to_lane submit, void *to) {
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  for (int i = 0; i < BEFORE; i++)
+    cr_assert_eq(submit(to, ordered_fn, (void *)(intptr_t)i), 0);
+  cr_assert_eq(submit(to, exit_fn, NULL), 0);
+  for (int i = BEFORE; i < BEFORE + AFTER; i++)
+    cr_assert_eq(submit(to, ordered_fn, (void *)(intptr_t)i), 0);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+}
+
+static void assert_all_ran_in_order(void) {
+  cr_assert_eq(atomic_load(&order_pos), BEFORE + AFTER);
+  for (int i = 0; i < BEFORE + AFTER; i++)
+    cr_assert_eq(order_log[i], i, "position %d ran task %d", i, order_log[i]);
+}
+
+static int submit_keyed(void *pool, tko_task_fn fn, void *arg) {
+  return tko_submit_keyed(pool, LANE_KEY, fn, arg, 0);
+}
+
+Test(thread_exit, a_keyed_task_hands_its_lane_on) {
+  ctx c;
+  tko_pool *pool = make_pool(&c, 1, 0);
+  exit_amid_a_visit(pool, submit_keyed, pool);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  assert_all_ran_in_order();
+  tko_stats s;
+  tko_pool_stats(pool, &s);
+  cr_assert_eq(s.submitted, BEFORE + AFTER + 1);
+  cr_assert_eq(s.completed, BEFORE + AFTER + 1, "the ended task counts as completed");
+  cr_assert_eq(s.failed, 1);
+  cr_assert_eq(s.queued + s.running, 0);
+  cr_assert_eq(s.basic_workers, 1, "the worker was replaced");
+  /* The lane takes new tasks, and the pool shuts down. */
+  cr_assert_eq(tko_submit_keyed(pool, LANE_KEY, count_fn, &c, 0), 0);
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_DRAIN, TT_LONG_MS), 0);
+  cr_assert_eq(tt_count_get(&c.runs), 1);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+static int submit_lane(void *lanes, tko_task_fn fn, void *arg) {
+  return tko_lanes_submit(lanes, LANE_KEY, fn, arg, 0);
+}
+
+Test(thread_exit, a_lane_tables_task_hands_its_lane_on) {
+  ctx c;
+  tko_pool *pool = make_pool(&c, 1, 0);
+  tko_lane_options lo = tko_lane_default_options();
+  tko_lanes *lanes = NULL;
+  cr_assert_eq(tko_lanes_create(&lanes, pool, &lo), 0);
+  exit_amid_a_visit(pool, submit_lane, lanes);
+  cr_assert_eq(tko_lanes_wait_idle(lanes, TT_LONG_MS), 0);
+  assert_all_ran_in_order();
+  tko_lane_stats ls;
+  tko_lanes_stats(lanes, &ls);
+  cr_assert_eq(ls.submitted, BEFORE + AFTER + 1);
+  cr_assert_eq(ls.completed, BEFORE + AFTER + 1, "the ended task counts as completed");
+  cr_assert_eq(ls.failed, 1);
+  cr_assert_eq(ls.cancelled + ls.queued, 0);
+  cr_assert_eq(tko_lanes_destroy(lanes), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+/* The ring cannot take the visit's other tasks back: the ending task
+ * filled it (its capacity, 16, is the visit) and the allocator refuses
+ * to grow it. Those tasks go to on_cancel, each once; the lane goes on. */
+enum { RING = 16 };
+static tko_lanes *oom_lanes;
+static tfa oom_alloc;
+static tt_count cancels, later_runs;
+
+static int later_fn(void *arg) {
+  (void)arg;
+  tt_count_add(&later_runs, 1);
+  return 0;
+}
+
+static int fill_then_exit_fn(void *arg) {
+  (void)arg;
+  for (int i = 0; i < RING; i++) cr_assert_eq(tko_lanes_submit(oom_lanes, LANE_KEY, later_fn, NULL, 0), 0);
+  tfa_fail_from(&oom_alloc, 1);
+  pthread_exit(NULL);
+  return 0;
+}
+
+static void count_cancel(void *user, const tko_lane_task *t) {
+  (void)user;
+  cr_assert_eq(t->fn, count_fn, "only the visit's unstarted tasks are cancelled");
+  tt_count_add(&cancels, 1);
+}
+
+Test(thread_exit, a_lane_that_cannot_take_its_tasks_back_cancels_them) {
+  ctx c;
+  tko_pool *pool = make_pool(&c, 1, 0);
+  tfa_init(&oom_alloc);
+  tt_count_init(&cancels);
+  tt_count_init(&later_runs);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.lane_capacity = RING;
+  lo.max_drain = RING;
+  lo.allocator = &oom_alloc.al;
+  lo.on_cancel = count_cancel;
+  cr_assert_eq(tko_lanes_create(&oom_lanes, pool, &lo), 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_lanes_submit(oom_lanes, LANE_KEY, fill_then_exit_fn, NULL, 0), 0);
+  for (int i = 1; i < RING; i++)
+    cr_assert_eq(tko_lanes_submit(oom_lanes, LANE_KEY, count_fn, &c, 0), 0);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_lanes_wait_idle(oom_lanes, TT_LONG_MS), 0);
+  tfa_heal(&oom_alloc);
+  cr_assert_gt(atomic_load(&oom_alloc.failures), 0, "the ring tried to grow");
+  cr_assert_eq(tt_count_get(&cancels), RING - 1);
+  cr_assert_eq(tt_count_get(&c.runs), 0);
+  cr_assert_eq(tt_count_get(&later_runs), RING);
+  tko_lane_stats ls;
+  tko_lanes_stats(oom_lanes, &ls);
+  cr_assert_eq(ls.cancelled, RING - 1);
+  cr_assert_eq(ls.completed, RING + 1);
+  cr_assert_eq(ls.queued, 0);
+  cr_assert_eq(tko_lanes_destroy(oom_lanes), 0);
+  cr_assert_eq(atomic_load(&oom_alloc.live), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
