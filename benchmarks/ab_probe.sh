@@ -42,14 +42,15 @@ tree_of() { # $1 = commit or "tree", $2 = a or b: prints the source tree
   fi
 }
 build() { # $1 = library tree, $2 = output
-  # Each source as that tree's CMake builds it: worker.c with -fexceptions
-  # where its CMakeLists says so (pthread_cleanup_push is then a cleanup
-  # attribute, not a sigsetjmp per task).
+  # Each source as that tree's CMake builds it: with -fexceptions where its
+  # CMakeLists says so (worker.c, and later keyed.c and lanes.c:
+  # pthread_cleanup_push is then a cleanup attribute, not a sigsetjmp per
+  # task).
   local objs=() f o flags
   for f in "$1"/src/*.c; do
     o=$2.$(basename "$f" .c).o
     flags=
-    if [ "$(basename "$f")" = worker.c ] && grep -q 'src/worker.c PROPERTIES COMPILE_OPTIONS -fexceptions' "$1/CMakeLists.txt"; then
+    if grep -Eq "set_source_files_properties\(.*src/$(basename "$f")[ )].*COMPILE_OPTIONS -fexceptions" "$1/CMakeLists.txt"; then
       flags=-fexceptions
     fi
     gcc -O3 -DNDEBUG $flags -I "$1/include" -I "$1/src" -c "$f" -o "$o"
