@@ -222,6 +222,15 @@ static void assert_all_ran_in_order(void) {
     cr_assert_eq(order_log[i], i, "position %d ran task %d", i, order_log[i]);
 }
 
+/* The counts of the visit's tasks once idle (a pool's or a lane table's):
+ * all accepted, all ran, the ended one failed, none left. */
+static void assert_counted(uint64_t submitted, uint64_t completed, uint64_t failed, uint64_t left) {
+  cr_assert_eq(submitted, BEFORE + AFTER + 1);
+  cr_assert_eq(completed, BEFORE + AFTER + 1, "the ended task counts as completed");
+  cr_assert_eq(failed, 1);
+  cr_assert_eq(left, 0);
+}
+
 static int submit_keyed(void *pool, tko_task_fn fn, void *arg) {
   return tko_submit_keyed(pool, LANE_KEY, fn, arg, 0);
 }
@@ -234,10 +243,7 @@ Test(thread_exit, a_keyed_task_hands_its_lane_on) {
   assert_all_ran_in_order();
   tko_stats s;
   tko_pool_stats(pool, &s);
-  cr_assert_eq(s.submitted, BEFORE + AFTER + 1);
-  cr_assert_eq(s.completed, BEFORE + AFTER + 1, "the ended task counts as completed");
-  cr_assert_eq(s.failed, 1);
-  cr_assert_eq(s.queued + s.running, 0);
+  assert_counted(s.submitted, s.completed, s.failed, s.queued + s.running);
   cr_assert_eq(s.basic_workers, 1, "the worker was replaced");
   /* The lane takes new tasks, and the pool shuts down. */
   cr_assert_eq(tko_submit_keyed(pool, LANE_KEY, count_fn, &c, 0), 0);
@@ -261,10 +267,7 @@ Test(thread_exit, a_lane_tables_task_hands_its_lane_on) {
   assert_all_ran_in_order();
   tko_lane_stats ls;
   tko_lanes_stats(lanes, &ls);
-  cr_assert_eq(ls.submitted, BEFORE + AFTER + 1);
-  cr_assert_eq(ls.completed, BEFORE + AFTER + 1, "the ended task counts as completed");
-  cr_assert_eq(ls.failed, 1);
-  cr_assert_eq(ls.cancelled + ls.queued, 0);
+  assert_counted(ls.submitted, ls.completed, ls.failed, ls.cancelled + ls.queued);
   cr_assert_eq(tko_lanes_destroy(lanes), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
