@@ -80,7 +80,10 @@ typedef struct tko_pool tko_pool; /**< opaque */
  * so waits, stats and shutdown stay right. So is it from a keyed task or
  * a lane table's task (taskorch/lanes.h) on a worker: the tasks its lane's
  * visit had taken and not started go back to the head of the lane, in
- * order, and the lane goes on. Not supported (the pool's
+ * order, and the lane goes on with a new runner - or, where the lane's
+ * table is closed (the pool's shutdown closes it) or the pool refuses
+ * that runner (shutting down, or a full queue), the ending thread runs
+ * no more of them and the lane's queued tasks go to on_cancel. Not supported (the pool's
  * counts, and with them waits and shutdown, go wrong): pthread_exit from
  * an async task's start function, from a task run on a submitter's
  * thread (TKO_FULL_CALLER_RUNS, or a lane a destroy drives), thread

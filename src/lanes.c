@@ -474,6 +474,7 @@ static void count_visit(tko_lanes *l, lane *ln, size_t n, uint64_t failed) {
 
 static void start_unlocked(tko_lanes *l, lane *ln, int weight);
 static bool hand_on(tko_lanes *l, lane *ln);
+static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule);
 static void visit_exited(void *arg);
 
 /* Drives the lane: entered with ln->mu held by the owner of the runner
@@ -550,12 +551,15 @@ static bool hand_on(tko_lanes *l, lane *ln) {
  * the ended task counts as run and failed (the pool's own rule for a task
  * that ends its thread: taskorch.h), the visit's tasks it did not start go
  * back to the head of the ring in their order (on_cancel only when the
- * ring cannot grow to take them), and the token goes on (hand_on) - or,
- * when the table is closed or the pool refuses a runner, this thread
- * drives the lane to its end before it goes. Then the pool's handler ends
- * the runner, as it does any of its tasks that ends its thread
- * (worker.c: task_exited); a keyed task first counts itself in the pool
- * (keyed.c). */
+ * ring cannot grow to take them), and the token goes on to a new runner
+ * (hand_on). The ending thread runs no more tasks: unwinding, it cannot
+ * take another exit, nor a helping wait's work. So where a visit's end
+ * would drive the lane on this thread - its table closed, or the pool
+ * refusing a runner (shutting down, or a full queue) - the lane's queued
+ * tasks go to on_cancel instead (lane_cancel; taskorch.h says so). Then
+ * the pool's handler ends the runner, as it does any of its tasks that
+ * ends its thread (worker.c: task_exited); a keyed task first counts
+ * itself in the pool (keyed.c). */
 
 /* Hands a task taken from the ring to on_cancel; no lock held. */
 static void cancel_task(tko_lanes *l, const tko_lane_task *t, const lane_meta *m) {
@@ -600,7 +604,11 @@ static void visit_exited(void *arg) {
     ln->cancelled += back;
     pending_sub(l, back);
   }
-  if (!hand_on(l, ln)) drive(l, ln);
+  while (!hand_on(l, ln)) { /* tasks appended meanwhile: hand_on again */
+    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    lane_cancel(l, ln, false);
+    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+  }
 }
 
 static int lane_runner(void *arg) {

@@ -333,3 +333,38 @@ Test(thread_exit, a_lane_that_cannot_take_its_tasks_back_cancels_them) {
   cr_assert_eq(atomic_load(&oom_alloc.live), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
+
+/* A closed table: a visit's end would drive the lane on, here, on the
+ * ending thread, which must run nothing more (an exit or a helping wait
+ * there would unwind into a half-gone worker: found by the attack on this
+ * change). The lane's queued tasks go to on_cancel instead. */
+static void cancel_counted(void *user, const tko_lane_task *t) {
+  (void)user;
+  (void)t;
+  tt_count_add(&cancels, 1);
+}
+
+Test(thread_exit, a_closed_tables_lane_cancels_the_rest) {
+  ctx c;
+  tko_pool *pool = make_pool(&c, 1, 0);
+  tt_count_init(&cancels);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.on_cancel = cancel_counted;
+  tko_lanes *lanes = NULL;
+  cr_assert_eq(tko_lanes_create(&lanes, pool, &lo), 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_lanes_submit(lanes, LANE_KEY, exit_fn, NULL, 0), 0);
+  for (int i = 0; i < 3; i++) cr_assert_eq(tko_lanes_submit(lanes, LANE_KEY, count_fn, &c, 0), 0);
+  cr_assert_eq(tko_lanes_close(lanes), 0);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_lanes_wait_idle(lanes, TT_LONG_MS), 0);
+  cr_assert_eq(tt_count_get(&cancels), 3);
+  cr_assert_eq(tt_count_get(&c.runs), 0, "the ending thread ran none of them");
+  tko_lane_stats ls;
+  tko_lanes_stats(lanes, &ls);
+  cr_assert_eq(ls.completed, 1);
+  cr_assert_eq(ls.cancelled, 3);
+  cr_assert_eq(tko_lanes_destroy(lanes), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
