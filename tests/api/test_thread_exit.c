@@ -368,3 +368,67 @@ Test(thread_exit, a_closed_tables_lane_cancels_the_rest) {
   cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
+
+/* Kept from the attack (its t16): a task waiting on a group in a closed
+ * table's lane helps, and the help runs another lane's task that ends the
+ * thread, twice. The wait's lane then cannot go on (its table is closed):
+ * its other task goes to on_cancel, not to the unwinding thread (there the
+ * second wait read the first's stale worker state: running stuck at 1 and
+ * wait_idle timing out, or a crash). Everything ends, and the counts add
+ * up. */
+static tko_pool *helping_pool;
+static tko_group helping_groups[2];
+static tt_count helping_starts, member_runs;
+
+static int member_fn(void *arg) {
+  (void)arg;
+  tt_count_add(&member_runs, 1);
+  return 0;
+}
+
+static int helping_wait_fn(void *arg) {
+  (void)arg;
+  tko_group *g = &helping_groups[tt_count_add(&helping_starts, 1) - 1];
+  cr_assert_eq(tko_group_init(g), 0);
+  cr_assert_eq(tko_group_submit(helping_pool, g, member_fn, NULL, 0), 0);
+  cr_assert_eq(tko_group_wait(g, TT_LONG_MS), 0);
+  return 0;
+}
+
+Test(thread_exit, exits_inside_a_closed_lanes_helping_wait_end_everything) {
+  ctx c;
+  helping_pool = make_pool(&c, 1, 0);
+  tt_count_init(&helping_starts);
+  tt_count_init(&member_runs);
+  tko_lanes *closed = NULL, *open = NULL;
+  cr_assert_eq(tko_lanes_create(&closed, helping_pool, NULL), 0);
+  cr_assert_eq(tko_lanes_create(&open, helping_pool, NULL), 0);
+  cr_assert_eq(tko_pool_pause(helping_pool), 0);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(tko_lanes_submit(closed, 0, helping_wait_fn, NULL, 0), 0);
+    cr_assert_eq(tko_lanes_submit(open, 0, exit_fn, NULL, 0), 0);
+  }
+  cr_assert_eq(tko_lanes_close(closed), 0);
+  cr_assert_eq(tko_pool_resume(helping_pool), 0);
+  cr_assert_eq(tko_lanes_wait_idle(closed, TT_LONG_MS), 0);
+  cr_assert_eq(tko_lanes_wait_idle(open, TT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(helping_pool, TT_LONG_MS), 0);
+  tko_lane_stats a, b;
+  tko_lanes_stats(closed, &a);
+  tko_lanes_stats(open, &b);
+  cr_assert_eq(a.completed + a.cancelled, 2);
+  cr_assert_eq(a.completed, (uint64_t)tt_count_get(&helping_starts));
+  cr_assert_eq(tt_count_get(&member_runs), tt_count_get(&helping_starts),
+               "every started wait's member ran");
+  cr_assert_eq(b.completed, 2, "both exits ran");
+  cr_assert_eq(b.failed, 2);
+  tko_stats s;
+  tko_pool_stats(helping_pool, &s);
+  cr_assert_eq(s.running, 0);
+  cr_assert_eq(s.submitted, s.completed + s.cancelled + s.queued);
+  cr_assert_eq(tko_lanes_destroy(closed), 0);
+  cr_assert_eq(tko_lanes_destroy(open), 0);
+  cr_assert_eq(tko_pool_shutdown_timed(helping_pool, TKO_DRAIN, TT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_destroy(helping_pool), 0);
+  cr_assert_eq(tt_count_get(&c.starts), tt_count_get(&c.stops), "every thread's hooks paired");
+}
