@@ -8,12 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The gate: issue 18's figures. Main measures about a point of branches
-# above it (docs/TESTING.md has the figures and their date), so a change that
-# adds code without tests fails it, not run-to-run variation; a change that
-# adds tests may raise the thresholds here.
+# The gate: main measures about a point of branches above it (docs/TESTING.md
+# has the figures and their date), so a change that adds code without tests
+# fails it, not run-to-run variation; a change that adds tests may raise the
+# thresholds here. Branches are counted without the unwinding edges that
+# -fexceptions gives every call in worker.c, keyed.c and lanes.c
+# (--exclude-throw-branches): they are not decisions of the source.
 LINE_MIN=${TKO_COVERAGE_LINE_MIN:-97.6}
-BRANCH_MIN=${TKO_COVERAGE_BRANCH_MIN:-88.6}
+BRANCH_MIN=${TKO_COVERAGE_BRANCH_MIN:-91.9}
 
 dir=build-coverage
 jobs=$(nproc)
@@ -43,7 +45,7 @@ echo "$fingerprint" >"$dir/fingerprint" # after the build: a failed one starts c
 find "$dir" -name '*.gcda' -delete # counts from this run only
 ctest --test-dir "$dir" --output-on-failure -j 1
 mkdir -p "$dir/coverage"
-gcovr --root . --object-directory "$dir" --filter 'src/' \
+gcovr --root . --object-directory "$dir" --filter 'src/' --exclude-throw-branches \
   --txt "$dir/coverage/summary.txt" --html-details "$dir/coverage/index.html" \
   --print-summary --fail-under-line "$LINE_MIN" --fail-under-branch "$BRANCH_MIN" || {
   echo "coverage: below the gate (lines >= $LINE_MIN%, branches >= $BRANCH_MIN%);" \
