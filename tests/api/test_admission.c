@@ -198,7 +198,12 @@ Test(admission, a_blocked_submit_gets_the_room_of_one_start_at_once) {
   cr_assert(tf_wait_thread_sleeping(t.tid));
   cr_assert_eq(tko_pool_resume(pool), 0);
   int rc = -1;
-  bool in = tf_thread_join(&t, &rc);
+  /* Half the gate's own limit (TT_LONG_MS): the join must end while the
+   * gated task still holds the worker. With the same limit, a gate that
+   * timed out first let the worker start more tasks, whose chunk then
+   * woke the submitter just inside the join's (the mutant
+   * admit-give-back-ignores-waiters survived a CI run that way). */
+  bool in = tf_thread_join_within(&t, TT_LONG_MS / 2, &rc);
   tt_gate_open(&first_gate);
   cr_assert(in, "one start's room did not reach the blocked submit while that task ran");
   cr_assert_eq(rc, 0);
