@@ -309,10 +309,17 @@ TKO_API tko_options tko_elastic_options(unsigned workers, unsigned max_elastic,
 TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
 
 /** Queues fn(arg). Higher weight runs first over the whole int range.
- * Equal weights: one thread's tasks start in submit order. In a pool made
- * with one worker and no elastic ones, so do tasks of different threads
- * whose submits are ordered (one returned before the other began);
- * overlapping submits may go either way. With more workers, each
+ * Equal weights: one thread's tasks are taken in submit order, and a
+ * worker starts the tasks it took in the order it took them; so with one
+ * worker they start in submit order, and with more a task may start
+ * before an earlier one of its thread that another worker took (a batch
+ * of longer tasks, or a worker descheduled: milliseconds are possible;
+ * max_batch 1 narrows it to the moment between a take and its start).
+ * In a pool made
+ * with one worker and no elastic ones, tasks of different threads
+ * whose submits are ordered (one returned before the other began) also
+ * start in that order; overlapping submits may go either way. With more
+ * workers, each
  * submitting thread has its own submit ring, and equal-weight tasks of
  * different threads start in no promised order. A submitter stopped
  * inside its submit (preempted, in a debugger) delays only its own task -

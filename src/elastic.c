@@ -30,6 +30,14 @@
 #include "internal.h"
 
 void (*_Atomic tko__test_retire_window)(tko_pool *pool);
+void (*_Atomic tko__test_spawn_window)(tko_pool *pool, bool created);
+
+/* Relaxed: a test seam (prim.h), NULL outside tests. */
+static void spawn_window(tko_pool *pool, bool created) {
+  void (*seam)(tko_pool *, bool) =
+      atomic_load_explicit(&tko__test_spawn_window, memory_order_relaxed);
+  if (seam) seam(pool, created);
+}
 
 static void raise_peak(tko_pool *pool, unsigned n) {
   unsigned peak = tko__load_relaxed(&pool->elastic_peak);
@@ -108,7 +116,9 @@ void tko__elastic_spawn(tko_pool *pool) {
    * and that hook may submit (and so spawn) itself. */
   if (join_old) pthread_join(old, NULL);
   pthread_t t;
+  spawn_window(pool, false);
   int rc = tko__worker_spawn(pool, w, &t);
+  if (rc == 0) spawn_window(pool, true);
   tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
   if (rc == 0) {
     w->thread = t;
@@ -119,12 +129,18 @@ void tko__elastic_spawn(tko_pool *pool) {
   w->spawning = false;
   if (--pool->spawns_active == 0) pthread_cond_broadcast(&pool->spawn_cv);
   tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
-  if (rc) {
-    tko__sub_seq(&pool->elastic_count, 1);
-    return;
-  }
-  tko__add_relaxed(&pool->elastic_spawned, 1);
+  if (rc) tko__sub_seq(&pool->elastic_count, 1);
+  /* The new thread counts itself spawned (tko__elastic_started): counted
+   * here, after its creation, it could retire first, and a snapshot then
+   * read more elastic workers retired than spawned (found by the attack on
+   * stats: attack9 chaos, under TSan). */
+}
+
+void tko__elastic_started(tko_pool *pool) {
   raise_peak(pool, tko__load_relaxed(&pool->elastic_count));
+  /* seq_cst: before this thread can count itself retired; tko_pool_stats
+   * reads retired, then spawned, so it never sees more retired. */
+  tko__add_seq(&pool->elastic_spawned, 1);
 }
 
 /* A retiring worker that saw work come in takes its count and then its
@@ -169,14 +185,13 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
     tko__idle_search_begin(&pool->idle);
     return false;
   }
-  tko__add_relaxed(&pool->elastic_retired, 1);
+  tko__add_seq(&pool->elastic_retired, 1); /* seq_cst: see tko__elastic_started */
   return true;
 }
 
 bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w) {
   if (!tko__runnable_seq(pool) || !take_slot_back(pool, w)) return false;
-  tko__add_relaxed(&pool->elastic_spawned, 1); /* a new start, as far as counts go */
-  raise_peak(pool, tko__load_relaxed(&pool->elastic_count));
+  tko__elastic_started(pool); /* a new start, as far as counts go */
   return true;
 }
 

@@ -430,6 +430,9 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w);
  * may have submitted it, and no spawn can reuse the caller's own slot),
  * takes the slot and a count back so this thread carries on. */
 bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w);
+/* A new elastic thread (or a resurrected one) counts itself spawned and
+ * raises the peak, before it can retire. */
+void tko__elastic_started(tko_pool *pool);
 /* Marks a retired worker's thread as running (or done with) its stop hook. */
 void tko__elastic_set_stopping(tko_pool *pool, tko__worker *w, bool stopping);
 void tko__elastic_close_and_join(tko_pool *pool);

@@ -357,6 +357,22 @@ static uint64_t tasks_submitted(tko_pool *pool) {
   return all > runners ? all - runners : 0;
 }
 
+/* The elastic figures, consistent with each other: retired is read
+ * before spawned (each thread counts itself spawned before it can retire:
+ * tko__elastic_started), so retired never exceeds spawned; the count
+ * includes reservations whose thread has not started (or never will), so
+ * the workers reported are at most spawned - retired, and the peak at
+ * least those. */
+static void elastic_snapshot(tko_pool *pool, tko_stats *out) {
+  out->elastic_retired = tko__load_seq(&pool->elastic_retired);
+  out->elastic_spawned = tko__load_seq(&pool->elastic_spawned);
+  uint64_t alive = out->elastic_spawned - out->elastic_retired;
+  unsigned count = tko__load_relaxed(&pool->elastic_count);
+  out->elastic_workers = count < alive ? count : (unsigned)alive;
+  out->elastic_peak = tko__load_relaxed(&pool->elastic_peak);
+  if (out->elastic_peak < out->elastic_workers) out->elastic_peak = out->elastic_workers;
+}
+
 /* A snapshot that never reports the impossible (issue 17, defect 4): every
  * counter only grows, a task is counted submitted before started (or
  * cancelled) and started before finished, so the counts are read in that
@@ -394,10 +410,7 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   uint64_t seen = out->completed + out->cancelled + out->running + out->queued;
   if (out->submitted < seen) out->submitted = seen;
   out->basic_workers = tko__load_relaxed(&pool->basic_alive);
-  out->elastic_workers = tko__load_relaxed(&pool->elastic_count);
-  out->elastic_peak = tko__load_relaxed(&pool->elastic_peak);
-  out->elastic_spawned = tko__load_relaxed(&pool->elastic_spawned);
-  out->elastic_retired = tko__load_relaxed(&pool->elastic_retired);
+  elastic_snapshot(pool, out);
   out->blocking = tko__load_relaxed(&pool->blocking);
   out->caller_runs =
       tko__load_relaxed(&pool->caller_runs) + tko__load_relaxed(&pool->off_worker_runs);

@@ -99,6 +99,10 @@ int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *ar
  * its re-check of the queue closes (elastic.c). NULL outside tests. */
 struct tko_pool;
 extern void (*_Atomic tko__test_retire_window)(struct tko_pool *pool);
+/* Test seam: when set, an elastic spawner calls it with its reservation
+ * and slot held, before it creates the thread (created false) and after
+ * (created true, the thread running). NULL outside tests. */
+extern void (*_Atomic tko__test_spawn_window)(struct tko_pool *pool, bool created);
 
 /* The calling thread's nice value (Linux: per thread; elsewhere 0), and a
  * best-effort set of it: raising priority back needs CAP_SYS_NICE, so a

@@ -81,7 +81,7 @@ bool tko__resize_retire(tko_pool *pool, tko__worker *w) {
     }
     if (retire) {
       tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
-      tko__add_relaxed(&pool->elastic_retired, 1);
+      tko__add_seq(&pool->elastic_retired, 1); /* seq_cst: see tko__elastic_started */
     }
   }
   tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);

@@ -327,7 +327,7 @@ static void retire_elastic(tko_pool *pool, tko__worker *w) {
    * or shutdown, joins this thread. */
   tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
   tko__sub_seq(&pool->elastic_count, 1);
-  tko__add_relaxed(&pool->elastic_retired, 1);
+  tko__add_seq(&pool->elastic_retired, 1); /* seq_cst: see tko__elastic_started */
 }
 
 static void task_exited(void *arg) {
@@ -753,6 +753,7 @@ void *tko__worker_main(void *arg) {
    * take the pool creator's value instead (best effort: going back up to a
    * higher priority needs CAP_SYS_NICE). */
   tko__thread_set_nice(pool->creator_nice);
+  if (w->kind == TKO_WORKER_ELASTIC) tko__elastic_started(pool);
   if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
   enum loop_end end;
 restart:

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Submitting from many threads into a pool of several workers (issue 15:
  * each submitting thread has a submit ring of its own). The public
- * contract checked here: one thread's equal-weight tasks start in submit
- * order, however they went in (singles, batches, a batch larger than any
+ * contract checked here: one thread's equal-weight tasks are taken in
+ * submit order (and so start in it on one free worker), however they went in (singles, batches, a batch larger than any
  * ring, a ring filled while the pool is paused); every accepted task runs
  * exactly once; ids are unique, increase per thread and are consecutive in
  * a batch; more threads than a pool has rings, threads that end and new
@@ -391,4 +391,55 @@ Test(submit_rings, interleaved_weights_keep_weight_then_submit_order) {
   }
   cr_assert_eq(tko_pool_destroy(pool), 0);
   ctx_free(c);
+}
+
+/* With several workers free, one thread's tasks may start out of submit
+ * order across workers (one worker's batch of longer tasks lets another
+ * start later ones: the attack on order saw milliseconds), but each worker
+ * starts the tasks it took in the order it took them, and they are taken
+ * in submit order: every worker's starts of this thread's tasks increase. */
+enum { ORDER_WORKERS = 3, ORDER_TASKS = 20000 };
+static long *order_log[ORDER_WORKERS];
+static size_t order_len[ORDER_WORKERS]; /* each written by its worker only */
+static atomic_int order_bad_worker;
+
+static void log_start(void *user, const tko_task_info *t) {
+  (void)user;
+  if (t->worker >= ORDER_WORKERS) {
+    atomic_store(&order_bad_worker, 1);
+    return;
+  }
+  order_log[t->worker][order_len[t->worker]++] = (long)(intptr_t)t->arg;
+}
+
+static int mixed_length_fn(void *arg) {
+  if ((intptr_t)arg / 64 % 2) tt_spin_ns(2000); /* batches of short and of longer tasks */
+  return 0;
+}
+
+Test(submit_rings, each_worker_starts_a_threads_tasks_in_submit_order) {
+  tko_options o = tko_basic_options(ORDER_WORKERS);
+  o.hooks.before_run = log_start;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  atomic_store(&order_bad_worker, 0);
+  for (int w = 0; w < ORDER_WORKERS; w++) {
+    order_log[w] = calloc(ORDER_TASKS, sizeof *order_log[w]);
+    order_len[w] = 0;
+  }
+  long n = TT_SCALE(ORDER_TASKS, ORDER_TASKS / 4);
+  for (long i = 0; i < n; i++)
+    cr_assert_eq(tko_submit(pool, mixed_length_fn, (void *)(intptr_t)i, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0); /* every worker joined: their logs are ours */
+  cr_assert_eq(atomic_load(&order_bad_worker), 0);
+  size_t total = 0;
+  for (int w = 0; w < ORDER_WORKERS; w++) {
+    for (size_t i = 1; i < order_len[w]; i++)
+      cr_assert_gt(order_log[w][i], order_log[w][i - 1], "worker %d started task %ld after %ld", w,
+                   order_log[w][i], order_log[w][i - 1]);
+    total += order_len[w];
+    free(order_log[w]);
+  }
+  cr_assert_eq(total, (size_t)n);
 }

@@ -58,3 +58,62 @@ Test(retire, a_submit_in_the_retirement_window_is_not_stranded) {
   cr_assert_leq(s.elastic_peak, 1);
   cr_assert_eq(tko_pool_destroy(seam_pool), 0);
 }
+
+/* Elastic counts in a snapshot (found by the attack on stats: a snapshot
+ * read more elastic workers retired than spawned, and more alive than
+ * ever spawned). The spawn window seam holds the spawner: before the
+ * thread exists its reservation is counted, and after, the new thread
+ * can run, idle and retire before the spawner goes on. */
+static tt_count stops = TT_COUNT_INIT;
+static tko_stats before_create, after_retire;
+static bool retire_seen;
+
+static void count_stop(void *user, unsigned index, tko_worker_kind kind) {
+  (void)user, (void)index, (void)kind;
+  tt_count_add(&stops, 1);
+}
+
+static void hold_spawner(struct tko_pool *pool, bool created) {
+  if (!created) {
+    tko_pool_stats(pool, &before_create);
+    return;
+  }
+  atomic_store(&tko__test_spawn_window, NULL);
+  /* The worker runs the task, idles 1 ms, retires and runs its stop hook,
+   * while this spawner has not finished spawning it. */
+  retire_seen = tt_count_wait_geq(&stops, 1);
+  tko_pool_stats(pool, &after_retire);
+}
+
+static void assert_elastic_consistent(const tko_stats *s) {
+  cr_assert_leq(s->elastic_retired, s->elastic_spawned, "retired %llu > spawned %llu",
+                (unsigned long long)s->elastic_retired, (unsigned long long)s->elastic_spawned);
+  cr_assert_leq(s->elastic_workers, s->elastic_spawned - s->elastic_retired,
+                "%u alive, %llu spawned, %llu retired", s->elastic_workers,
+                (unsigned long long)s->elastic_spawned, (unsigned long long)s->elastic_retired);
+  cr_assert_leq(s->elastic_workers, s->elastic_peak);
+}
+
+/* Kills elastic-spawned-counted-by-the-spawner and
+ * stats-elastic-workers-count-reservations (scripts/mutants.list). */
+Test(retire, elastic_counts_stay_consistent_around_a_spawn) {
+  tko_options o = tko_elastic_options(0, 1, 1); /* elastic only, 1 ms idle */
+  o.hooks.thread_stop = count_stop;
+  cr_assert_eq(tko_pool_create(&seam_pool, &o), 0);
+  tt_count_init(&stops);
+  retire_seen = false;
+  atomic_store(&tko__test_spawn_window, hold_spawner);
+  cr_assert_eq(tko_submit(seam_pool, tt_nop_fn, NULL, 0), 0); /* spawns, held in the seam */
+  cr_assert(retire_seen, "the elastic worker never retired");
+  assert_elastic_consistent(&before_create);
+  cr_assert_eq(before_create.elastic_workers, 0, "a reservation counted as a worker");
+  assert_elastic_consistent(&after_retire);
+  cr_assert_eq(after_retire.elastic_retired, 1);
+  cr_assert_eq(tko_pool_wait_idle(seam_pool, TT_LONG_MS), 0);
+  tko_stats s;
+  tko_pool_stats(seam_pool, &s);
+  cr_assert_eq(s.completed, 1);
+  assert_elastic_consistent(&s);
+  cr_assert_eq(s.elastic_spawned, 1);
+  cr_assert_eq(tko_pool_destroy(seam_pool), 0);
+}
