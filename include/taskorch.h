@@ -258,8 +258,10 @@ typedef struct tko_options {
  * plus async tasks in flight and tasks nested in helping group waits),
  * queued at most what was queued at one instant (and at most
  * queue_capacity on a bounded pool), and completed + cancelled + queued +
- * running never exceeds submitted. When the pool is quiet: submitted =
- * completed + cancelled + queued + running, exactly. */
+ * running never exceeds submitted; elastic_retired never exceeds
+ * elastic_spawned, nor elastic_workers their difference or elastic_peak.
+ * When the pool is quiet: submitted = completed + cancelled + queued +
+ * running, exactly. */
 typedef struct tko_stats {
   uint64_t submitted;        /**< tasks accepted */
   uint64_t completed;        /**< tasks that ran and returned (failed included) */
