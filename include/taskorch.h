@@ -403,7 +403,14 @@ TKO_API int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n);
  * storage (stack or heap); tko_group_init it, submit members into it, wait,
  * then tko_group_destroy it once nothing is pending. The members pending at
  * once must all be in one pool (an empty group may be reused with another).
- * A group of one is the handle for a single task. */
+ * A group of one is the handle for a single task.
+ * fork(): in a child, a group initialized before the fork is the
+ * parent's (a parent thread may have held its mutex at the fork): no call
+ * on it waits - tko_group_pending and tko_group_status read the copy,
+ * tko_group_wait and tko_group_cancel return -ECHILD while members are
+ * pending (0 otherwise), tko_group_submit returns -ECHILD, and
+ * tko_group_destroy returns 0 and leaves the copy alone. Initialize new
+ * groups in the child. */
 typedef struct tko_group {
   TKO_ALIGNAS(16) unsigned char opaque[160]; /**< private */
 } tko_group;
@@ -526,7 +533,8 @@ TKO_API int tko_group_submit_async(tko_pool *pool, tko_group *group, tko_async_f
                                    int weight);
 /** Completes op with status (0 = success). -EINVAL: NULL; -EALREADY: op is
  * not in flight (completed twice - op may then already belong to another
- * task, so that is a caller bug the pool catches only at best). */
+ * task, so that is a caller bug the pool catches only at best); -ECHILD in
+ * a forked child (the task is the parent's pool's). */
 TKO_API int tko_async_complete(tko_async *op, int status);
 /** The arg the async task was submitted with. */
 TKO_API void *tko_async_arg(const tko_async *op);

@@ -136,7 +136,11 @@ int tko_async_complete(tko_async *op, int status) {
   if (!op) return -EINVAL;
   tko_pool *pool = op->pool;
   int one = 1;
-  if (!pool || !atomic_compare_exchange_strong(&op->in_flight, &one, 0)) return -EALREADY;
+  if (!pool) return -EALREADY;
+  /* A forked child's copy of the op: its task is the parent's (the attack
+   * on fork saw a child hang here, in the copy of the pool's lock). */
+  if (tko__pool_forked(pool)) return -ECHILD;
+  if (!atomic_compare_exchange_strong(&op->in_flight, &one, 0)) return -EALREADY;
   tko__add_seq(&pool->completers, 1);
   finish(op, status);
   tko__sub_seq(&pool->completers, 1); /* the last touch of the pool */

@@ -30,6 +30,7 @@ typedef struct tko__group {
   int status;         /* first failure, or 0 */
   tko_pool *pool;     /* set by the first member */
   uint32_t magic;
+  unsigned fork_gen; /* I: tko__fork_generation() at init */
 } tko__group;
 
 _Static_assert(sizeof(tko__group) <= sizeof(tko_group), "tko_group too small");
@@ -39,6 +40,14 @@ static tko__group *get(tko_group *group) {
   tko__group *g = (tko__group *)(void *)group;
   return g && g->magic == GROUP_MAGIC ? g : NULL;
 }
+
+/* A group made before a fork, in a child: its copy's mutex may have been
+ * held by a parent thread at the fork, and then stays locked here, so no
+ * call takes it (the attack on fork: a child's group wait, submit or
+ * cancel hung in about 1 fork in 60 while a parent thread used the
+ * group). The child has one thread, so the copy's fields can be read
+ * without it. */
+static bool copied(const tko__group *g) { return g->fork_gen != tko__fork_generation(); }
 
 int tko_group_init(tko_group *group) {
   if (!group) return -EINVAL;
@@ -54,6 +63,8 @@ int tko_group_init(tko_group *group) {
     pthread_cond_destroy(&g->cv);
     return -ENOMEM;
   }
+  tko__fork_watch();
+  g->fork_gen = tko__fork_generation();
   g->magic = GROUP_MAGIC;
   return 0;
 }
@@ -61,6 +72,7 @@ int tko_group_init(tko_group *group) {
 int tko_group_destroy(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
+  if (copied(g)) return 0; /* the copy is left alone, as a pool's is */
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   uint64_t pending = g->pending;
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
@@ -98,6 +110,7 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
                           void *arg, int weight) {
   tko__group *g = get(group);
   if (!pool || !g || !fn) return -EINVAL;
+  if (copied(g)) return -ECHILD;
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   /* Bound to a pool only while it has members there; an empty group may
    * move to another pool. */
@@ -124,6 +137,7 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
 uint64_t tko_group_pending(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return 0;
+  if (copied(g)) return g->pending;
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   uint64_t n = g->pending;
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
@@ -133,6 +147,7 @@ uint64_t tko_group_pending(tko_group *group) {
 int tko_group_status(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
+  if (copied(g)) return g->status;
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   int st = g->status;
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
@@ -212,6 +227,7 @@ static int help_until_done(tko__group *g, tko_pool *pool, tko__worker *self, lon
 int tko_group_wait(tko_group *group, long timeout_ms) {
   tko__group *g = get(group);
   if (!g || timeout_ms < -1) return -EINVAL;
+  if (copied(g)) return g->pending ? -ECHILD : 0;
   struct timespec deadline;
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__worker *self = tko__current_worker;
@@ -252,6 +268,7 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
 long tko_group_cancel(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
+  if (copied(g)) return g->pending ? -ECHILD : 0;
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   /* With no member pending the pool may be gone: nothing to cancel there. */
   tko_pool *pool = g->pending ? g->pool : NULL;
