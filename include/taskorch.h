@@ -437,7 +437,10 @@ TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, v
  * returns -EDEADLK at once if members are pending (waiting without helping
  * could wait for a task queued behind this one; another level could
  * overflow the stack). -ECHILD in a forked child while members are pending
- * (they belong to the parent's pool). Any number of threads may wait on one
+ * (they belong to the parent's pool). -EDEADLK at once when the calling
+ * thread is itself a pending member: a member's task or one of its hooks,
+ * or on_cancel for a member being cancelled (the wait could only end at
+ * its deadline). Any number of threads may wait on one
  * group at once; each returns when the group is done or its own timeout
  * passes. */
 TKO_API int tko_group_wait(tko_group *group, long timeout_ms);

@@ -224,6 +224,20 @@ static int help_until_done(tko__group *g, tko_pool *pool, tko__worker *self, lon
   return 0;
 }
 
+/* Whether the calling thread is itself a pending member of g: inside the
+ * on_cancel hook of a member being cancelled, or running a member (a task,
+ * its hooks, or a task nested in a helping wait below it). Such a wait
+ * could only end at its deadline (the attack on hooks: an on_cancel that
+ * waited on its own group hung, where every other self-wait from a hook
+ * is -EDEADLK). */
+static bool waits_on_itself(const tko__group *g) {
+  if (tko__cancelling_item && tko__item_group(tko__cancelling_item) == g) return true;
+  const tko__worker *w = tko__current_worker;
+  for (const tko__task_frame *f = w ? w->task : NULL; f; f = f->outer)
+    if (tko__item_group(f->item) == g) return true;
+  return false;
+}
+
 int tko_group_wait(tko_group *group, long timeout_ms) {
   tko__group *g = get(group);
   if (!g || timeout_ms < -1) return -EINVAL;
@@ -243,6 +257,7 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
   }
   tko_pool *pool = g->pool;
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  if (waits_on_itself(g)) return -EDEADLK;
   /* A forked child's copy: the members live in the parent; running them
    * here would run them twice, and nothing here can finish them. */
   if (tko__pool_forked(pool)) return -ECHILD;

@@ -316,6 +316,14 @@ static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
 /* An owned task (lifecycle.h): its record is its tko__task_owner. */
 #define TKO__CTX_OWNED (TKO__CTX_GROUP | TKO__CTX_TIMER)
 
+/* The group an item is a member of, NULL for any other. */
+static inline void *tko__item_group(const tko__item *item) {
+  return (item->ctx & TKO__CTX_OWNED) == TKO__CTX_GROUP ? (void *)(item->ctx & ~TKO__CTX_TAGS)
+                                                        : NULL;
+}
+/* worker.c: the item whose on_cancel hook runs on this thread, if any. */
+extern _Thread_local const tko__item *tko__cancelling_item;
+
 /* The owner of an owned task, NULL for any other. */
 static inline tko__task_owner *tko__item_owner(const tko__item *item) {
   return (item->ctx & TKO__CTX_TAGS) == TKO__CTX_OWNED

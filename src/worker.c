@@ -19,6 +19,7 @@
 
 _Thread_local tko_pool *tko__current_pool;
 _Thread_local tko__worker *tko__current_worker;
+_Thread_local const tko__item *tko__cancelling_item;
 
 /* Owner-only counter bump: only this worker writes the slot, so no RMW is
  * needed. The store is a release (a plain store on x86): a waiter whose
@@ -131,7 +132,10 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
   }
   if (!owner && h->on_cancel) {
     tko_pool *prev = tko__enter_pool(pool);
+    const tko__item *outer = tko__cancelling_item; /* a hook may cancel more */
+    tko__cancelling_item = item;
     h->on_cancel(h->user, &info);
+    tko__cancelling_item = outer;
     tko__leave_pool(prev);
   }
   if (item->ctx) ctx_done(item, -ECANCELED, true);

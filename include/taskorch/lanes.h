@@ -50,7 +50,13 @@
  * thread queues, waiting for room as TKO_FULL_BLOCK would (it never runs
  * them). A shutdown of the pool waits for such a submit's own task to
  * finish. A runner on a pool worker that cannot requeue itself (full queue,
- * or shutdown) keeps draining its lane on its worker.
+ * or shutdown) keeps draining its lane on its worker, past max_drain, for
+ * as long as its lane has tasks: on a bounded pool that stays full, a lane
+ * fed as fast as its worker drains it holds that worker for good, and with
+ * one worker no queued task runs meanwhile, however heavy (the attack on
+ * lanes: two weight-1000 tasks waited 5 s behind 28,188 lane tasks). Give
+ * such a pool room for a runner per busy lane, or more workers than busy
+ * lanes.
  *
  * Cancellation: the pool only ever sees runners, never lane tasks. If the
  * pool is shut down with TKO_CANCEL while a runner is queued, the pool

@@ -1107,3 +1107,53 @@ Test(group, a_helping_wait_races_member_submits) {
   cr_assert_eq(tko_pool_destroy(r->pool), 0);
   free(r);
 }
+
+/* The attack on hooks: an on_cancel hook that waited on the group of the
+ * member being cancelled hung (the member counts as pending until its hook
+ * returns), where every other self-wait from a hook is -EDEADLK. So is a
+ * member's own wait on its group, from the task or a hook of it. */
+static tko_group self_group;
+static atomic_int self_wait_rc = 1;
+
+static void wait_own_group_on_cancel(void *user, const tko_task_info *t) {
+  (void)user, (void)t;
+  atomic_store(&self_wait_rc, tko_group_wait(&self_group, 2000));
+}
+
+/* Kills group-wait-on-itself-allowed (scripts/mutants.list): a 2 s wait
+ * returned -ETIMEDOUT there. */
+Test(group, an_on_cancel_waiting_on_its_own_group_gets_edeadlk) {
+  tko_options o = tko_basic_options(1);
+  o.hooks.on_cancel = wait_own_group_on_cancel;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  cr_assert_eq(tko_group_init(&self_group), 0);
+  cr_assert_eq(tko_group_submit(p, &self_group, tt_nop_fn, NULL, 0), 0);
+  atomic_store(&self_wait_rc, 1);
+  cr_assert_eq(tko_group_cancel(&self_group), 1);
+  cr_assert_eq(atomic_load(&self_wait_rc), -EDEADLK);
+  cr_assert_eq(tko_group_wait(&self_group, TT_LONG_MS), 0);
+  cr_assert_eq(tko_group_status(&self_group), -ECANCELED);
+  cr_assert_eq(tko_group_destroy(&self_group), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+static int wait_own_group_task(void *arg) {
+  (void)arg;
+  atomic_store(&self_wait_rc, tko_group_wait(&self_group, 2000));
+  return 0;
+}
+
+Test(group, a_member_waiting_on_its_own_group_gets_edeadlk) {
+  tko_options o = tko_basic_options(2);
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_group_init(&self_group), 0);
+  atomic_store(&self_wait_rc, 1);
+  cr_assert_eq(tko_group_submit(p, &self_group, wait_own_group_task, NULL, 0), 0);
+  cr_assert_eq(tko_group_wait(&self_group, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&self_wait_rc), -EDEADLK);
+  cr_assert_eq(tko_group_destroy(&self_group), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
