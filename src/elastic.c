@@ -133,7 +133,7 @@ void tko__elastic_spawn(tko_pool *pool) {
   /* The new thread counts itself spawned (tko__elastic_started): counted
    * here, after its creation, it could retire first, and a snapshot then
    * read more elastic workers retired than spawned (found by the attack on
-   * stats: attack9 chaos, under TSan). */
+   * stats, under TSan: retire/elastic_counts_stay_consistent_around_a_spawn). */
 }
 
 void tko__elastic_started(tko_pool *pool) {
