@@ -56,6 +56,7 @@ extern "C" {
 
 /** Hard limit, checked by tko_pool_create (larger values are -EINVAL). */
 #define TKO_MAX_WORKERS 1024u     /**< basic workers */
+#define TKO_MAX_QUEUES 64u        /**< tko_options.queues */
 #define TKO_MAX_ELASTIC 1024u     /**< elastic workers */
 #define TKO_MAX_IDLE_MS 3600000u  /**< elastic idle timeout and aging_ms: one hour */
 #define TKO_MAX_CPUS 1024u        /**< CPU numbers in tko_options.cpus: 0..1023 */
@@ -249,6 +250,18 @@ typedef struct tko_options {
                                 take or its last look; if a heavier task is
                                 queued it hands the rest of the batch back
                                 (tko_stats.handbacks) and takes again */
+  unsigned queues;           /**< weighted queues the pool spreads its tasks
+                                over, each with its own lock, 1..TKO_MAX_QUEUES;
+                                0 = 1. Each submitting thread's tasks go to
+                                one of them, each worker takes from its own
+                                first; a worker takes from another queue when
+                                that one holds a heavier task or its own is
+                                empty. More queues let more cores submit and
+                                take at once; the priority contract across
+                                queues is the bounded-inversion one
+                                (tko_submit). Cut to workers + max_elastic;
+                                1 with aging_ms, and with one worker and no
+                                elastic ones */
 } tko_options;
 
 /** Pool statistics: a snapshot, each counter read once, without a lock, so

@@ -95,12 +95,13 @@ void *tko_async_arg(const tko_async *op) { return op ? op->arg : NULL; }
 
 /* Frees an in-flight slot; wakes a worker if async tasks wait for one. */
 void tko__async_release_slot(tko_pool *pool) {
-  tko__lock_acquire(&pool->lock);
+  tko__shard *first = &pool->shards[0]; /* the async queue's */
+  tko__lock_acquire(&first->lock);
   TKO__INVARIANT(pool->async_running > 0);
   pool->async_running--;
   tko__store_relaxed(&pool->async_inflight, pool->async_running);
-  tko__refresh_backlog(pool);
-  tko__unlock(&pool->lock);
+  tko__refresh_backlog(pool, first);
+  tko__unlock(&first->lock);
   if (tko__runnable_seq(pool)) tko__signal_work(pool);
   /* Closing: sleeping workers may now have nothing left and can exit. */
   if (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) tko__idle_wake_all(&pool->idle);

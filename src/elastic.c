@@ -166,9 +166,9 @@ static bool take_slot_back(tko_pool *pool, tko__worker *w) {
 bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
   /* Stop searching before looking, so a submit from now on spawns. */
   tko__idle_search_end(&pool->idle);
-  tko__lock_acquire(&pool->lock);
+  tko__lock_acquire(&pool->shards[0].lock); /* closing's writer's */
   bool idle = !tko__runnable_seq(pool) && !tko__load_relaxed(&pool->closing);
-  tko__unlock(&pool->lock);
+  tko__unlock(&pool->shards[0].lock);
   if (!idle) {
     tko__idle_search_begin(&pool->idle);
     return false;

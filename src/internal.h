@@ -72,6 +72,7 @@ typedef struct tko__task_frame {
 typedef struct tko__batch_frame {
   const tko__item *items;
   size_t n, next; /* next: the first not yet started */
+  struct tko__shard *shard; /* the shard it was taken from */
   struct tko__batch_frame *outer;
 } tko__batch_frame;
 
@@ -98,6 +99,7 @@ typedef struct tko__worker {
   bool room_listed;  /* counted in pool->room_slots; owner only */
   tko_pool *pool;
   unsigned index;
+  unsigned home; /* I: the shard it takes from first (shard.c) */
   tko_worker_kind kind;
   tko__sleeper sleeper;
   pthread_t thread; /* guarded by spawn_mu for elastic slots */
@@ -126,6 +128,7 @@ typedef struct tko__worker {
    * of its last clock read, the starts since that read, and the starts
    * between two reads. */
   uint64_t looked_ns, clocked_ns;
+  uint64_t swept_ns; /* its last sweep of the other shards (shard.c); owner only */
   size_t unclocked, clock_stride;
   atomic_uint_fast64_t handbacks; /* batches handed back at a recheck; owner only */
   unsigned hole_poll_ms; /* its last sleep beside a hole, 0 if none (worker_sleep); owner only */
@@ -135,6 +138,20 @@ typedef struct tko__worker {
    * under spawn_mu only (resize.c). */
   atomic_int slot_state;
 } tko__worker;
+
+/* One weighted queue of the pool and its lock (shard.c). */
+typedef struct tko__shard {
+  TKO_CACHE_ALIGNED tko__lock lock;
+  tko__queue queue;
+  /* Read lock-free by every worker, written under lock only when they
+   * change, on a line of their own: 1 while a worker could take work here
+   * now (queued tasks; for shard 0 also async ones with an in-flight slot
+   * free), else 0; and, in a pool of several shards, the heaviest weight
+   * queued here (INT_MIN: none), which takes and rechecks compare. */
+  TKO_CACHE_ALIGNED atomic_size_t backlog;
+  atomic_int top;
+  unsigned index; /* I */
+} tko__shard;
 
 struct tko_pool {
   /* Submitters write here without a lock (inbox.h): the shared inbox, and
@@ -147,16 +164,16 @@ struct tko_pool {
    * touched when the inbox is full. */
   TKO_CACHE_ALIGNED atomic_int room_maker;
 
-  /* The weighted queue, guarded by lock; only workers (and a submitter
-   * whose inbox is full) take it. */
-  TKO_CACHE_ALIGNED tko__lock lock;
-  tko__queue queue;
+  /* The weighted queues (shard.c): [0, nshards), each with its lock; only
+   * workers (and a submitter whose ring or inbox is full) take them. The
+   * inbox and the async queue belong to shard 0, whose lock guards them. */
+  tko__shard *shards; /* I: cache-line aligned inside shards_raw */
+  unsigned nshards;   /* I */
+  void *shards_raw;
   tko__queue async_queue; /* async tasks waiting for an in-flight slot */
-  unsigned async_running; /* async tasks in flight; guarded by lock */
-  /* 1 while a worker could take work now (queued tasks, or async ones with
-   * an in-flight slot free), and 1 while async tasks wait, else 0; stored
-   * under lock when that changes (tko__refresh_backlog), read lock-free. */
-  atomic_size_t backlog;
+  unsigned async_running; /* async tasks in flight; guarded by shard 0's lock */
+  /* 1 while async tasks wait, else 0; stored under shard 0's lock when
+   * that changes (tko__refresh_backlog), read lock-free. */
   atomic_size_t async_waiting;
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */
   atomic_bool cancelling; /* TKO_CANCEL in progress */
@@ -348,9 +365,26 @@ void tko__group_finished(void *group, int status);
 int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_task_fn fn,
                           void *arg, int weight);
 
-/* submit.c: moves the inbox and the rings into the queue and refreshes
- * backlog; caller holds lock. */
-int tko__pool_drain_locked(tko_pool *pool);
+/* shard.c: moves what was submitted to shard sh (its rings; for shard 0
+ * the inbox too) into its queues and refreshes its backlog; caller holds
+ * sh's lock. */
+int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh);
+/* Whether shard sh may hold work: queued, or submitted to it and not yet
+ * drained (relaxed loads: a hint; the take decides under its lock). */
+bool tko__shard_work_hint(tko_pool *pool, const tko__shard *sh);
+/* Drains every shard but except (NULL: every one) whose submissions wait,
+ * each under its own lock, one at a time. */
+void tko__shards_sweep(tko_pool *pool, const tko__shard *except);
+/* The shard w's take tries first: the one with the heaviest top, w's home
+ * on a tie (a hint, read lock-free). */
+tko__shard *tko__shard_pick(tko_pool *pool, const tko__worker *w);
+/* Whether some shard's top is heavier than weight. */
+bool tko__shards_outrank(tko_pool *pool, int weight);
+/* The shard a submitting thread's ring drains into, or shard 0 (the
+ * inbox's). */
+static inline tko__shard *tko__shard_of_ring(tko_pool *pool, const tko__ring *r) {
+  return &pool->shards[r ? r->shard : 0];
+}
 /* Queues one task carrying ctx (a tagged group or async record); a full
  * bounded queue blocks up to timeout_ms (-1 = no limit). */
 int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
@@ -470,28 +504,52 @@ bool tko__resize_left(tko_pool *pool, tko__worker *w);
  * that thread and starts another. */
 void tko__resize_vacate(tko_pool *pool, tko__worker *w);
 
-/* Refreshes backlog and async_waiting; caller holds lock. Each is read
- * only as "any" (tko__look_seq, tko__nothing_left), so it is stored only
- * when that changes: a flood's takes then leave its line alone, which they
- * stored once a take, the audit's worst line (audit_sharing). Relaxed,
- * under the lock (its only writers); the sleep protocol's seq_cst point is
- * tko__publish_backlog_seq (signal.c). */
-static inline void tko__refresh_backlog(tko_pool *pool) {
-  unsigned max = pool->opts.max_async_inflight;
-  size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
-  size_t work = pool->queue.len + runnable_async > 0, waiting = pool->async_queue.len > 0;
-  if (tko__load_relaxed(&pool->backlog) != work) tko__store_relaxed(&pool->backlog, work);
-  if (tko__load_relaxed(&pool->async_waiting) != waiting)
-    tko__store_relaxed(&pool->async_waiting, waiting);
+/* Refreshes sh's backlog (and, for shard 0, async_waiting) and top;
+ * caller holds sh's lock. Each backlog is read only as "any" (tko__look_seq,
+ * tko__nothing_left), so it is stored only when that changes: a flood's
+ * takes then leave its line alone, which they stored once a take, the
+ * audit's worst line (audit_sharing). Relaxed, under the lock (its only
+ * writers); the sleep protocol's seq_cst point is tko__publish_backlog_seq
+ * (signal.c). top is kept only where there is more than one shard: a
+ * release store, read with acquire loads by workers choosing a shard
+ * (shard.c), which then decide under that shard's lock. */
+static inline void tko__refresh_backlog(tko_pool *pool, tko__shard *sh) {
+  size_t work = sh->queue.len > 0;
+  if (sh->index == 0) {
+    unsigned max = pool->opts.max_async_inflight;
+    size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
+    work |= runnable_async > 0;
+    size_t waiting = pool->async_queue.len > 0;
+    if (tko__load_relaxed(&pool->async_waiting) != waiting)
+      tko__store_relaxed(&pool->async_waiting, waiting);
+  }
+  if (tko__load_relaxed(&sh->backlog) != work) tko__store_relaxed(&sh->backlog, work);
+  if (pool->nshards > 1) {
+    int top = tko__queue_top_weight(&sh->queue);
+    if (tko__load_relaxed(&sh->top) != top) tko__store_release(&sh->top, top);
+  }
 }
 
-/* Caller holds the lock and has queued tasks that a sleeper may not have
+/* Caller holds sh's lock and has queued tasks that a sleeper may not have
  * been told of (a submitter's move, a worker's hand-back): a seq_cst store
  * of backlog (the value just stored, under the lock) is step (1') of
  * signal.c's essay, as a slot's publish is; the caller then wakes a worker
  * (tko__runnable_seq, tko__signal_work). */
-static inline void tko__publish_backlog_seq(tko_pool *pool) {
-  tko__store_seq(&pool->backlog, tko__load_relaxed(&pool->backlog));
+static inline void tko__publish_backlog_seq(tko__shard *sh) {
+  tko__store_seq(&sh->backlog, tko__load_relaxed(&sh->backlog));
+}
+
+/* Whether any shard's backlog says work waits: seq_cst loads (step (2) of
+ * signal.c's essay), or relaxed ones (a hint). */
+static inline bool tko__backlog_seq(tko_pool *pool) {
+  for (unsigned i = 0; i < pool->nshards; i++)
+    if (tko__load_seq(&pool->shards[i].backlog) > 0) return true;
+  return false;
+}
+static inline bool tko__backlog_hint(tko_pool *pool) {
+  for (unsigned i = 0; i < pool->nshards; i++)
+    if (tko__load_relaxed(&pool->shards[i].backlog) > 0) return true;
+  return false;
 }
 
 /* True in a child process forked after the pool was created: its threads
@@ -546,7 +604,7 @@ enum tko__look { TKO__LOOK_NOTHING, TKO__LOOK_HOLE, TKO__LOOK_WORK };
 static inline enum tko__look tko__look_seq(tko_pool *pool) {
   if (tko__load_seq(&pool->paused)) return TKO__LOOK_NOTHING; /* resume wakes all */
   /* backlog first: while a hole holds head, the inbox's check reads slots. */
-  if (tko__load_seq(&pool->backlog) > 0 || tko__rings_ready_seq(&pool->rings) ||
+  if (tko__backlog_seq(pool) || tko__rings_ready_seq(&pool->rings) ||
       tko__inbox_ready(&pool->inbox))
     return TKO__LOOK_WORK;
   return tko__inbox_settled(&pool->inbox) ? TKO__LOOK_NOTHING : TKO__LOOK_HOLE;
@@ -568,11 +626,11 @@ static inline enum tko__look tko__look_seq(tko_pool *pool) {
  * a searching worker's hint of published work (take_batch decides under
  * the lock). */
 static inline bool tko__has_work_seq(tko_pool *pool) {
-  return tko__load_seq(&pool->backlog) > 0 || !tko__inbox_settled(&pool->inbox) ||
+  return tko__backlog_seq(pool) || !tko__inbox_settled(&pool->inbox) ||
          tko__rings_ready_seq(&pool->rings);
 }
 static inline bool tko__has_work_hint(tko_pool *pool) {
-  return tko__inbox_ready_hint(&pool->inbox) || tko__load_relaxed(&pool->backlog) > 0 ||
+  return tko__inbox_ready_hint(&pool->inbox) || tko__backlog_hint(pool) ||
          tko__rings_ready_hint(&pool->rings);
 }
 

@@ -184,18 +184,22 @@ static int resolve_attachments(tko_pool *pool, tko_shutdown_mode mode,
 void tko__empty_queue(tko_pool *pool, bool run) {
   tko__item batch[TKO__GRAB_MAX];
   for (;;) {
-    tko__lock_acquire(&pool->lock);
-    tko__pool_drain_locked(pool);
-    size_t n = tko__queue_pop(&pool->queue, batch, TKO__GRAB_MAX);
-    /* Async tasks started here still count against the in-flight limit
-     * only loosely: with every worker gone, shutdown starts what is left. */
-    if (n == 0) {
-      n = tko__queue_pop(&pool->async_queue, batch, TKO__GRAB_MAX);
-      if (run) pool->async_running += (unsigned)n; /* each start holds a slot */
-      tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+    size_t n = 0;
+    for (unsigned s = 0; s < pool->nshards && n == 0; s++) {
+      tko__shard *sh = &pool->shards[s];
+      tko__lock_acquire(&sh->lock);
+      tko__shard_drain_locked(pool, sh);
+      n = tko__queue_pop(&sh->queue, batch, TKO__GRAB_MAX);
+      /* Async tasks started here still count against the in-flight limit
+       * only loosely: with every worker gone, shutdown starts what is left. */
+      if (n == 0 && s == 0) {
+        n = tko__queue_pop(&pool->async_queue, batch, TKO__GRAB_MAX);
+        if (run) pool->async_running += (unsigned)n; /* each start holds a slot */
+        tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+      }
+      tko__refresh_backlog(pool, sh);
+      tko__unlock(&sh->lock);
     }
-    tko__refresh_backlog(pool);
-    tko__unlock(&pool->lock);
     for (size_t i = 0; i < n; i++) tko__release_room(pool, tko__item_room(&batch[i]));
     if (!n) return;
     for (size_t i = 0; i < n; i++) {
@@ -216,15 +220,25 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
   set_state(pool, cancel ? TKO__CANCELLING : TKO__DRAINING);
   tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
-  tko__lock_acquire(&pool->lock);
+  tko__shard *first = &pool->shards[0];
+  tko__lock_acquire(&first->lock);
   /* Release: pairs with the acquire in run_or_cancel (worker.c). */
   if (cancel) tko__store_release(&pool->cancelling, true);
   tko__store_seq(&pool->paused, false); /* a paused pool drains or cancels too */
+  tko__inbox_close(&pool->inbox);
+  tko__rings_close_claims(&pool->rings);
+  tko__unlock(&first->lock);
+  /* Each shard's rings under its lock (ring.h), then closing: a worker
+   * that sees it closed finds every ring closed too. */
+  for (unsigned i = 0; i < pool->nshards; i++) {
+    tko__lock_acquire(&pool->shards[i].lock);
+    tko__rings_close_shard(&pool->rings, i);
+    tko__unlock(&pool->shards[i].lock);
+  }
+  tko__lock_acquire(&first->lock);
   /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
   tko__store_seq(&pool->closing, true);
-  tko__inbox_close(&pool->inbox);
-  tko__rings_close(&pool->rings);
-  tko__unlock(&pool->lock);
+  tko__unlock(&first->lock);
   tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE); /* blocked submitters see closing */
   pthread_cond_broadcast(&pool->space_cv);
   tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);

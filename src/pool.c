@@ -48,6 +48,7 @@ static int check_options(const tko_options *o) {
   if (o->max_batch > TKO__GRAB_MAX) return -EINVAL;
   if (o->aging_ms > TKO_MAX_IDLE_MS) return -EINVAL;
   if (o->queue_capacity > TKO_MAX_QUEUE_CAPACITY) return -EINVAL;
+  if (o->queues > TKO_MAX_QUEUES) return -EINVAL;
   if (!tko__allocator_valid(o->allocator)) return -EINVAL;
   if (o->max_threads && (o->max_threads < o->workers + o->max_elastic ||
                          o->max_threads > TKO_MAX_WORKERS + TKO_MAX_ELASTIC))
@@ -64,11 +65,51 @@ static unsigned max_threads(const tko_options *o) {
   return n > 4 * cpus ? n : 4 * cpus;
 }
 
+/* tko_options.queues, resolved (shard.c): one queue where order is exact
+ * (one worker, no elastic ones) or tasks age (aging compares submit
+ * times, which several queues cannot), and never more queues than
+ * threads the pool may run at once at create. */
+static unsigned shard_count(const tko_options *o) {
+  unsigned n = o->queues ? o->queues : TKO_DEFAULT_QUEUES;
+  unsigned threads = o->workers + o->max_elastic;
+  if (o->aging_ms || (o->workers == 1 && o->max_elastic == 0)) n = 1;
+  return n < threads ? n : threads;
+}
+
+/* Allocates and initialises the shards (nshards set). */
+static int shards_init(tko_pool *pool, size_t capacity) {
+  const tko_allocator *a = pool->opts.allocator;
+  pool->shards = tko__mem_alloc_aligned(a, (size_t)pool->nshards * sizeof *pool->shards,
+                                        alignof(tko__shard), &pool->shards_raw);
+  if (!pool->shards) return -ENOMEM;
+  memset(pool->shards, 0, (size_t)pool->nshards * sizeof *pool->shards);
+  /* Spread the first slab over the shards. */
+  size_t each = (capacity + pool->nshards - 1) / pool->nshards;
+  for (unsigned i = 0; i < pool->nshards; i++) {
+    tko__shard *sh = &pool->shards[i];
+    tko__lock_init(&sh->lock);
+    atomic_init(&sh->backlog, 0);
+    atomic_init(&sh->top, INT_MIN);
+    sh->index = i;
+    int rc = tko__queue_init(&sh->queue, each, a);
+    if (rc) {
+      pool->nshards = i; /* free_pool finishes those made */
+      return rc;
+    }
+    sh->queue.aging_ns = (uint64_t)pool->opts.aging_ms * 1000000u;
+    sh->queue.alone_tag = TKO__CTX_OWNED; /* a worker takes an owned task alone */
+  }
+  return 0;
+}
+
 static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_worker_kind kind) {
   memset(w, 0, sizeof *w);
   w->pool = pool;
   w->index = index;
   w->kind = kind;
+  /* Workers' homes spread over the shards, elastic ones after the basic. */
+  unsigned place = kind == TKO_WORKER_BASIC ? index : pool->opts.workers + index;
+  w->home = index == UINT32_MAX ? 0 : place % pool->nshards;
   atomic_init(&w->started, 0);
   atomic_init(&w->finished, 0);
   atomic_init(&w->failed, 0);
@@ -84,7 +125,9 @@ static void free_pool(tko_pool *pool) {
   tko__keyed_free(pool);
   for (unsigned i = 0; i < pool->nslots; i++) tko__parker_fini(&pool->slots[i].sleeper.parker);
   tko__mem_free(a, pool->slots_raw);
-  tko__queue_fini(&pool->queue);
+  for (unsigned i = 0; pool->shards && i < pool->nshards; i++)
+    tko__queue_fini(&pool->shards[i].queue);
+  tko__mem_free(a, pool->shards_raw);
   tko__queue_fini(&pool->async_queue);
   tko__async_fini(pool);
   pthread_mutex_destroy(&pool->async_mu);
@@ -111,7 +154,6 @@ static int init_sync(tko_pool *pool) {
   pthread_condattr_t ca;
   if (pthread_condattr_init(&ca)) return -ENOMEM;
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  tko__lock_init(&pool->lock);
   int bad = pthread_mutex_init(&pool->spawn_mu, NULL) |
             pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
             pthread_mutex_init(&pool->gate_mu, NULL) | pthread_cond_init(&pool->gate_cv, &ca) |
@@ -172,11 +214,13 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   if (rc == 0) rc = tko__inbox_init(&pool->inbox, TKO__INBOX_CAPACITY, a);
   /* One worker and no elastic ones: exact order, through the shared inbox
    * alone (ring.h). */
-  if (rc == 0) rc = tko__rings_init(&pool->rings, opts->workers == 1 && opts->max_elastic == 0, a);
-  if (rc == 0) rc = tko__queue_init(&pool->queue, opts->initial_capacity ? opts->initial_capacity : 256, a);
+  pool->nshards = shard_count(opts);
+  if (rc == 0)
+    rc = tko__rings_init(&pool->rings, opts->workers == 1 && opts->max_elastic == 0,
+                         pool->nshards, a);
+  if (rc == 0) rc = shards_init(pool, opts->initial_capacity ? opts->initial_capacity : 256);
   if (rc == 0) rc = tko__queue_init(&pool->async_queue, 16, a);
-  pool->queue.aging_ns = pool->async_queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
-  pool->queue.alone_tag = TKO__CTX_OWNED; /* a worker takes an owned task alone */
+  pool->async_queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
   pool->stamp_enqueue = pool->timing || opts->aging_ms;
   if (rc == 0) {
     /* Each slot's counters on lines of their own (tko__worker). */
@@ -306,26 +350,29 @@ int tko_pool_destroy(tko_pool *pool) {
 /* Swaps q's slab for one of its initial size if q is empty: the new slab
  * is allocated and the old one freed outside the queue lock (unmapping a
  * burst's slab can take a while). */
-static void trim_queue(tko_pool *pool, tko__queue *q) {
+static void trim_queue(tko_pool *pool, tko__shard *sh, tko__queue *q) {
   if (!tko__queue_oversized(q)) return;
   const tko_allocator *a = pool->opts.allocator;
   size_t bytes = tko__queue_initial_bytes(q);
   void *slab = tko__mem_array_alloc(a, bytes);
   if (!slab) return; /* no memory to shrink into: keep the big one */
-  tko__lock_acquire(&pool->lock);
-  tko__pool_drain_locked(pool);
+  tko__lock_acquire(&sh->lock);
+  tko__shard_drain_locked(pool, sh);
   tko__queue_swap_slab(q, &slab, &bytes); /* slab: the old one, or the unused new one */
-  tko__unlock(&pool->lock);
+  tko__unlock(&sh->lock);
   tko__mem_array_free(a, slab, bytes);
 }
 
 void tko__pool_trim(tko_pool *pool) {
-  trim_queue(pool, &pool->queue);
-  trim_queue(pool, &pool->async_queue);
+  for (unsigned i = 0; i < pool->nshards; i++)
+    trim_queue(pool, &pool->shards[i], &pool->shards[i].queue);
+  trim_queue(pool, &pool->shards[0], &pool->async_queue);
 }
 
 bool tko__pool_trimmable(const tko_pool *pool) {
-  return tko__queue_oversized(&pool->queue) || tko__queue_oversized(&pool->async_queue);
+  for (unsigned i = 0; i < pool->nshards; i++)
+    if (tko__queue_oversized(&pool->shards[i].queue)) return true;
+  return tko__queue_oversized(&pool->async_queue);
 }
 
 int tko_pool_trim(tko_pool *pool) {
@@ -414,10 +461,12 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   out->blocking = tko__load_relaxed(&pool->blocking);
   out->caller_runs =
       tko__load_relaxed(&pool->caller_runs) + tko__load_relaxed(&pool->off_worker_runs);
-  out->lock_contended = tko__load_relaxed(&pool->lock.contended);
+  out->lock_contended = 0;
+  out->queue_bytes = tko__load_relaxed(&pool->async_queue.slab_bytes);
+  for (unsigned i = 0; i < pool->nshards; i++) { /* relaxed: statistics */
+    out->lock_contended += tko__load_relaxed(&pool->shards[i].lock.contended);
+    out->queue_bytes += tko__load_relaxed(&pool->shards[i].queue.slab_bytes);
+  }
   out->async_inflight = tko__load_relaxed(&pool->async_inflight);
-  /* Relaxed, both: statistics (see queue.c's grow_items). */
-  out->queue_bytes = tko__load_relaxed(&pool->queue.slab_bytes) +
-                     tko__load_relaxed(&pool->async_queue.slab_bytes);
   out->handbacks = sum_slots(pool, offsetof(tko__worker, handbacks));
 }

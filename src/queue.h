@@ -11,6 +11,7 @@
 #error "an extension includes an engine or data-structure header"
 #endif
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -135,6 +136,11 @@ size_t tko__queue_pop(tko__queue *q, tko__item *out, size_t max);
  * its aged weight, with aging), not merely by id: a task that a take would
  * pick before *item even if *item were queued with its own id. */
 bool tko__queue_outranks(const tko__queue *q, const tko__item *item);
+/* The weight of q's highest-priority bucket, INT_MIN when q is empty (by
+ * weight alone: a pool of several shards never ages). */
+static inline int tko__queue_top_weight(const tko__queue *q) {
+  return q->heap_len ? q->buckets[q->heap[0]].weight : INT_MIN;
+}
 /* True if a's highest-priority item goes before b's; both non-empty. */
 bool tko__queue_top_before(const tko__queue *a, const tko__queue *b);
 /* Trimming (giving a burst's memory back): whether the slab is larger than

@@ -22,11 +22,12 @@ static _Thread_local ring_cache cache;
 
 static atomic_uint_fast64_t next_uid;
 
-int tko__rings_init(tko__rings *rs, bool off, const tko_allocator *alloc) {
+int tko__rings_init(tko__rings *rs, bool off, unsigned shards, const tko_allocator *alloc) {
   memset(rs->ring, 0, sizeof rs->ring);
   atomic_init(&rs->count, 0);
   rs->closed = false;
   rs->off = off;
+  rs->shards = shards;
   rs->alloc = alloc;
   if (pthread_mutex_init(&rs->mu, NULL)) return -ENOMEM;
   rs->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed) + 1; /* never 0 */
@@ -50,6 +51,7 @@ static tko__ring *ring_new(tko__rings *rs, unsigned index) {
   r->mixed_weights = false;
   r->head_seen = 0;
   r->owner = &cache;
+  r->shard = index % rs->shards;
   r->id_base = TKO__RING_ID | (uint64_t)index << TKO__RING_ID_SHIFT;
   r->raw = raw;
   return r;
@@ -89,11 +91,16 @@ tko__ring *tko__rings_mine(tko__rings *rs) {
   return r;
 }
 
-void tko__rings_close(tko__rings *rs) {
+void tko__rings_close_claims(tko__rings *rs) {
   tko__mutex_lock(&rs->mu, TKO__RANK_RINGS);
   rs->closed = true;
+  tko__mutex_unlock(&rs->mu, TKO__RANK_RINGS);
+}
+
+void tko__rings_close_shard(tko__rings *rs, unsigned shard) {
+  tko__mutex_lock(&rs->mu, TKO__RANK_RINGS);
   unsigned n = tko__load_relaxed(&rs->count); /* written under mu */
-  for (unsigned i = 0; i < n; i++)
+  for (unsigned i = shard; i < n; i += rs->shards)
     atomic_fetch_or_explicit(&rs->ring[i]->tail, TKO__RING_CLOSED, memory_order_seq_cst);
   tko__mutex_unlock(&rs->mu, TKO__RANK_RINGS);
 }
@@ -165,9 +172,10 @@ int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async
   return rc;
 }
 
-int tko__rings_drain(tko__rings *rs, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
+int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *aq,
+                     uintptr_t async_tag) {
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
-  for (unsigned i = 0; i < n; i++) {
+  for (unsigned i = shard; i < n; i += rs->shards) {
     int rc = tko__ring_drain(rs->ring[i], q, aq, async_tag);
     if (rc) return rc;
   }
@@ -185,14 +193,22 @@ bool tko__rings_ready_seq(tko__rings *rs) {
   return false;
 }
 
-bool tko__rings_ready_hint(tko__rings *rs) {
+/* Rings first, first + stride, ...: whether one holds a published task
+ * not yet moved (relaxed loads). */
+static bool ready_hint(tko__rings *rs, unsigned first, unsigned stride) {
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
-  for (unsigned i = 0; i < n; i++) {
+  for (unsigned i = first; i < n; i += stride) {
     tko__ring *r = rs->ring[i];
     uint64_t h = tko__load_relaxed(&r->head);
     if ((tko__load_relaxed(&r->tail) & ~TKO__RING_CLOSED) != h) return true;
   }
   return false;
+}
+
+bool tko__rings_ready_hint(tko__rings *rs) { return ready_hint(rs, 0, 1); }
+
+bool tko__rings_shard_ready_hint(tko__rings *rs, unsigned shard) {
+  return ready_hint(rs, shard, rs->shards);
 }
 
 uint64_t tko__rings_published(tko__rings *rs) {

@@ -81,6 +81,7 @@ typedef struct tko__ring {
    * holder's, beside head, which it writes anyway. */
   bool mixed_weights;
   const void *owner; /* written under the set's mu, read by lookups */
+  unsigned shard;    /* I: the pool's shard it drains into (index mod shards) */
   uint64_t id_base;  /* I: TKO__RING_ID | index << TKO__RING_ID_SHIFT */
   void *raw;         /* the allocation (the ring is aligned inside it) */
   TKO_CACHE_ALIGNED tko__ring_slot slots[TKO__RING_CAPACITY];
@@ -97,11 +98,12 @@ typedef struct tko__rings {
   pthread_mutex_t mu; /* rank TKO__RANK_RINGS, a leaf: claims and the close */
   bool closed;        /* under mu */
   bool off;           /* I: every submit goes through the shared inbox */
+  unsigned shards;    /* I: ring i drains into shard i mod shards */
   uint64_t uid;       /* I: unique per pool ever made in this process */
   const tko_allocator *alloc;
 } tko__rings;
 
-int tko__rings_init(tko__rings *rs, bool off, const tko_allocator *alloc);
+int tko__rings_init(tko__rings *rs, bool off, unsigned shards, const tko_allocator *alloc);
 void tko__rings_fini(tko__rings *rs);
 
 /* The calling thread's ring in rs, claimed on its first call; NULL when
@@ -144,14 +146,20 @@ static inline int tko__ring_publish(tko__ring *r, uint64_t t, uint64_t n) {
   return 0;
 }
 
-/* Closes every ring (shutdown): publishes after this fail; rings claimed
- * later are born closed. */
-void tko__rings_close(tko__rings *rs);
+/* Closing (shutdown), in two steps: tko__rings_close_claims makes rings
+ * claimed from now on born closed; tko__rings_close_shard closes the
+ * rings of one shard, under that shard's lock (a batch larger than a ring
+ * publishes it a ringful at a time under its shard's lock, and none of
+ * those publishes may fail: submit.c). Publishes after that fail. */
+void tko__rings_close_claims(tko__rings *rs);
+void tko__rings_close_shard(tko__rings *rs, unsigned shard);
 
-/* Moves every ring's published tasks, in position order, into q (async
- * ones, tagged by async_tag, into aq). Caller holds the queue lock.
- * Returns 0, or -ENOMEM if a queue could not grow (the rest stay). */
-int tko__rings_drain(tko__rings *rs, tko__queue *q, tko__queue *aq, uintptr_t async_tag);
+/* Moves the published tasks of every ring of shard `shard`, in position
+ * order, into q (async ones, tagged by async_tag, into aq). Caller holds
+ * that shard's lock. Returns 0, or -ENOMEM if a queue could not grow (the
+ * rest stay). */
+int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *aq,
+                     uintptr_t async_tag);
 /* The same for one ring. */
 int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async_tag);
 
@@ -160,6 +168,8 @@ int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async
  * searching worker's hint). */
 bool tko__rings_ready_seq(tko__rings *rs);
 bool tko__rings_ready_hint(tko__rings *rs);
+/* The relaxed hint for the rings of one shard. */
+bool tko__rings_shard_ready_hint(tko__rings *rs, unsigned shard);
 /* Tasks ever published through the rings (seq_cst loads). */
 uint64_t tko__rings_published(tko__rings *rs);
 

@@ -9,16 +9,6 @@
 #include "invariant.h"
 #include "internal.h"
 
-int tko__pool_drain_locked(tko_pool *pool) {
-  int rc = tko__inbox_drain(&pool->inbox, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
-  /* Not past an inbox that could not move everything: a thread whose ring
-   * came after a failed claim has older tasks there (ring.c). */
-  if (rc == 0)
-    rc = tko__rings_drain(&pool->rings, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
-  tko__refresh_backlog(pool);
-  return rc;
-}
-
 /* What make_room did: QUEUED, the tasks are in the queue; ROOM, the ring
  * has room again (reserve); or a negative errno. */
 enum { QUEUED = 0, ROOM = TKO__INBOX_ROOM };
@@ -29,13 +19,15 @@ enum { QUEUED = 0, ROOM = TKO__INBOX_ROOM };
  * searching and woke nobody, and a sleeper's re-check now finds them only
  * in backlog. */
 
-/* Caller holds the lock and has drained: puts n tasks (all carrying ctx)
- * straight into the queue, on positions claimed past the ring, when the
- * ring has no room for them - head waits at a reservation that is not
- * published yet, or the batch is larger than the ring. */
+/* Caller holds shard 0's lock (the inbox's) and has drained: puts n tasks
+ * (all carrying ctx) straight into its queue, on positions claimed past
+ * the inbox, when the inbox has no room for them - head waits at a
+ * reservation that is not published yet, or the batch is larger than the
+ * inbox. */
 static int claim_locked(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx,
                         uint64_t enq_ns) {
-  tko__queue *q = ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
+  tko__shard *first = &pool->shards[0];
+  tko__queue *q = ctx & TKO__CTX_ASYNC ? &pool->async_queue : &first->queue;
   if (tko__inbox_has_room(&pool->inbox, n)) return ROOM; /* the drain made some */
   /* Room for all first, so that no push below can fail (all or nothing). */
   int rc = tko__queue_reserve(q, n);
@@ -48,8 +40,8 @@ static int claim_locked(tko_pool *pool, const tko_task *tasks, size_t n, uintptr
                       .enq_ns = enq_ns, .weight = tasks[i].weight};
     (void)tko__queue_push(q, &item); /* cannot fail: reserved above */
   }
-  tko__refresh_backlog(pool);
-  tko__publish_backlog_seq(pool);
+  tko__refresh_backlog(pool, first);
+  tko__publish_backlog_seq(first);
   return QUEUED;
 }
 
@@ -85,12 +77,13 @@ static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t 
       tko__wait_step(spins++, 32);
     if (spins < ROOM_WAIT_STEPS) return ROOM;
   }
-  tko__lock_acquire(&pool->lock);
+  tko__shard *first = &pool->shards[0];
+  tko__lock_acquire(&first->lock);
   /* An out-of-memory drain may still have made room; if not, the claim's
    * own reservation in the queue fails the same way. */
-  (void)tko__pool_drain_locked(pool);
+  (void)tko__shard_drain_locked(pool, first);
   int rc = claim_locked(pool, tasks, n, ctx, enq_ns);
-  tko__unlock(&pool->lock);
+  tko__unlock(&first->lock);
   if (role) tko__store_release(&pool->room_maker, 0);
   return rc;
 }
@@ -117,11 +110,12 @@ static void run_on_caller(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t c
   if (ctx & TKO__CTX_ASYNC) {
     /* It holds an in-flight slot like any started async task (its
      * completion gives one back); caller-runs does not wait for the limit. */
-    tko__lock_acquire(&pool->lock);
+    tko__shard *first = &pool->shards[0]; /* the async queue's */
+    tko__lock_acquire(&first->lock);
     pool->async_running++;
     tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
-    tko__refresh_backlog(pool);
-    tko__unlock(&pool->lock);
+    tko__refresh_backlog(pool, first);
+    tko__unlock(&first->lock);
   }
   tko_pool *prev = tko__enter_pool(pool);
   tko__run_item(pool, &pool->caller, &item);
@@ -139,34 +133,36 @@ static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t c
   return 0;
 }
 
-/* A batch larger than a ring, under the queue lock: everything published
- * is moved first (this thread's ring is then empty, its earlier tasks
- * ahead of the batch), room in the queue is made for all (all or
+/* A batch larger than a ring, under its shard's lock: everything published
+ * there is moved first (this thread's ring is then empty, its earlier
+ * tasks ahead of the batch), room in the queue is made for all (all or
  * nothing), then the batch goes through the ring a ringful at a time, each
- * moved at once. No publish can fail here: the close takes the lock. */
+ * moved at once. No publish can fail here: the close of this ring takes
+ * the lock (lifecycle.c). Never an async task (submit_batch's). */
 static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
-                               uintptr_t ctx, uint64_t enq_ns) {
-  tko__queue *q = ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
-  tko__lock_acquire(&pool->lock);
+                               uint64_t enq_ns) {
+  tko__shard *sh = tko__shard_of_ring(pool, r);
+  tko__queue *q = &sh->queue;
+  tko__lock_acquire(&sh->lock);
   uint64_t t = tko__load_relaxed(&r->tail); /* the owner's own; the close bit under lock */
-  int rc = t & TKO__RING_CLOSED ? -ESHUTDOWN : tko__pool_drain_locked(pool);
+  int rc = t & TKO__RING_CLOSED ? -ESHUTDOWN : tko__shard_drain_locked(pool, sh);
   if (rc == 0) rc = tko__queue_reserve(q, n);
   if (rc == 0) rc = tko__queue_reserve_buckets(q, n);
   for (size_t done = 0; rc == 0 && done < n;) {
     size_t k = n - done < TKO__RING_CAPACITY ? n - done : TKO__RING_CAPACITY;
     for (size_t i = 0; i < k; i++)
-      tko__ring_write(r, t + i, tasks[done + i].fn, tasks[done + i].arg, ctx,
+      tko__ring_write(r, t + i, tasks[done + i].fn, tasks[done + i].arg, 0,
                       tasks[done + i].weight, enq_ns);
     rc = tko__ring_publish(r, t, k);
     TKO__INVARIANT(rc == 0);
     /* Cannot fail: reserved above. */
-    (void)tko__ring_drain(r, &pool->queue, &pool->async_queue, TKO__CTX_ASYNC);
+    (void)tko__ring_drain(r, q, &pool->async_queue, TKO__CTX_ASYNC);
     t += k;
     done += k;
   }
-  tko__refresh_backlog(pool);
-  tko__publish_backlog_seq(pool);
-  tko__unlock(&pool->lock);
+  tko__refresh_backlog(pool, sh);
+  tko__publish_backlog_seq(sh);
+  tko__unlock(&sh->lock);
   if (rc) tko__signal_work(pool); /* for what the drain moved (tko__publish_backlog_seq) */
   return rc;
 }
@@ -176,14 +172,15 @@ static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tas
  * first. */
 static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
                         uintptr_t ctx, uint64_t enq_ns) {
-  if (n > TKO__RING_CAPACITY) return ring_enqueue_locked(pool, r, tasks, n, ctx, enq_ns);
+  if (n > TKO__RING_CAPACITY) return ring_enqueue_locked(pool, r, tasks, n, enq_ns);
   uint64_t t = tko__load_relaxed(&r->tail); /* only this thread moves it; the close sets a bit */
   if (t & TKO__RING_CLOSED) return -ESHUTDOWN;
   if (!tko__ring_room(r, t, n)) {
-    tko__lock_acquire(&pool->lock);
-    int rc = tko__pool_drain_locked(pool);
-    tko__publish_backlog_seq(pool);
-    tko__unlock(&pool->lock);
+    tko__shard *sh = tko__shard_of_ring(pool, r);
+    tko__lock_acquire(&sh->lock);
+    int rc = tko__shard_drain_locked(pool, sh);
+    tko__publish_backlog_seq(sh);
+    tko__unlock(&sh->lock);
     /* The drain moved every task this thread published, unless a queue
      * could not grow. */
     if (!tko__ring_room(r, t, n)) {
@@ -218,7 +215,9 @@ static void raise_ceiling(tko_pool *pool, int weight) {
 static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
   uint64_t enq_ns = tko__enqueue_time(pool);
   raise_ceiling(pool, weight);
-  tko__ring *r = tko__rings_mine(&pool->rings);
+  /* An async task goes through the inbox where there are several shards:
+   * the async queue is shard 0's (shard.c). */
+  tko__ring *r = ctx & TKO__CTX_ASYNC && pool->nshards > 1 ? NULL : tko__rings_mine(&pool->rings);
   if (r) {
     tko_task task = {fn, arg, weight};
     int rc = ring_enqueue(pool, r, &task, 1, ctx, enq_ns);
@@ -311,10 +310,11 @@ static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n, int he
   if (r) {
     rc = ring_enqueue(pool, r, tasks, n, 0, enq_ns);
   } else if (n > in->mask + 1) {
-    tko__lock_acquire(&pool->lock);
-    rc = tko__pool_drain_locked(pool);
+    tko__shard *first = &pool->shards[0];
+    tko__lock_acquire(&first->lock);
+    rc = tko__shard_drain_locked(pool, first);
     if (rc == 0) rc = claim_locked(pool, tasks, n, 0, enq_ns); /* never ROOM: too big */
-    tko__unlock(&pool->lock);
+    tko__unlock(&first->lock);
   } else {
     uint64_t pos;
     bool queued = false;

@@ -88,12 +88,17 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
 }
 
 size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t max) {
-  tko__lock_acquire(&pool->lock);
-  tko__pool_drain_locked(pool);
-  size_t n = tko__queue_remove_ctx(&pool->queue, ctx, out, max);
-  if (n < max) n += tko__queue_remove_ctx(&pool->async_queue, ctx | TKO__CTX_ASYNC, out + n, max - n);
-  tko__refresh_backlog(pool);
-  tko__unlock(&pool->lock);
+  size_t n = 0;
+  for (unsigned i = 0; i < pool->nshards && n < max; i++) {
+    tko__shard *sh = &pool->shards[i];
+    tko__lock_acquire(&sh->lock);
+    tko__shard_drain_locked(pool, sh);
+    n += tko__queue_remove_ctx(&sh->queue, ctx, out + n, max - n);
+    if (i == 0 && n < max)
+      n += tko__queue_remove_ctx(&pool->async_queue, ctx | TKO__CTX_ASYNC, out + n, max - n);
+    tko__refresh_backlog(pool, sh);
+    tko__unlock(&sh->lock);
+  }
   size_t room = 0;
   for (size_t i = 0; i < n; i++) room += tko__item_room(&out[i]);
   tko__release_room(pool, room);
@@ -164,37 +169,81 @@ void tko__notify_idle(tko_pool *pool) {
  * pick from half the backlog.) And paused again after the drain: a task
  * the drain saw was submitted after a pause that happened before it, which
  * that load then sees. */
-static bool drain_for_take(tko_pool *pool) {
+static bool drain_for_take(tko_pool *pool, tko__shard *sh) {
   bool paused = tko__load_seq(&pool->paused);
-  tko__pool_drain_locked(pool);
+  tko__shard_drain_locked(pool, sh);
   return paused || tko__load_seq(&pool->paused);
 }
 
-static size_t take_batch(tko_pool *pool, tko__item *batch, size_t max) {
-  tko__lock_acquire(&pool->lock);
-  bool paused = drain_for_take(pool);
-  size_t len = pool->queue.len, n = 0;
+/* Takes up to max tasks from shard sh: a share of its backlog, or half of
+ * it when the worker steals (sh is not its home). */
+static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t max,
+                        bool steal) {
+  tko__lock_acquire(&sh->lock);
+  bool paused = drain_for_take(pool, sh);
+  size_t len = sh->queue.len, n = 0;
   unsigned max_async = pool->opts.max_async_inflight;
-  if (!paused && pool->async_queue.len && (!max_async || pool->async_running < max_async) &&
-      (!len || tko__queue_top_before(&pool->async_queue, &pool->queue))) {
+  if (!paused && sh->index == 0 && pool->async_queue.len &&
+      (!max_async || pool->async_running < max_async) &&
+      (!len || tko__queue_top_before(&pool->async_queue, &sh->queue))) {
     /* The best task is async: take it alone, inside the in-flight limit. */
     n = tko__queue_pop(&pool->async_queue, batch, 1);
     pool->async_running++;
     tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
-    tko__refresh_backlog(pool);
+    tko__refresh_backlog(pool, sh);
   } else if (len && !paused) {
-    /* Share by the workers there could be, elastic ones included, so one
-     * worker does not hoard tasks that an elastic worker could have run
-     * (blocking tasks above all). */
+    /* Share by the workers there could be, elastic ones included (any of
+     * them may take from any shard), so one worker does not hoard tasks
+     * that an elastic worker could have run (blocking tasks above all); a
+     * worker stealing from another's shard takes at most half. */
     unsigned workers =
         tko__load_relaxed(&pool->basic_alive) + tko__load_relaxed(&pool->elastic_max);
     size_t share = workers > 1 ? len / workers : len;
+    if (steal && share > (len + 1) / 2) share = (len + 1) / 2;
     if (share < 1) share = 1;
     if (share > max) share = max;
-    n = tko__queue_pop(&pool->queue, batch, share);
-    tko__refresh_backlog(pool);
+    n = tko__queue_pop(&sh->queue, batch, share);
+    tko__refresh_backlog(pool, sh);
   }
-  tko__unlock(&pool->lock);
+  tko__unlock(&sh->lock);
+  return n;
+}
+
+/* A take with several shards drains the others' submissions first when
+ * recheck_ns has passed since this worker's last sweep (shard.c: the
+ * contract across shards) and the shard it would take from has nothing at
+ * the weight ceiling, which no task can outrank. The time is the worker's
+ * last clock read - its last take's or recheck's - so takes read no clock
+ * of their own, unless batches hold one task (max_batch 1: no reads at
+ * all). Returns the shard to take from. */
+static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w) {
+  tko__shard *pick = tko__shard_pick(pool, w);
+  /* Relaxed: submit.c's raise_ceiling. */
+  if (tko__load_acquire(&pick->top) >= tko__load_relaxed(&pool->weight_ceiling)) return pick;
+  uint64_t now = pool->opts.max_batch > 1 ? w->clocked_ns : tko__now_ns();
+  if (now - w->swept_ns < pool->recheck_ns) return pick;
+  w->swept_ns = now;
+  tko__shards_sweep(pool, &pool->shards[w->home]);
+  return tko__shard_pick(pool, w);
+}
+
+/* Takes up to max tasks for worker w; *from: the shard they came from. */
+static size_t take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_t max,
+                         tko__shard **from) {
+  if (pool->nshards == 1) {
+    *from = &pool->shards[0];
+    return take_from(pool, *from, batch, max, false);
+  }
+  tko__shard *pick = pick_for_take(pool, w);
+  size_t n = take_from(pool, pick, batch, max, pick->index != w->home);
+  /* Nothing there: every shard in turn, home first. */
+  for (unsigned i = 0; n == 0 && i < pool->nshards; i++) {
+    tko__shard *sh = &pool->shards[(w->home + i) % pool->nshards];
+    if (sh == pick || !tko__shard_work_hint(pool, sh)) continue;
+    n = take_from(pool, sh, batch, max, sh->index != w->home);
+    pick = sh;
+  }
+  *from = pick;
   return n;
 }
 
@@ -246,21 +295,22 @@ static void finish_started(tko_pool *pool, tko__worker *w) {
  * sleep_prepare RMW and its seq_cst re-check of backlog (signal.c), as a
  * submitter's move into the queue does. */
 
-static tko__queue *queue_of(tko_pool *pool, const tko__item *it) {
-  return it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &pool->queue;
+static tko__queue *queue_of(tko_pool *pool, const tko__batch_frame *b, const tko__item *it) {
+  return it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &b->shard->queue;
 }
 
-/* Under the lock: makes room for every task this thread took and has not
- * started, so that put_back_locked cannot fail; false if the queues could
- * not grow. Their slots were freed by the take, and their weights' buckets
- * usually kept, so this allocates nothing in a steady state
- * (pool/steady_state_allocates_nothing_per_task*). */
-static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w) {
-  tko__queue *qs[2] = {&pool->queue, &pool->async_queue};
+/* Under sh's lock: makes room for every task this thread took from sh and
+ * has not started, so that put_back_locked cannot fail; false if the
+ * queues could not grow. Their slots were freed by the take, and their
+ * weights' buckets usually kept, so this allocates nothing in a steady
+ * state (pool/steady_state_allocates_nothing_per_task*). */
+static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w, tko__shard *sh) {
+  tko__queue *qs[2] = {&sh->queue, &pool->async_queue};
   size_t items[2] = {0, 0}, weights[2] = {0, 0}; /* new weights, counted with repeats */
   for (const tko__batch_frame *b = w->batch; b; b = b->outer) {
+    if (b->shard != sh) continue;
     for (size_t i = b->next; i < b->n; i++) {
-      size_t k = queue_of(pool, &b->items[i]) != qs[0];
+      size_t k = queue_of(pool, b, &b->items[i]) != qs[0];
       items[k]++;
       weights[k] += !tko__queue_has_bucket(qs[k], b->items[i].weight);
     }
@@ -272,37 +322,47 @@ static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w) {
   return true;
 }
 
-/* Under the lock, after room_for_taken_locked: puts them back. */
-static void put_back_locked(tko_pool *pool, tko__worker *w) {
+/* Under sh's lock, after room_for_taken_locked: puts them back. */
+static void put_back_locked(tko_pool *pool, tko__worker *w, tko__shard *sh) {
   for (tko__batch_frame *b = w->batch; b; b = b->outer) {
-    while (b->n > b->next) {
+    while (b->shard == sh && b->n > b->next) {
       const tko__item *it = &b->items[--b->n];
-      (void)tko__queue_push_ordered(queue_of(pool, it), it); /* cannot fail: reserved */
+      (void)tko__queue_push_ordered(queue_of(pool, b, it), it); /* cannot fail: reserved */
     }
   }
-  tko__refresh_backlog(pool);
-  tko__publish_backlog_seq(pool);
+  tko__refresh_backlog(pool, sh);
+  tko__publish_backlog_seq(sh);
 }
 
-/* Puts them back; one the queue cannot take back (no memory) is
- * cancelled. */
+/* The shard of the innermost frame that still holds tasks not started,
+ * NULL if none does. */
+static tko__shard *next_taken_shard(const tko__worker *w) {
+  for (const tko__batch_frame *b = w->batch; b; b = b->outer)
+    if (b->n > b->next) return b->shard;
+  return NULL;
+}
+
+/* Puts them back, shard by shard; one the queue cannot take back (no
+ * memory) is cancelled. */
 static void requeue_taken(tko_pool *pool, tko__worker *w) {
-  tko__lock_acquire(&pool->lock);
-  bool room = room_for_taken_locked(pool, w);
-  if (room) put_back_locked(pool, w);
-  tko__unlock(&pool->lock);
-  /* Without room, one by one: those that fit go back, the rest cancelled. */
-  for (tko__batch_frame *b = room ? NULL : w->batch; b; b = b->outer) {
-    while (b->n > b->next) {
-      const tko__item *it = &b->items[--b->n];
-      tko__lock_acquire(&pool->lock);
-      int rc = tko__queue_push_ordered(queue_of(pool, it), it);
-      tko__refresh_backlog(pool);
-      tko__publish_backlog_seq(pool);
-      tko__unlock(&pool->lock);
-      if (rc) {
-        tko__release_room(pool, tko__item_room(it));
-        tko__cancel_item(pool, it);
+  for (tko__shard *sh; (sh = next_taken_shard(w)) != NULL;) {
+    tko__lock_acquire(&sh->lock);
+    bool room = room_for_taken_locked(pool, w, sh);
+    if (room) put_back_locked(pool, w, sh);
+    tko__unlock(&sh->lock);
+    /* Without room, one by one: those that fit go back, the rest cancelled. */
+    for (tko__batch_frame *b = room ? NULL : w->batch; b; b = b->outer) {
+      while (b->shard == sh && b->n > b->next) {
+        const tko__item *it = &b->items[--b->n];
+        tko__lock_acquire(&sh->lock);
+        int rc = tko__queue_push_ordered(queue_of(pool, b, it), it);
+        tko__refresh_backlog(pool, sh);
+        tko__publish_backlog_seq(sh);
+        tko__unlock(&sh->lock);
+        if (rc) {
+          tko__release_room(pool, tko__item_room(it));
+          tko__cancel_item(pool, it);
+        }
       }
     }
   }
@@ -426,22 +486,56 @@ static void publish_finished(tko__worker *w) {
  * older one only with a higher weight (queue.c's key). So pools of one
  * weight never read the clock for it. */
 
+/* The look with several shards (shard.c): sweeps every shard, then
+ * compares their tops (and, under shard 0's lock, the async queue's best)
+ * with *than. The hand-back goes shard by shard, each all or nothing,
+ * innermost batch first; one a shard cannot take back (no memory) stays
+ * with this thread. True if the innermost batch went back. */
+static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__item *than) {
+  tko__shards_sweep(pool, NULL);
+  w->swept_ns = w->clocked_ns;
+  if (tko__load_seq(&pool->paused)) return false; /* nothing outranks: nothing starts */
+  bool heavier = tko__shards_outrank(pool, than->weight);
+  if (!heavier && tko__load_relaxed(&pool->async_waiting)) {
+    tko__shard *first = &pool->shards[0];
+    unsigned max_async = pool->opts.max_async_inflight;
+    tko__lock_acquire(&first->lock);
+    heavier = (!max_async || pool->async_running < max_async) &&
+              tko__queue_outranks(&pool->async_queue, than);
+    tko__unlock(&first->lock);
+  }
+  if (!heavier) return false;
+  tko__batch_frame *inner = w->batch;
+  for (tko__shard *sh; (sh = next_taken_shard(w)) != NULL;) {
+    tko__lock_acquire(&sh->lock);
+    bool room = room_for_taken_locked(pool, w, sh);
+    if (room) put_back_locked(pool, w, sh);
+    tko__unlock(&sh->lock);
+    if (!room) break;
+  }
+  bool all = next_taken_shard(w) == NULL;
+  if (all) w->batch = NULL;
+  return inner->n == inner->next;
+}
+
 /* The look, under one hold of the lock: drains as take_batch does and, if
  * a task queued now outranks *than, puts back what this thread took and
  * has not started (all of it, or - when the queue cannot grow - none: a
  * task is never cancelled for a recheck). Nothing outranks while paused
  * (nothing starts), and an async task only inside the in-flight limit. */
 static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__item *than) {
-  tko__lock_acquire(&pool->lock);
-  bool paused = drain_for_take(pool);
+  if (pool->nshards > 1) return hand_back_across_shards(pool, w, than);
+  tko__shard *sh = &pool->shards[0];
+  tko__lock_acquire(&sh->lock);
+  bool paused = drain_for_take(pool, sh);
   unsigned max_async = pool->opts.max_async_inflight;
   bool back = !paused &&
-              (tko__queue_outranks(&pool->queue, than) ||
+              (tko__queue_outranks(&sh->queue, than) ||
                ((!max_async || pool->async_running < max_async) &&
                 tko__queue_outranks(&pool->async_queue, than))) &&
-              room_for_taken_locked(pool, w);
-  if (back) put_back_locked(pool, w);
-  tko__unlock(&pool->lock);
+              room_for_taken_locked(pool, w, sh);
+  if (back) put_back_locked(pool, w, sh);
+  tko__unlock(&sh->lock);
   if (back) w->batch = NULL;
   return back;
 }
@@ -492,8 +586,8 @@ static bool recheck_hands_back(tko_pool *pool, tko__worker *w, const tko__item *
 enum batch_end { RAN_ALL, HANDED_BACK, RETIRED_MIDWAY };
 
 static enum batch_end run_batch(tko_pool *pool, tko__worker *w, const tko__item *batch, size_t n,
-                                bool top) {
-  tko__batch_frame frame = {batch, n, 0, w->batch};
+                                tko__shard *from, bool top) {
+  tko__batch_frame frame = {batch, n, 0, from, w->batch};
   w->batch = &frame;
   enum batch_end end = RAN_ALL;
   while (frame.next < frame.n) {
@@ -551,8 +645,9 @@ bool tko__help_one(tko_pool *pool, tko__worker *w) {
     if (tko__runnable_seq(pool)) tko__signal_work(pool);
   }
   tko__item item;
-  if (!take_batch(pool, &item, 1)) return false;
-  run_batch(pool, w, &item, 1, false);
+  tko__shard *from;
+  if (!take_batch(pool, w, &item, 1, &from)) return false;
+  run_batch(pool, w, &item, 1, from, false);
   return true;
 }
 
@@ -669,7 +764,8 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
       break;
     }
     size_t cap = w->batch_cap;
-    size_t n = take_batch(pool, batch, cap);
+    tko__shard *from;
+    size_t n = take_batch(pool, w, batch, cap, &from);
     if (n) {
       /* The last searcher to find work wakes (or spawns) the next worker if
        * work remains, so parallelism ramps up one worker at a time. */
@@ -685,7 +781,7 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
       if (pool->opts.max_batch > 1) {
         uint64_t t0 = tko__now_ns();
         clock_from_take(w, t0);
-        enum batch_end how = run_batch(pool, w, batch, n, true);
+        enum batch_end how = run_batch(pool, w, batch, n, from, true);
         if (how == RETIRED_MIDWAY) {
           end = left(w);
           break;
@@ -693,7 +789,7 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
         /* A batch cut short says little about its tasks' length. */
         if (how == RAN_ALL) size_next_take(pool, w, n, tko__now_ns() - t0);
       } else {
-        run_batch(pool, w, batch, n, true); /* one task: it never stops early */
+        run_batch(pool, w, batch, n, from, true); /* one task: it never stops early */
       }
       /* A small take means this worker is right behind the submitters:
        * polling again at once would pull the inbox's lines away from the

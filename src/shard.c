@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/* Shards: the pool's weighted queues, each with its own lock
+ * (tko_options.queues). With one, every take and every full ring meet at
+ * one lock and one queue, whose lines the previous holder wrote: on many
+ * cores that serialises the pool (benchmarks/MODEL.md, the sharing audit's
+ * third gate). With several, a submitting thread's ring drains into one
+ * shard (ring i into shard i mod the count; the shared inbox and the
+ * async queue into shard 0), and each worker takes from its home shard
+ * first, so that threads on different shards share no line in the steady
+ * state.
+ *
+ * The priority contract across shards (taskorch.h, tko_submit) is the
+ * bounded-inversion one: each shard publishes the heaviest weight queued
+ * in it (top, stored under its lock when it changes). A take goes to the
+ * shard with the heaviest top, its home on a tie; with nothing at home it
+ * takes half of another shard's backlog. Tasks not yet drained from
+ * another shard's rings have no top: a worker sweeps - drains every other
+ * shard with submissions waiting - at a take once recheck_ns has passed
+ * since its last sweep, and at every recheck look (worker.c). So once a
+ * submit has returned, a worker starts a lighter task at most about
+ * recheck_ns (plus the batch it already took) later while that task is
+ * still queued. Within one shard the order is the single queue's. */
+#include "internal.h"
+
+int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh) {
+  int rc = 0;
+  /* Not past an inbox that could not move everything: a thread whose ring
+   * came after a failed claim has older tasks there (ring.c). */
+  if (sh->index == 0)
+    rc = tko__inbox_drain(&pool->inbox, &sh->queue, &pool->async_queue, TKO__CTX_ASYNC);
+  /* Async tasks only come through the inbox where there are several
+   * shards (submit.c), so other shards' rings never hold one. */
+  if (rc == 0)
+    rc = tko__rings_drain(&pool->rings, sh->index, &sh->queue, &pool->async_queue,
+                          TKO__CTX_ASYNC);
+  tko__refresh_backlog(pool, sh);
+  return rc;
+}
+
+/* Whether submissions wait to be drained into sh (a hint). */
+static bool submissions_hint(tko_pool *pool, const tko__shard *sh) {
+  return tko__rings_shard_ready_hint(&pool->rings, sh->index) ||
+         (sh->index == 0 && tko__inbox_ready_hint(&pool->inbox));
+}
+
+bool tko__shard_work_hint(tko_pool *pool, const tko__shard *sh) {
+  return tko__load_relaxed(&sh->backlog) > 0 || submissions_hint(pool, sh);
+}
+
+void tko__shards_sweep(tko_pool *pool, const tko__shard *except) {
+  for (unsigned i = 0; i < pool->nshards; i++) {
+    tko__shard *sh = &pool->shards[i];
+    if (sh == except || !submissions_hint(pool, sh)) continue;
+    tko__lock_acquire(&sh->lock);
+    tko__shard_drain_locked(pool, sh);
+    tko__unlock(&sh->lock);
+  }
+}
+
+tko__shard *tko__shard_pick(tko_pool *pool, const tko__worker *w) {
+  tko__shard *pick = &pool->shards[w->home];
+  /* Acquire, each: pairs with tko__refresh_backlog's release store. */
+  int best = tko__load_acquire(&pick->top);
+  for (unsigned i = 0; i < pool->nshards; i++) {
+    tko__shard *sh = &pool->shards[i];
+    int top = tko__load_acquire(&sh->top);
+    if (top > best) {
+      best = top;
+      pick = sh;
+    }
+  }
+  return pick;
+}
+
+bool tko__shards_outrank(tko_pool *pool, int weight) {
+  for (unsigned i = 0; i < pool->nshards; i++)
+    if (tko__load_acquire(&pool->shards[i].top) > weight) return true; /* as in pick */
+  return false;
+}
