@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Builds and runs the whole test suite three times: plain, under
-# ThreadSanitizer, and under AddressSanitizer+UBSan; then the audit, install,
+# Builds and runs the whole test suite four times: plain, plain on pools of
+# four queues, under ThreadSanitizer, and under AddressSanitizer+UBSan;
+# then the audit, install,
 # embedding, ABI and documentation checks (scripts/ci_*.sh), the coverage
 # gate (scripts/coverage.sh), the mutants (scripts/mutants.sh;
 # TKO_SKIP_MUTANTS=1 skips them for a quick local run) and the fuzzers.
@@ -11,14 +12,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
-for flavour in plain thread address; do
+# flavour:sanitizer:queues. "queues" is what tko_options.queues = 0 means
+# in that build (TKO_DEFAULT_QUEUES): the suite runs on pools of one queue
+# (plain, ASan) and of four (plain again, and TSan, where the races between
+# queues would show: src/shard.c).
+for spec in plain::1 queues::4 thread:thread:4 address:address:1; do
+  IFS=: read -r flavour san queues <<<"$spec"
   dir=build-test-$flavour
-  san=""
   witness=OFF # the sanitizer flavours run every test with the lock-order checker (src/witness.h)
-  [ "$flavour" = plain ] || san=$flavour witness=ON
-  echo "== $flavour: configure and build ($dir)"
+  [ -z "$san" ] || witness=ON
+  echo "== $flavour: configure and build ($dir; $queues queues by default)"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_SANITIZE="$san" -DTKO_WERROR=ON \
-    -DTKO_LOCK_ORDER_CHECK=$witness >/dev/null
+    -DTKO_LOCK_ORDER_CHECK=$witness -DTKO_DEFAULT_QUEUES="$queues" >/dev/null
   cmake --build "$dir" -j "$jobs" >/dev/null
   echo "== $flavour: tests"
   # halt_on_error: a sanitizer report fails the run instead of scrolling by.

@@ -315,7 +315,9 @@ static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w, tko__sha
       weights[k] += !tko__queue_has_bucket(qs[k], b->items[i].weight);
     }
   }
-  for (size_t k = 0; k < 2; k++) {
+  /* The async queue is shard 0's: another shard's lock does not guard it,
+   * and its batches hold no async task. */
+  for (size_t k = 0; k < (sh->index == 0 ? 2u : 1u); k++) {
     if (tko__queue_reserve(qs[k], items[k])) return false;
     if (weights[k] && tko__queue_reserve_buckets(qs[k], weights[k])) return false;
   }

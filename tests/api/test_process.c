@@ -202,7 +202,7 @@ Test(process, forked_child_gets_echild_and_destroys_its_copy) {
  * again: "double free or corruption (top)" from free_pool -> tko__queue_fini, in about one run in
  * three of this test (plain build; two producers flooding an elastic pool while the test forks 20
  * times). Fix: in the child, free only what a lock holder can never be changing, or check the
- * copied lock words (pool->lock, timer_mu, async_mu) and leave the buffers they guard alone when
+ * copied lock words (the queues' locks, timer_mu, async_mu) and leave the buffers they guard alone when
  * one was held at the fork. (The fix: the child's destroy leaves the copy alone.) */
 typedef struct busy {
   tko_pool *pool;

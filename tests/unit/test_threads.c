@@ -324,7 +324,7 @@ Test(threads, elastic_only_pool_recovers_when_threads_can_start) {
 
 /* Regression, fixed in 8f0737a. It was: when no worker is left to run them (an elastic-only pool
  * whose spawns failed), tko_pool_shutdown's final empty_queue moves the inbox into the queue
- * (tko__pool_drain_locked) and stops as soon as the queue comes back empty - also when the drain
+ * (tko__shard_drain_locked) and stops as soon as the queue comes back empty - also when the drain
  * failed to grow the queue. One failed allocation then strands every task still in the inbox:
  * shutdown returns 0 and the tasks never run nor reach on_cancel (observed: 0 of 100 run). Fix:
  * retry (or drain in pieces) until the inbox is empty; the queue has slots for 16 at a time even

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/* Several weighted queues (taskorch.h: tko_options.queues): every queue is
+ * reached by the pool-wide paths (a worker whose own queue is empty, group
+ * cancel, shutdown), and the priority contract holds across queues - a
+ * heavy task on a queue whose worker is busy is started by another worker
+ * within the recheck period, not after that worker's own backlog.
+ * Each submitting thread's tasks go to one queue: the tests submit from
+ * several threads so that every queue holds some. Public API only. */
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_feature.h"
+#include "tko_test_sync.h"
+
+enum { QUEUES = 4, PER_THREAD = 500 };
+
+static tko_pool *make_pool(unsigned workers, unsigned queues, bool paused) {
+  tko_options o = tko_basic_options(workers);
+  o.queues = queues;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  if (paused) cr_assert_eq(tko_pool_pause(p), 0);
+  return p;
+}
+
+Test(queues, more_than_the_limit_is_einval) {
+  tko_options o = tko_basic_options(2);
+  o.queues = TKO_MAX_QUEUES + 1;
+  tko_pool *p = NULL;
+  cr_assert_eq(tko_pool_create(&p, &o), -EINVAL);
+  cr_assert_null(p);
+  o.queues = TKO_MAX_QUEUES; /* cut to the workers */
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- submitting from several threads ------------------------------- */
+
+static atomic_long ran;
+
+static int count_run(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&ran, 1);
+  return 0;
+}
+
+typedef struct submitter {
+  tko_pool *pool;
+  tko_group *group; /* NULL: plain submits */
+  int rc;
+} submitter;
+
+static int submit_many(void *arg) {
+  submitter *s = arg;
+  for (int i = 0; i < PER_THREAD && s->rc == 0; i++)
+    s->rc = s->group ? tko_group_submit(s->pool, s->group, count_run, NULL, i % 3)
+                     : tko_submit(s->pool, count_run, NULL, i % 3);
+  return 0;
+}
+
+/* QUEUES threads submit PER_THREAD tasks each (one thread per queue). */
+static void submit_from_threads(tko_pool *p, tko_group *g) {
+  tf_thread t[QUEUES];
+  submitter s[QUEUES];
+  for (int i = 0; i < QUEUES; i++) {
+    s[i] = (submitter){p, g, 0};
+    cr_assert_eq(tf_thread_start(&t[i], submit_many, &s[i]), 0);
+  }
+  for (int i = 0; i < QUEUES; i++) {
+    cr_assert(tf_thread_join(&t[i], NULL));
+    cr_assert_eq(s[i].rc, 0);
+  }
+}
+
+/* One worker left for four queues: it takes from the queues that have none
+ * of their own. */
+Test(queues, a_worker_takes_from_queues_that_have_no_worker) {
+  atomic_store(&ran, 0);
+  tko_pool *p = make_pool(QUEUES, QUEUES, false);
+  cr_assert_eq(tko_pool_resize(p, 1, 0), 0);
+  submit_from_threads(p, NULL);
+  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0, "tasks on a queue without a worker never ran");
+  cr_assert_eq(atomic_load(&ran), (long)QUEUES * PER_THREAD);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+static atomic_long cancelled;
+
+static void count_cancel(void *user, const tko_task_info *t) {
+  (void)user, (void)t;
+  atomic_fetch_add(&cancelled, 1);
+}
+
+Test(queues, a_group_cancel_reaches_every_queue) {
+  atomic_store(&ran, 0);
+  tko_pool *p = make_pool(QUEUES, QUEUES, true);
+  tko_group g;
+  cr_assert_eq(tko_group_init(&g), 0);
+  submit_from_threads(p, &g);
+  cr_assert_eq(tko_group_cancel(&g), (long)QUEUES * PER_THREAD);
+  cr_assert_eq(tko_group_pending(&g), 0);
+  cr_assert_eq(tko_pool_resume(p), 0);
+  cr_assert_eq(tko_group_wait(&g, 0), 0);
+  cr_assert_eq(tko_group_status(&g), -ECANCELED);
+  cr_assert_eq(tko_group_destroy(&g), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(atomic_load(&ran), 0);
+}
+
+Test(queues, a_cancelling_shutdown_cancels_every_queue) {
+  atomic_store(&ran, 0);
+  atomic_store(&cancelled, 0);
+  tko_options o = tko_basic_options(QUEUES);
+  o.queues = QUEUES;
+  o.hooks.on_cancel = count_cancel;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  submit_from_threads(p, NULL);
+  cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  cr_assert_eq(atomic_load(&cancelled), (long)QUEUES * PER_THREAD);
+  cr_assert_eq(atomic_load(&ran), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- priority across queues ------------------------------------------
+ *
+ * Two workers, two queues. A blocker task holds one worker; the other works
+ * through light tasks of 20 us (a length of task, not a wait) that two
+ * threads submitted, one per queue, so that it has light work whichever
+ * queue is its own. Then two more threads, again one per queue, submit a
+ * heavy task each: one of them lands on the busy worker's queue, where
+ * only the other worker can start it. Each heavy task notes how many light
+ * tasks started between its submit's return and its own start: the
+ * contract bounds that by the recheck period (100 us: about five light
+ * tasks) plus the batch the worker held; without looking across queues it
+ * is the free worker's whole light backlog (LIGHTS). */
+
+enum { LIGHT_NS = 20000, LIGHTS = 2000, BOUND = 100 };
+
+static atomic_long light_starts;
+static tt_gate blocker_gate = TT_GATE_INIT;
+static tt_count blocker_in;
+
+static int blocker(void *arg) {
+  (void)arg;
+  tt_count_add(&blocker_in, 1);
+  cr_assert(tt_gate_wait(&blocker_gate));
+  return 0;
+}
+
+static int light(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&light_starts, 1);
+  uint64_t until = tt_now_ns() + LIGHT_NS;
+  while (tt_now_ns() < until) {
+  }
+  return 0;
+}
+
+typedef struct heavy_probe {
+  tko_pool *pool;
+  long at_submit, at_start;
+  tt_count started;
+} heavy_probe;
+
+static int heavy(void *arg) {
+  heavy_probe *h = arg;
+  h->at_start = atomic_load(&light_starts);
+  tt_count_add(&h->started, 1);
+  return 0;
+}
+
+/* The light submitters stay alive until the heavy ones have submitted, so
+ * that those are new threads of their own, each claiming a queue in turn. */
+static tt_count lights_in;
+static tt_gate lights_leave = TT_GATE_INIT;
+
+static int submit_lights(void *arg) {
+  tko_pool *p = arg;
+  int rc = 0;
+  for (int i = 0; i < LIGHTS && rc == 0; i++) rc = tko_submit(p, light, NULL, 0);
+  tt_count_add(&lights_in, 1);
+  cr_assert(tt_gate_wait(&lights_leave));
+  return rc;
+}
+
+static int submit_heavy(void *arg) {
+  heavy_probe *h = arg;
+  int rc = tko_submit(h->pool, heavy, h, 9);
+  /* After the submit returned: the contract's starting point. The heavy
+   * task's start, which reads the count too, is ordered after this only by
+   * the pool; the test waits for it before it reads at_start. */
+  h->at_submit = atomic_load(&light_starts);
+  return rc;
+}
+
+Test(queues, a_heavy_task_on_a_busy_workers_queue_starts_within_the_recheck_period) {
+  atomic_store(&light_starts, 0);
+  tt_count_init(&blocker_in);
+  tko_pool *p = make_pool(2, 2, false);
+  /* The blocker first (from this thread), then the lights from two threads. */
+  cr_assert_eq(tko_submit(p, blocker, NULL, 5), 0);
+  cr_assert(tt_count_wait_eq(&blocker_in, 1));
+  tt_count_init(&lights_in);
+  tf_thread lt[2];
+  for (int i = 0; i < 2; i++) cr_assert_eq(tf_thread_start(&lt[i], submit_lights, p), 0);
+  cr_assert(tt_count_wait_eq(&lights_in, 2));
+  int rc;
+  heavy_probe h[2];
+  tf_thread ht[2];
+  for (int i = 0; i < 2; i++) {
+    h[i] = (heavy_probe){.pool = p};
+    tt_count_init(&h[i].started);
+    cr_assert_eq(tf_thread_start(&ht[i], submit_heavy, &h[i]), 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    cr_assert(tf_thread_join(&ht[i], &rc));
+    cr_assert_eq(rc, 0);
+    cr_assert(tt_count_wait_eq(&h[i].started, 1), "a heavy task never started");
+  }
+  long light_left = 2L * LIGHTS - atomic_load(&light_starts);
+  tt_gate_open(&lights_leave);
+  for (int i = 0; i < 2; i++) {
+    cr_assert(tf_thread_join(&lt[i], &rc));
+    cr_assert_eq(rc, 0);
+  }
+  tt_gate_open(&blocker_gate);
+  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_gt(light_left, BOUND, "the light backlog ran out first: the test proved nothing");
+  for (int i = 0; i < 2; i++) {
+    long late = h[i].at_start - h[i].at_submit;
+    cr_assert_leq(late, BOUND, "heavy task %d started after %ld light tasks that began after its submit",
+                  i, late);
+    tt_count_fini(&h[i].started);
+  }
+  tt_count_fini(&blocker_in);
+  tt_count_fini(&lights_in);
+}
