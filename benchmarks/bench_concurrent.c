@@ -26,6 +26,7 @@
 static uint64_t work_iters;
 enum { WEIGHTS_MAX = 64 };
 static long weights; /* --weights: task i gets weight i % weights */
+static long queues;  /* --queues: tko_options.queues */
 
 static int empty_task(void *arg) {
   (void)arg;
@@ -110,6 +111,7 @@ static bench *the_bench;
 static result run_once(unsigned workers, long nprod, long tasks, tko_task_fn fn, long batch,
                        record *recs) {
   tko_options o = tko_basic_options(workers);
+  o.queues = (unsigned)queues;
   tko_pool *pool;
   int rc = tko_pool_create(&pool, &o);
   if (rc) bench_die("tko_pool_create: %s", tko_strerror(rc));
@@ -220,6 +222,8 @@ int main(int argc, char **argv) {
        "tasks per submit call (1 = tko_submit, more = tko_submit_batch)"},
       {"weights", BENCH_OPT_LONG, &weights, "4", NULL, 1, WEIGHTS_MAX,
        "distinct weights, interleaved (task i gets i % weights)"},
+      {"queues", BENCH_OPT_LONG, &queues, "0", NULL, 0, TKO_MAX_QUEUES,
+       "tko_options.queues (0: the default, one)"},
   };
   bench *b = the_bench = bench_init(argc, argv, "bench_concurrent",
                         "Several producer threads enqueuing into one pool at once (interleaved "

@@ -105,11 +105,13 @@ typedef struct result {
 } result;
 
 static bench *the_bench;
+static long queues; /* --queues: tko_options.queues */
 
 static result run_once(long producers, long workers, long tasks, long high_every,
                        uint64_t delta_ns, long recheck_us) {
   tko_options o = tko_basic_options((unsigned)workers);
   o.recheck_us = (unsigned)recheck_us;
+  o.queues = (unsigned)queues;
   tko_pool *pool;
   int rc = tko_pool_create(&pool, &o);
   if (rc) bench_die("tko_pool_create: %s", tko_strerror(rc));
@@ -179,6 +181,8 @@ int main(int argc, char **argv) {
       {"recheck-us", BENCH_OPT_LONG, &recheck_us, "0", NULL, 0, 4294967295.0,
        "the pool's recheck_us (0: its default, 100 us); 4294967295 all but turns the "
        "recheck off"},
+      {"queues", BENCH_OPT_LONG, &queues, "0", NULL, 0, TKO_MAX_QUEUES,
+       "tko_options.queues (0: the default, one)"},
   };
   bench *b = bench_init(argc, argv, "bench_inversion",
                         "Priority quality under load (issue 15): weight-7 wait and late "

@@ -6,13 +6,14 @@
 # (or "scaling seeds"), also the NStore and durable-streams seed benchmarks,
 # to see them where the background work has cores of its own; with
 # PARTS=cpu, bench_cpu in the 2-worker configuration. Issue 15's run on a
-# 16-core machine is PARTS="matrix quality model" (about 5 minutes):
+# 16-core machine is PARTS="matrix quality model" (about 9 minutes):
 #   matrix:  bench_concurrent over producers 1,2,4,8 x workers 1,2,4,8, empty
 #            and 1 us tasks, four interleaved weights and one weight, single
-#            and batch-64 submits, medians of 5 (one JSON per workers x weights)
+#            and batch-64 submits, medians of 5, with one queue and with a
+#            queue per worker (one JSON per workers x weights x queues)
 #   quality: bench_inversion, 8 producers, 8 workers, 10 us tasks, weights
 #            0-6 and 1% weight 7: late inversions at delta 100 us, weight-7
-#            p50/p99 wait
+#            p50/p99 wait; one queue and eight
 #   model:   the bottleneck model's inputs (MODEL.md): probe_pingpong's line
 #            hand-off between two cores and contended CAS at 2-16 cores, and
 #            one producer and one worker pinned to two cores
@@ -68,17 +69,25 @@ fi
 if [[ " $parts " == *" matrix "* ]]; then
   # 500k empty tasks a case (the default million would take twice as long
   # for a median that moves little); 200k tasks of 1 us.
+  # Each case twice: one queue (the default) and a queue per worker
+  # (tko_options.queues; src/shard.c).
   for workers in 1 2 4 8; do
     for weights in 4 1; do
-      step 150 "$bin/bench_concurrent" --producers 1,2,4,8 --workers "$workers" \
-        --weights "$weights" --batch 1,64 "${matrix_size[@]}" \
-        --json "$out/matrix_w${workers}_k${weights}.json"
+      queue_counts=(1)
+      [ "$workers" = 1 ] || queue_counts+=("$workers")
+      for queues in "${queue_counts[@]}"; do
+        step 150 "$bin/bench_concurrent" --producers 1,2,4,8 --workers "$workers" \
+          --weights "$weights" --batch 1,64 --queues "$queues" "${matrix_size[@]}" \
+          --json "$out/matrix_w${workers}_k${weights}_q${queues}.json"
+      done
     done
   done
 fi
 if [[ " $parts " == *" quality "* ]]; then
-  step 120 "$bin/bench_inversion" --producers 8 --workers 8 --high-every 100 --delta-us 100 \
-    "${quality_size[@]}" --json "$out/inversion_p8_w8.json"
+  for queues in 1 8; do
+    step 120 "$bin/bench_inversion" --producers 8 --workers 8 --high-every 100 --delta-us 100 \
+      --queues "$queues" "${quality_size[@]}" --json "$out/inversion_p8_w8_q${queues}.json"
+  done
 fi
 if [[ " $parts " == *" model "* ]]; then
   # Transfer time: one line handed between two cores (0 and the last, then

@@ -370,7 +370,13 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * worker may still start what it took (tko_pool_pause); and the tasks of
  * a keyed lane (tko_submit_keyed, taskorch/lanes.h), whose runner is one
  * task of the pool that runs up to max_drain of its lane's tasks whatever
- * their weights. */
+ * their weights.
+ * With several queues (tko_options.queues) a take moves only its own
+ * queue's submissions and compares the other queues' heaviest tasks; a
+ * worker moves every queue's submissions at a take once recheck_us has
+ * passed since it last did (judged by its last clock reading, so add the
+ * batch it ran last) and at every look: the bound above holds across
+ * queues with that addition. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
 /** Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits
