@@ -17,8 +17,8 @@
  * copies every task's slot under the queue lock, which serialises the pool
  * whatever the submit path; MODEL.md). --enforce fails the run on the
  * issue's two gates (the CTest entry: submit rings pass them), and
- * --enforce-lock on the third as well (worker-owned queues, not built yet,
- * are to pass it). --self-check asserts that the instrumentation sees the
+ * --enforce-lock on the third as well (several queues, --queues N, divide
+ * it by N: MODEL.md, "Several queues"). --self-check asserts that the instrumentation sees the
  * design as it is: each kind of record made (below). --capacity N makes
  * the pool bounded (queue_capacity N, full policy BLOCK): admission's
  * leases (src/admit.c) are then counted too. White-box: it
