@@ -487,6 +487,12 @@ TKO_API long tko_group_cancel(tko_group *group);
  * one-shot timer's task goes to on_cancel once and the timer is disarmed
  * (tko_timer_cancel then returns -ENOENT); a periodic timer skips that
  * period, nothing goes to on_cancel, and it fires again at the next.
+ * A firing on a full TKO_FULL_BLOCK queue waits for room on the timer
+ * thread, and every timer of the pool waits with it (on a full
+ * TKO_FULL_CALLER_RUNS queue the timer thread runs the task itself, and
+ * the timers wait while it runs): so a small bounded queue filled with
+ * async tasks that only a timer completes holds every timer until
+ * shutdown.
  * A timer is a task from the moment it is armed: if it ends in on_cancel
  * without its task having been queued (refused, or armed at shutdown), it
  * counts in stats.submitted and stats.cancelled, and on_cancel gets an id
