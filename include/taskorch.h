@@ -261,7 +261,12 @@ typedef struct tko_options {
                                 queues is the bounded-inversion one
                                 (tko_submit). Cut to workers + max_elastic;
                                 1 with aging_ms, and with one worker and no
-                                elastic ones */
+                                elastic ones. Placement: the k-th thread
+                                (from 0) to submit to the pool submits into
+                                queue k mod queues (threads past the 64th,
+                                and async tasks, into queue 0); basic worker
+                                i's own queue is i mod queues, elastic
+                                worker j's (workers + j) mod queues */
 } tko_options;
 
 /** Pool statistics: a snapshot, each counter read once, without a lock, so
@@ -330,6 +335,10 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * before an earlier one of its thread that another worker took (a batch
  * of longer tasks, or a worker descheduled: milliseconds are possible;
  * max_batch 1 narrows it to the moment between a take and its start).
+ * Tasks a worker hands back untouched (a recheck that found a heavier
+ * task, a shrink that retires it) go back to their places in the queue
+ * and are taken again, maybe by a worker that has meanwhile started later
+ * tasks of their thread: that worker then starts them after those.
  * In a pool made
  * with one worker and no elastic ones, tasks of different threads
  * whose submits are ordered (one returned before the other began) also
@@ -656,7 +665,9 @@ TKO_API int tko_pool_trim(tko_pool *pool);
  * at once if work waits now. Shrinking returns at once: each worker above
  * the new size retires as it finishes the task it is running - a sleeping
  * one at once - and the tasks it had taken and not started go back to the
- * queue where they were, so nothing is lost or reordered; until then
+ * queue where they were, so nothing is lost and they are taken again in
+ * their order (another worker may have started later tasks of their
+ * thread meanwhile: tko_submit); until then
  * stats may count more workers than asked (stats.elastic_workers above
  * max_elastic included), and each such worker starts at most one more
  * task. Its thread_stop hook runs, and a later grow or shutdown joins its

@@ -223,7 +223,11 @@ static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w) {
   uint64_t now = pool->opts.max_batch > 1 ? w->clocked_ns : tko__now_ns();
   if (now - w->swept_ns < pool->recheck_ns) return pick;
   w->swept_ns = now;
-  tko__shards_sweep(pool, &pool->shards[w->home]);
+  /* Every shard, its own included: a take that goes to another shard
+   * (heavier, or its own is empty) does not drain its own (the attack on
+   * queues: a heavy task submitted to an idle worker's own shard waited
+   * out a flood it stole from another). */
+  tko__shards_sweep(pool, NULL);
   return tko__shard_pick(pool, w);
 }
 

@@ -6,6 +6,7 @@
  * within the recheck period, not after that worker's own backlog.
  * Each submitting thread's tasks go to one queue: the tests submit from
  * several threads so that every queue holds some. Public API only. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -75,14 +76,19 @@ static void submit_from_threads(tko_pool *p, tko_group *g) {
 }
 
 /* One worker left for four queues: it takes from the queues that have none
- * of their own. */
+ * of their own - also right after a burst, before its next look at every
+ * queue is due (rounds: some start while it is still busy). */
 Test(queues, a_worker_takes_from_queues_that_have_no_worker) {
   atomic_store(&ran, 0);
   tko_pool *p = make_pool(QUEUES, QUEUES, false);
   cr_assert_eq(tko_pool_resize(p, 1, 0), 0);
-  submit_from_threads(p, NULL);
-  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0, "tasks on a queue without a worker never ran");
-  cr_assert_eq(atomic_load(&ran), (long)QUEUES * PER_THREAD);
+  enum { ROUNDS = 10 };
+  for (int round = 0; round < ROUNDS; round++) {
+    submit_from_threads(p, NULL);
+    cr_assert_eq(tko_pool_wait_idle(p, 20000), 0,
+                 "round %d: tasks on a queue without a worker never ran", round);
+  }
+  cr_assert_eq(atomic_load(&ran), (long)ROUNDS * QUEUES * PER_THREAD);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
@@ -140,8 +146,10 @@ Test(queues, a_cancelling_shutdown_cancels_every_queue) {
 
 enum { LIGHT_NS = 20000, LIGHTS = 2000, BOUND = 100 };
 
-static atomic_long light_starts;
+static tt_count light_starts;
 static tt_gate blocker_gate = TT_GATE_INIT;
+static tt_count lights_in;
+static tt_gate lights_leave = TT_GATE_INIT;
 static tt_count blocker_in;
 
 static int blocker(void *arg) {
@@ -151,9 +159,20 @@ static int blocker(void *arg) {
   return 0;
 }
 
+/* The standalone runner (TSan) runs every test in one process: the gates
+ * start closed in each. */
+static void close_gates(void) {
+  tt_gate *gates[] = {&blocker_gate, &lights_leave};
+  for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++) {
+    pthread_mutex_lock(&gates[i]->mu);
+    gates[i]->open = false;
+    pthread_mutex_unlock(&gates[i]->mu);
+  }
+}
+
 static int light(void *arg) {
   (void)arg;
-  atomic_fetch_add(&light_starts, 1);
+  tt_count_add(&light_starts, 1);
   uint64_t until = tt_now_ns() + LIGHT_NS;
   while (tt_now_ns() < until) {
   }
@@ -168,15 +187,13 @@ typedef struct heavy_probe {
 
 static int heavy(void *arg) {
   heavy_probe *h = arg;
-  h->at_start = atomic_load(&light_starts);
+  h->at_start = tt_count_get(&light_starts);
   tt_count_add(&h->started, 1);
   return 0;
 }
 
 /* The light submitters stay alive until the heavy ones have submitted, so
  * that those are new threads of their own, each claiming a queue in turn. */
-static tt_count lights_in;
-static tt_gate lights_leave = TT_GATE_INIT;
 
 static int submit_lights(void *arg) {
   tko_pool *p = arg;
@@ -193,12 +210,13 @@ static int submit_heavy(void *arg) {
   /* After the submit returned: the contract's starting point. The heavy
    * task's start, which reads the count too, is ordered after this only by
    * the pool; the test waits for it before it reads at_start. */
-  h->at_submit = atomic_load(&light_starts);
+  h->at_submit = tt_count_get(&light_starts);
   return rc;
 }
 
 Test(queues, a_heavy_task_on_a_busy_workers_queue_starts_within_the_recheck_period) {
-  atomic_store(&light_starts, 0);
+  tt_count_init(&light_starts);
+  close_gates();
   tt_count_init(&blocker_in);
   tko_pool *p = make_pool(2, 2, false);
   /* The blocker first (from this thread), then the lights from two threads. */
@@ -221,7 +239,7 @@ Test(queues, a_heavy_task_on_a_busy_workers_queue_starts_within_the_recheck_peri
     cr_assert_eq(rc, 0);
     cr_assert(tt_count_wait_eq(&h[i].started, 1), "a heavy task never started");
   }
-  long light_left = 2L * LIGHTS - atomic_load(&light_starts);
+  long light_left = 2L * LIGHTS - tt_count_get(&light_starts);
   tt_gate_open(&lights_leave);
   for (int i = 0; i < 2; i++) {
     cr_assert(tf_thread_join(&lt[i], &rc));
@@ -239,4 +257,94 @@ Test(queues, a_heavy_task_on_a_busy_workers_queue_starts_within_the_recheck_peri
   }
   tt_count_fini(&blocker_in);
   tt_count_fini(&lights_in);
+  tt_count_fini(&light_starts);
+}
+
+/* The free worker's own queue gets the heavy task while every light task
+ * is on the other queue, which it steals from: its takes go to the other
+ * queue, so only its looks at the other queues' submissions (once the
+ * recheck period has passed) find the heavy task at home. The placement
+ * is taskorch.h's (tko_options.queues): the k-th thread to submit uses
+ * queue k mod 2, basic worker i's own is queue i; a before_run hook
+ * tells which worker the blocker holds, and threads that only claim a
+ * queue put the lights and the heavy task where the case needs them. */
+static atomic_int blocker_worker;
+
+static void note_blocker_worker(void *user, const tko_task_info *t) {
+  (void)user;
+  if (t->fn == blocker) atomic_store(&blocker_worker, (int)t->worker);
+}
+
+static tt_count claimed;
+
+static int claim_queue(void *arg) {
+  int rc = tko_submit(arg, count_run, NULL, 0);
+  tt_count_add(&claimed, 1);
+  cr_assert(tt_gate_wait(&lights_leave));
+  return rc;
+}
+
+Test(queues, a_heavy_task_on_a_stealing_workers_own_queue_starts_within_the_recheck_period) {
+  tt_count_init(&light_starts);
+  atomic_store(&blocker_worker, -1);
+  close_gates();
+  tt_count_init(&blocker_in);
+  tt_count_init(&lights_in);
+  tt_count_init(&claimed);
+  tko_options o = tko_basic_options(2);
+  o.queues = 2;
+  o.hooks.before_run = note_blocker_worker;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_submit(p, blocker, NULL, 5), 0); /* this thread: queue 0 */
+  cr_assert(tt_count_wait_eq(&blocker_in, 1));
+  int free_worker = 1 - atomic_load(&blocker_worker);
+  cr_assert(free_worker == 0 || free_worker == 1);
+  /* Threads in claim order k = 1, 2, ...: queue k % 2. The lights go to
+   * the queue that is not the free worker's, the heavy task to its own. */
+  tf_thread th[5];
+  int nth = 0, k = 1, claims = 0;
+  if (k % 2 == free_worker) {
+    cr_assert_eq(tf_thread_start(&th[nth++], claim_queue, p), 0);
+    cr_assert(tt_count_wait_eq(&claimed, ++claims));
+    k++;
+  }
+  cr_assert_eq(tf_thread_start(&th[nth++], submit_lights, p), 0);
+  cr_assert(tt_count_wait_eq(&lights_in, 1));
+  k++;
+  /* Long enough for the free worker's takes to shrink to one 20 us task
+   * each (about 20 us of work a take): no batch is left to recheck, so
+   * only a take's look at the other queues can find the heavy task. */
+  cr_assert(tt_count_wait_geq(&light_starts, 100));
+  if (k % 2 != free_worker) {
+    cr_assert_eq(tf_thread_start(&th[nth++], claim_queue, p), 0);
+    cr_assert(tt_count_wait_eq(&claimed, ++claims));
+    k++;
+  }
+  heavy_probe h = {.pool = p};
+  tt_count_init(&h.started);
+  tf_thread ht;
+  int rc;
+  cr_assert_eq(tf_thread_start(&ht, submit_heavy, &h), 0);
+  cr_assert(tf_thread_join(&ht, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert(tt_count_wait_eq(&h.started, 1), "the heavy task never started");
+  long light_left = LIGHTS - tt_count_get(&light_starts);
+  tt_gate_open(&lights_leave);
+  for (int i = 0; i < nth; i++) {
+    cr_assert(tf_thread_join(&th[i], &rc));
+    cr_assert_eq(rc, 0);
+  }
+  tt_gate_open(&blocker_gate);
+  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_gt(light_left, BOUND, "the light backlog ran out first: the test proved nothing");
+  long late = h.at_start - h.at_submit;
+  cr_assert_leq(late, BOUND, "the heavy task started after %ld light tasks that began after its submit",
+                late);
+  tt_count_fini(&h.started);
+  tt_count_fini(&blocker_in);
+  tt_count_fini(&lights_in);
+  tt_count_fini(&claimed);
+  tt_count_fini(&light_starts);
 }
