@@ -65,6 +65,12 @@ static unsigned max_threads(const tko_options *o) {
   return n > 4 * cpus ? n : 4 * cpus;
 }
 
+/* What queues = 0 means: CMake's TKO_DEFAULT_QUEUES (CI's suite on pools
+ * of several queues), else one. */
+#ifndef TKO_DEFAULT_QUEUES
+#define TKO_DEFAULT_QUEUES 1
+#endif
+
 /* tko_options.queues, resolved (shard.c): one queue where order is exact
  * (one worker, no elastic ones) or tasks age (aging compares submit
  * times, which several queues cannot), and never more queues than
