@@ -252,7 +252,8 @@ typedef struct tko_options {
                                 (tko_stats.handbacks) and takes again */
   unsigned queues;           /**< weighted queues the pool spreads its tasks
                                 over, each with its own lock, 1..TKO_MAX_QUEUES;
-                                0 = 1. Each submitting thread's tasks go to
+                                0 = one per basic worker. Each submitting
+                                thread's tasks go to
                                 one of them, each worker takes from its own
                                 first; a worker takes from another queue when
                                 that one holds a heavier task or its own is
@@ -358,8 +359,9 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * A worker may take a few queued tasks at once (up to max_batch, fewer when
  * the queue is short or its tasks are long: about 20 us of work), so a task
  * submitted later with a higher weight can run after tasks that a worker had
- * already taken - and only those: each take first moves every submitted
- * task into the queue and takes the heaviest. The inversion is bounded in
+ * already taken - and, with one queue (tko_options.queues 1), only those:
+ * each take first moves every submitted task into the queue and takes the
+ * heaviest (several queues: below). The inversion is bounded in
  * time: once this call has returned, no worker starts a lighter task more
  * than recheck_us (tko_options; 100 us by default) later while this one is
  * still in the queue, because a worker looks at the queue again before

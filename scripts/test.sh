@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds and runs the whole test suite four times: plain, plain on pools of
-# four queues, under ThreadSanitizer, and under AddressSanitizer+UBSan;
+# one queue, under ThreadSanitizer, and under AddressSanitizer+UBSan;
 # then the audit, install,
 # embedding, ABI and documentation checks (scripts/ci_*.sh), the coverage
 # gate (scripts/coverage.sh), the mutants (scripts/mutants.sh;
@@ -13,10 +13,10 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
 # flavour:sanitizer:queues. "queues" is what tko_options.queues = 0 means
-# in that build (TKO_DEFAULT_QUEUES): the suite runs on pools of one queue
-# (plain, ASan) and of four (plain again, and TSan, where the races between
-# queues would show: src/shard.c).
-for spec in plain::1 queues::4 thread:thread:4 address:address:1; do
+# in that build (TKO_DEFAULT_QUEUES; 0: a queue per basic worker, the
+# default): every flavour runs the suite on the default, and one plain
+# build on pools of one queue (src/shard.c).
+for spec in plain::0 onequeue::1 thread:thread:0 address:address:0; do
   IFS=: read -r flavour san queues <<<"$spec"
   dir=build-test-$flavour
   witness=OFF # the sanitizer flavours run every test with the lock-order checker (src/witness.h)

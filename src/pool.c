@@ -65,10 +65,11 @@ static unsigned max_threads(const tko_options *o) {
   return n > 4 * cpus ? n : 4 * cpus;
 }
 
-/* What queues = 0 means: CMake's TKO_DEFAULT_QUEUES (CI's suite on pools
- * of several queues), else one. */
+/* What queues = 0 means: 0, a queue per basic worker; CMake's
+ * TKO_DEFAULT_QUEUES may fix a count instead (CI runs the suite once with
+ * 1, the design before several queues). */
 #ifndef TKO_DEFAULT_QUEUES
-#define TKO_DEFAULT_QUEUES 1
+#define TKO_DEFAULT_QUEUES 0
 #endif
 
 /* tko_options.queues, resolved (shard.c): one queue where order is exact
@@ -76,7 +77,9 @@ static unsigned max_threads(const tko_options *o) {
  * times, which several queues cannot), and never more queues than
  * threads the pool may run at once at create. */
 static unsigned shard_count(const tko_options *o) {
-  unsigned n = o->queues ? o->queues : TKO_DEFAULT_QUEUES;
+  unsigned n = o->queues ? o->queues : TKO_DEFAULT_QUEUES ? TKO_DEFAULT_QUEUES : o->workers;
+  if (n == 0) n = 1; /* elastic workers only */
+  if (n > TKO_MAX_QUEUES) n = TKO_MAX_QUEUES;
   unsigned threads = o->workers + o->max_elastic;
   if (o->aging_ms || (o->workers == 1 && o->max_elastic == 0)) n = 1;
   return n < threads ? n : threads;
