@@ -15,8 +15,8 @@
  *
  * No lost wake-up. A worker goes to sleep in three steps: (1) it moves itself
  * from searching to sleeping in idle.state with a seq_cst read-modify-write
- * (tko__idle_sleep_prepare), (2) it re-reads, with seq_cst loads, the
- * queue's backlog, every submit ring's head and tail, and the shared
+ * (tko__idle_sleep_prepare), (2) it re-reads, with seq_cst loads, every
+ * queue's backlog (shard.c), every submit ring's head and tail, and the shared
  * inbox's head, tail and the slots between them (tko__look_seq), (3) it
  * parks. A submit (1') publishes through its own ring with a seq_cst CAS
  * of that ring's tail (ring.h: tko__ring_publish) - or, through the
@@ -42,11 +42,17 @@
  * (tko__runnable_seq), for the same reason. A task a submit puts straight
  * into the queue (the ring full behind a hole, or a batch larger than the
  * ring) has its claim's seq_cst CAS of the tail and a seq_cst store of
- * backlog as its (1') (submit.c: claim_locked); a batch larger than a
- * submit ring goes through the ring a ringful at a time under the queue
- * lock, each with its CAS (submit.c: ring_enqueue_locked). Tasks a worker
- * hands back (a shrink, a recheck: worker.c) have the same seq_cst store
- * of backlog as their (1'), then a seq_cst load of idle.state.
+ * its queue's backlog as its (1') (submit.c: claim_locked); a batch
+ * larger than a submit ring goes through the ring a ringful at a time
+ * under its queue's lock, each with its CAS (submit.c:
+ * ring_enqueue_locked). Tasks a worker hands back (a shrink, a recheck:
+ * worker.c) have the same seq_cst store of the backlog of the queue they
+ * go back to as their (1'), then a seq_cst load of idle.state. Which
+ * queue holds the work does not matter to a sleeper: the re-check (2)
+ * reads them all, and a woken worker takes from any of them (shard.c). A
+ * sweep (a worker draining other queues' rings) moves tasks that were
+ * already published, whose publish was the (1') that counted, so it needs
+ * no signal of its own.
  *
  * A spawn that fails. When nobody is searching or asleep, a submit starts an
  * elastic worker, which its spawner counts as searching before the thread
