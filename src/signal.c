@@ -52,7 +52,8 @@
  * reads them all, and a woken worker takes from any of them (shard.c). A
  * sweep (a worker draining other queues' rings) moves tasks that were
  * already published, whose publish was the (1') that counted, so it needs
- * no signal of its own.
+ * no signal of its own: the sweeping worker is awake, and its own re-check
+ * before it sleeps reads the backlog it stored.
  *
  * A spawn that fails. When nobody is searching or asleep, a submit starts an
  * elastic worker, which its spawner counts as searching before the thread
