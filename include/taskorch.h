@@ -314,6 +314,23 @@ typedef struct tko_stats {
   uint64_t handbacks;        /**< batches a worker handed back to the queue at a
                                 recheck (tko_options.recheck_us) because a
                                 heavier task was queued */
+  uint64_t late_inversions;  /**< late inversions (tko_submit's contract): starts
+                                of a task on a worker while a heavier task
+                                submitted more than recheck_us earlier was
+                                still queued (not taken). Counted only in
+                                pools that time their tasks (a before_run,
+                                after_run or on_failure hook) and do not age;
+                                0 in others. A lower bound, from hints: a
+                                start compares each queue's heaviest queued
+                                task and that weight's oldest submit, so a
+                                heavier task not yet moved from its
+                                submitter's ring, or not the oldest of the
+                                heaviest weight queued, is not counted; a
+                                start racing that task's take may be.
+                                Expected causes: a paused pool's taken tasks,
+                                async tasks and keyed lanes (outside the
+                                bound), a worker descheduled between its
+                                look and its start */
 } tko_stats;
 
 /** Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */

@@ -131,6 +131,7 @@ typedef struct tko__worker {
   uint64_t swept_ns; /* its last sweep of the other shards (shard.c); owner only */
   size_t unclocked, clock_stride;
   atomic_uint_fast64_t handbacks; /* batches handed back at a recheck; owner only */
+  atomic_uint_fast64_t late_inversions; /* starts counted late (count_late); owner only */
   unsigned hole_poll_ms; /* its last sleep beside a hole, 0 if none (worker_sleep); owner only */
   /* Elastic: TKO__SLOT_*. A spawner moves a free slot to RUNNING under
    * spawn_mu; only the slot's own thread moves it to RETIRING, under lock,
@@ -150,6 +151,10 @@ typedef struct tko__shard {
    * queued here (INT_MIN: none), which takes and rechecks compare. */
   TKO_CACHE_ALIGNED atomic_size_t backlog;
   atomic_int top;
+  /* Where starts count late inversions (pool->count_late): the submit
+   * time of the oldest task of the heaviest weight queued here, 0 if
+   * none; stored with top. */
+  atomic_uint_fast64_t top_since;
   unsigned index; /* I */
 } tko__shard;
 
@@ -286,6 +291,8 @@ struct tko_pool {
   tko__thread_place place; /* I: every worker thread's CPUs and stack */
   char name[10];
   bool timing;     /* some hook needs wait/run times */
+  bool count_late;    /* I: timing and no aging: starts count late inversions
+                         (worker.c: count_late) */
   bool stamp_enqueue; /* timing or aging: submits read the clock. Kept here, with
                          the read-only options, not read from the queue's
                          aging_ns, whose line the lock holder writes per take */
@@ -524,9 +531,13 @@ static inline void tko__refresh_backlog(tko_pool *pool, tko__shard *sh) {
       tko__store_relaxed(&pool->async_waiting, waiting);
   }
   if (tko__load_relaxed(&sh->backlog) != work) tko__store_relaxed(&sh->backlog, work);
-  if (pool->nshards > 1) {
+  if (pool->nshards > 1 || pool->count_late) {
     int top = tko__queue_top_weight(&sh->queue);
     if (tko__load_relaxed(&sh->top) != top) tko__store_release(&sh->top, top);
+  }
+  if (pool->count_late) {
+    uint64_t since = tko__queue_top_enq_ns(&sh->queue);
+    if (tko__load_relaxed(&sh->top_since) != since) tko__store_relaxed(&sh->top_since, since);
   }
 }
 

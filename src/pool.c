@@ -99,6 +99,7 @@ static int shards_init(tko_pool *pool, size_t capacity) {
     tko__lock_init(&sh->lock);
     atomic_init(&sh->backlog, 0);
     atomic_init(&sh->top, INT_MIN);
+    atomic_init(&sh->top_since, 0);
     sh->index = i;
     int rc = tko__queue_init(&sh->queue, each, a);
     if (rc) {
@@ -123,6 +124,7 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
   atomic_init(&w->finished, 0);
   atomic_init(&w->failed, 0);
   atomic_init(&w->handbacks, 0);
+  atomic_init(&w->late_inversions, 0);
   atomic_init(&w->room_given, 0);
   atomic_init(&w->room_settled, 0);
   atomic_init(&w->slot_state, TKO__SLOT_EMPTY);
@@ -231,6 +233,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
   if (rc == 0) rc = tko__queue_init(&pool->async_queue, 16, a);
   pool->async_queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
   pool->stamp_enqueue = pool->timing || opts->aging_ms;
+  pool->count_late = pool->timing && !opts->aging_ms;
   if (rc == 0) {
     /* Each slot's counters on lines of their own (tko__worker). */
     pool->slots = tko__mem_alloc_aligned(a, (size_t)pool->nslots * sizeof *pool->slots,
@@ -478,4 +481,5 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   }
   out->async_inflight = tko__load_relaxed(&pool->async_inflight);
   out->handbacks = sum_slots(pool, offsetof(tko__worker, handbacks));
+  out->late_inversions = sum_slots(pool, offsetof(tko__worker, late_inversions));
 }

@@ -141,6 +141,12 @@ bool tko__queue_outranks(const tko__queue *q, const tko__item *item);
 static inline int tko__queue_top_weight(const tko__queue *q) {
   return q->heap_len ? q->buckets[q->heap[0]].weight : INT_MIN;
 }
+/* The submit time of the oldest item of q's highest-priority bucket (its
+ * head: a bucket is FIFO, and items pushed back go to its head in their
+ * order), 0 when q is empty. */
+static inline uint64_t tko__queue_top_enq_ns(const tko__queue *q) {
+  return q->heap_len ? q->items[q->buckets[q->heap[0]].head].enq_ns : 0;
+}
 /* True if a's highest-priority item goes before b's; both non-empty. */
 bool tko__queue_top_before(const tko__queue *a, const tko__queue *b);
 /* Trimming (giving a burst's memory back): whether the slab is larger than

@@ -58,6 +58,22 @@ static int run_runner(tko_pool *pool, const tko__item *item) {
   return 0;
 }
 
+/* tko_stats.late_inversions: a worker's start of *item at now is late if
+ * some queue's heaviest queued task is heavier and its weight's oldest
+ * submit is more than recheck_ns old (the queue's top and top_since,
+ * stored under its lock when they change, read here as hints). */
+static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, uint64_t now) {
+  for (unsigned i = 0; i < pool->nshards; i++) {
+    const tko__shard *sh = &pool->shards[i];
+    if (tko__load_relaxed(&sh->top) <= item->weight) continue;
+    uint64_t since = tko__load_relaxed(&sh->top_since);
+    if (since && now > since && now - since > pool->recheck_ns) {
+      count_own(&w->late_inversions);
+      return;
+    }
+  }
+}
+
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (item->ctx & TKO__CTX_ASYNC) return tko__async_start(pool, w, item);
   if (tko__item_internal(item)) return run_runner(pool, item);
@@ -74,6 +90,7 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   fill_info(&info, w, item);
   uint64_t start = tko__now_ns();
   info.wait_ns = start > item->enq_ns ? start - item->enq_ns : 0;
+  if (pool->count_late && w != &pool->caller) count_late(pool, w, item, start);
   if (h->before_run) h->before_run(h->user, &info);
   info.status = item->fn(item->arg);
   info.run_ns = tko__now_ns() - start;
