@@ -265,7 +265,9 @@ typedef struct tko_options {
                                 elastic ones. Placement: the k-th thread
                                 (from 0) to submit to the pool submits into
                                 queue k mod queues (threads past the 64th,
-                                and async tasks, into queue 0); basic worker
+                                and async tasks, into queue 0: a thread's
+                                equal-weight async and plain tasks then keep
+                                no order between them); basic worker
                                 i's own queue is i mod queues, elastic
                                 worker j's (workers + j) mod queues */
 } tko_options;

@@ -55,6 +55,10 @@
 #define TKO__RECHECK_DEFAULT_US 100u
 #define TKO__CLOCK_STRIDE_NS 1000u
 
+/* tko__worker.swept_ns when a worker's next take sweeps whatever the time
+ * (a new worker, one that found nothing). */
+#define TKO__SWEEP_DUE UINT64_MAX
+
 /* A take of fewer tasks than this is followed by a yield (worker.c). */
 #define TKO__SMALL_TAKE 4u
 
@@ -128,7 +132,8 @@ typedef struct tko__worker {
    * of its last clock read, the starts since that read, and the starts
    * between two reads. */
   uint64_t looked_ns, clocked_ns;
-  uint64_t swept_ns; /* its last sweep of the other shards (shard.c); owner only */
+  uint64_t swept_ns; /* its last sweep of the shards (shard.c), or TKO__SWEEP_DUE:
+                        its next take sweeps; owner only */
   size_t unclocked, clock_stride;
   atomic_uint_fast64_t handbacks; /* batches handed back at a recheck; owner only */
   atomic_uint_fast64_t late_inversions; /* starts counted late (count_late); owner only */
@@ -522,21 +527,29 @@ void tko__resize_vacate(tko_pool *pool, tko__worker *w);
  * (shard.c), which then decide under that shard's lock. */
 static inline void tko__refresh_backlog(tko_pool *pool, tko__shard *sh) {
   size_t work = sh->queue.len > 0;
+  /* The queue whose best task is the shard's top: shard 0's async queue
+   * when it may start one and holds a heavier task (the review of the
+   * shards: else a heavy async task waited for every other shard's lighter
+   * tasks, their tops beating shard 0's empty queue). */
+  const tko__queue *best = &sh->queue;
   if (sh->index == 0) {
     unsigned max = pool->opts.max_async_inflight;
     size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
     work |= runnable_async > 0;
+    if (runnable_async &&
+        tko__queue_top_weight(&pool->async_queue) > tko__queue_top_weight(&sh->queue))
+      best = &pool->async_queue;
     size_t waiting = pool->async_queue.len > 0;
     if (tko__load_relaxed(&pool->async_waiting) != waiting)
       tko__store_relaxed(&pool->async_waiting, waiting);
   }
   if (tko__load_relaxed(&sh->backlog) != work) tko__store_relaxed(&sh->backlog, work);
   if (pool->nshards > 1 || pool->count_late) {
-    int top = tko__queue_top_weight(&sh->queue);
+    int top = tko__queue_top_weight(best);
     if (tko__load_relaxed(&sh->top) != top) tko__store_release(&sh->top, top);
   }
   if (pool->count_late) {
-    uint64_t since = tko__queue_top_enq_ns(&sh->queue);
+    uint64_t since = tko__queue_top_enq_ns(best);
     if (tko__load_relaxed(&sh->top_since) != since) tko__store_relaxed(&sh->top_since, since);
   }
 }

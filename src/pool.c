@@ -120,6 +120,7 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
   /* Workers' homes spread over the shards, elastic ones after the basic. */
   unsigned place = kind == TKO_WORKER_BASIC ? index : pool->opts.workers + index;
   w->home = index == UINT32_MAX ? 0 : place % pool->nshards;
+  w->swept_ns = TKO__SWEEP_DUE;
   atomic_init(&w->started, 0);
   atomic_init(&w->finished, 0);
   atomic_init(&w->failed, 0);

@@ -19,7 +19,15 @@
  * since its last sweep, and at every recheck look (worker.c). So once a
  * submit has returned, a worker starts a lighter task at most about
  * recheck_ns (plus the batch it already took) later while that task is
- * still queued. Within one shard the order is the single queue's. */
+ * still queued. Within one shard the order is the single queue's.
+ *
+ * What several shards give up in order: a thread's async tasks go through
+ * the inbox into shard 0 (the async queue is shard 0's) while its other
+ * tasks go through its ring, so equal-weight async and plain tasks of one
+ * thread keep no order between them; and a thread that used the inbox
+ * (its ring claim failed for want of memory) and later gets a ring of
+ * another shard may see its newer tasks taken before its older ones still
+ * in the inbox. */
 #include "internal.h"
 
 int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh) {

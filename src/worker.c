@@ -212,11 +212,12 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
     /* Share by the workers there could be, elastic ones included (any of
      * them may take from any shard), so one worker does not hoard tasks
      * that an elastic worker could have run (blocking tasks above all); a
-     * worker stealing from another's shard takes at most half. */
+     * worker stealing from another's shard takes at most half (which only
+     * bites where one worker is left). */
     unsigned workers =
         tko__load_relaxed(&pool->basic_alive) + tko__load_relaxed(&pool->elastic_max);
     size_t share = workers > 1 ? len / workers : len;
-    if (steal && share > (len + 1) / 2) share = (len + 1) / 2;
+    if (steal && share > (len + 1) / 2) share = (len + 1) / 2; /* a pool shrunk to one */
     if (share < 1) share = 1;
     if (share > max) share = max;
     n = tko__queue_pop(&sh->queue, batch, share);
@@ -238,7 +239,7 @@ static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w) {
   /* Relaxed: submit.c's raise_ceiling. */
   if (tko__load_acquire(&pick->top) >= tko__load_relaxed(&pool->weight_ceiling)) return pick;
   uint64_t now = pool->opts.max_batch > 1 ? w->clocked_ns : tko__now_ns();
-  if (now - w->swept_ns < pool->recheck_ns) return pick;
+  if (w->swept_ns != TKO__SWEEP_DUE && now - w->swept_ns < pool->recheck_ns) return pick;
   w->swept_ns = now;
   /* Every shard, its own included: a take that goes to another shard
    * (heavier, or its own is empty) does not drain its own (the attack on
@@ -265,6 +266,12 @@ static size_t take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_
     pick = sh;
   }
   *from = pick;
+  /* Idle from here on (it found nothing): its next take sweeps, whatever
+   * its last clock reading says (the review of the shards: a worker's
+   * first take after a sleep or a resume skipped the sweep, and could
+   * start a lighter task before a heavier one still in another shard's
+   * ring). */
+  if (n == 0) w->swept_ns = TKO__SWEEP_DUE;
   return n;
 }
 

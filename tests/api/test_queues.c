@@ -348,3 +348,60 @@ Test(queues, a_heavy_task_on_a_stealing_workers_own_queue_starts_within_the_rech
   tt_count_fini(&claimed);
   tt_count_fini(&light_starts);
 }
+
+/* An async task goes to queue 0. With the blocker holding one worker and
+ * the lights all on queue 1, the free worker takes from queue 1 while its
+ * heaviest task beats queue 0's empty plain queue; a heavy async task on
+ * queue 0 must count as queue 0's heaviest, or it waits for every light
+ * (the review of the queues). */
+static int async_heavy(tko_async *op, void *arg) {
+  heavy_probe *h = arg;
+  h->at_start = tt_count_get(&light_starts);
+  tt_count_add(&h->started, 1);
+  (void)op;
+  return 1; /* completes at once (status 1: a failure, which is fine here) */
+}
+
+static int submit_async_heavy(void *arg) {
+  heavy_probe *h = arg;
+  int rc = tko_submit_async(h->pool, async_heavy, h, 9);
+  h->at_submit = tt_count_get(&light_starts);
+  return rc;
+}
+
+Test(queues, a_heavy_async_task_on_queue_0_starts_within_the_recheck_period) {
+  tt_count_init(&light_starts);
+  close_gates();
+  tt_count_init(&blocker_in);
+  tt_count_init(&lights_in);
+  tko_pool *p = make_pool(2, 2, false);
+  cr_assert_eq(tko_submit(p, blocker, NULL, 5), 0); /* this thread: queue 0 */
+  cr_assert(tt_count_wait_eq(&blocker_in, 1));
+  tf_thread lt; /* the next thread to submit: queue 1 */
+  cr_assert_eq(tf_thread_start(&lt, submit_lights, p), 0);
+  cr_assert(tt_count_wait_eq(&lights_in, 1));
+  cr_assert(tt_count_wait_geq(&light_starts, 100)); /* takes of one light each */
+  heavy_probe h = {.pool = p};
+  tt_count_init(&h.started);
+  tf_thread ht;
+  int rc;
+  cr_assert_eq(tf_thread_start(&ht, submit_async_heavy, &h), 0);
+  cr_assert(tf_thread_join(&ht, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert(tt_count_wait_eq(&h.started, 1), "the heavy async task never started");
+  long light_left = LIGHTS - tt_count_get(&light_starts);
+  tt_gate_open(&lights_leave);
+  cr_assert(tf_thread_join(&lt, &rc));
+  cr_assert_eq(rc, 0);
+  tt_gate_open(&blocker_gate);
+  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_gt(light_left, BOUND, "the light backlog ran out first: the test proved nothing");
+  long late = h.at_start - h.at_submit;
+  cr_assert_leq(late, BOUND, "the heavy async task started after %ld light tasks that began after its submit",
+                late);
+  tt_count_fini(&h.started);
+  tt_count_fini(&blocker_in);
+  tt_count_fini(&lights_in);
+  tt_count_fini(&light_starts);
+}
