@@ -192,10 +192,8 @@ static bool drain_for_take(tko_pool *pool, tko__shard *sh) {
   return paused || tko__load_seq(&pool->paused);
 }
 
-/* Takes up to max tasks from shard sh: a share of its backlog, or half of
- * it when the worker steals (sh is not its home). */
-static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t max,
-                        bool steal) {
+/* Takes up to max tasks from shard sh: a share of its backlog. */
+static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t max) {
   tko__lock_acquire(&sh->lock);
   bool paused = drain_for_take(pool, sh);
   size_t len = sh->queue.len, n = 0;
@@ -211,13 +209,10 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
   } else if (len && !paused) {
     /* Share by the workers there could be, elastic ones included (any of
      * them may take from any shard), so one worker does not hoard tasks
-     * that an elastic worker could have run (blocking tasks above all); a
-     * worker stealing from another's shard takes at most half (which only
-     * bites where one worker is left). */
+     * that an elastic worker could have run (blocking tasks above all). */
     unsigned workers =
         tko__load_relaxed(&pool->basic_alive) + tko__load_relaxed(&pool->elastic_max);
     size_t share = workers > 1 ? len / workers : len;
-    if (steal && share > (len + 1) / 2) share = (len + 1) / 2; /* a pool shrunk to one */
     if (share < 1) share = 1;
     if (share > max) share = max;
     n = tko__queue_pop(&sh->queue, batch, share);
@@ -254,15 +249,15 @@ static size_t take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_
                          tko__shard **from) {
   if (pool->nshards == 1) {
     *from = &pool->shards[0];
-    return take_from(pool, *from, batch, max, false);
+    return take_from(pool, *from, batch, max);
   }
   tko__shard *pick = pick_for_take(pool, w);
-  size_t n = take_from(pool, pick, batch, max, pick->index != w->home);
+  size_t n = take_from(pool, pick, batch, max);
   /* Nothing there: every shard in turn, home first. */
   for (unsigned i = 0; n == 0 && i < pool->nshards; i++) {
     tko__shard *sh = &pool->shards[(w->home + i) % pool->nshards];
     if (sh == pick || !tko__shard_work_hint(pool, sh)) continue;
-    n = take_from(pool, sh, batch, max, sh->index != w->home);
+    n = take_from(pool, sh, batch, max);
     pick = sh;
   }
   *from = pick;
@@ -372,14 +367,22 @@ static tko__shard *next_taken_shard(const tko__worker *w) {
   return NULL;
 }
 
+/* Puts back every task this thread took from sh and has not started, in
+ * one hold of sh's lock, all or nothing; false (nothing changed) if the
+ * queues could not grow. */
+static bool put_back(tko_pool *pool, tko__worker *w, tko__shard *sh) {
+  tko__lock_acquire(&sh->lock);
+  bool room = room_for_taken_locked(pool, w, sh);
+  if (room) put_back_locked(pool, w, sh);
+  tko__unlock(&sh->lock);
+  return room;
+}
+
 /* Puts them back, shard by shard; one the queue cannot take back (no
  * memory) is cancelled. */
 static void requeue_taken(tko_pool *pool, tko__worker *w) {
   for (tko__shard *sh; (sh = next_taken_shard(w)) != NULL;) {
-    tko__lock_acquire(&sh->lock);
-    bool room = room_for_taken_locked(pool, w, sh);
-    if (room) put_back_locked(pool, w, sh);
-    tko__unlock(&sh->lock);
+    bool room = put_back(pool, w, sh);
     /* Without room, one by one: those that fit go back, the rest cancelled. */
     for (tko__batch_frame *b = room ? NULL : w->batch; b; b = b->outer) {
       while (b->shard == sh && b->n > b->next) {
@@ -536,13 +539,8 @@ static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__i
   }
   if (!heavier) return false;
   tko__batch_frame *inner = w->batch;
-  for (tko__shard *sh; (sh = next_taken_shard(w)) != NULL;) {
-    tko__lock_acquire(&sh->lock);
-    bool room = room_for_taken_locked(pool, w, sh);
-    if (room) put_back_locked(pool, w, sh);
-    tko__unlock(&sh->lock);
-    if (!room) break;
-  }
+  for (tko__shard *sh; (sh = next_taken_shard(w)) != NULL;)
+    if (!put_back(pool, w, sh)) break;
   bool all = next_taken_shard(w) == NULL;
   if (all) w->batch = NULL;
   return inner->n == inner->next;
