@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The priority contract with more than one worker (README, semantics:
- * tko_submit): once a submit of weight w has returned, a lower-weight task
+/* The priority contract with more than one worker and one queue (README,
+ * semantics: tko_submit; several queues have the time bound instead,
+ * test_queues.c): once a submit of weight w has returned, a lower-weight task
  * that starts while it is still queued was already taken by its worker
  * before that - part of a batch the worker holds. So the worker that
  * runs the heavier task starts at most max_batch lighter ones (the rest of
@@ -52,6 +53,7 @@ static int heavy_fn(void *arg) {
 static void overtakes(unsigned workers, unsigned max_batch, int light_weight, int heavy_weight) {
   tko_options o = tko_basic_options(workers);
   o.max_batch = max_batch;
+  o.queues = 1; /* each take moves every submitted task into the queue */
   tko_pool *pool;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);
   for (int round = 0; round < TT_SCALE(20, 4); round++) {
