@@ -226,9 +226,9 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
  * recheck_ns has passed since this worker's last sweep (shard.c: the
  * contract across shards) and the shard it would take from has nothing at
  * the weight ceiling, which no task can outrank. The time is the worker's
- * last clock read - its last take's or recheck's - so takes read no clock
- * of their own, unless batches hold one task (max_batch 1: no reads at
- * all). Returns the shard to take from. */
+ * last clock read - its last batch's end, take's or recheck's - so takes
+ * read no clock of their own, unless batches hold one task (max_batch 1:
+ * no reads at all). Returns the shard to take from. */
 static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w) {
   tko__shard *pick = tko__shard_pick(pool, w);
   /* Relaxed: submit.c's raise_ceiling. */
@@ -814,8 +814,17 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
           end = left(w);
           break;
         }
-        /* A batch cut short says little about its tasks' length. */
-        if (how == RAN_ALL) size_next_take(pool, w, n, tko__now_ns() - t0);
+        /* A batch cut short says little about its tasks' length (and its
+         * recheck read the clock). The reading is the next take's time
+         * too (pick_for_take): after a long task, the time of the take
+         * before it would skip the look at the other shards that a heavy
+         * task submitted meanwhile is waiting for (test
+         * queues/a_take_after_a_long_task_looks_at_every_queue). */
+        if (how == RAN_ALL) {
+          uint64_t t1 = tko__now_ns();
+          size_next_take(pool, w, n, t1 - t0);
+          w->clocked_ns = t1;
+        }
       } else {
         run_batch(pool, w, batch, n, from, true); /* one task: it never stops early */
       }

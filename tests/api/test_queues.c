@@ -150,6 +150,9 @@ static tt_count light_starts;
 static tt_gate blocker_gate = TT_GATE_INIT;
 static tt_count lights_in;
 static tt_gate lights_leave = TT_GATE_INIT;
+static tt_gate heavy_gate = TT_GATE_INIT;
+static tt_gate lights_gate = TT_GATE_INIT;
+static tt_gate long_gate = TT_GATE_INIT;
 static tt_count blocker_in;
 
 static int blocker(void *arg) {
@@ -162,7 +165,7 @@ static int blocker(void *arg) {
 /* The standalone runner (TSan) runs every test in one process: the gates
  * start closed in each. */
 static void close_gates(void) {
-  tt_gate *gates[] = {&blocker_gate, &lights_leave};
+  tt_gate *gates[] = {&blocker_gate, &lights_leave, &heavy_gate, &lights_gate, &long_gate};
   for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++) {
     pthread_mutex_lock(&gates[i]->mu);
     gates[i]->open = false;
@@ -403,5 +406,100 @@ Test(queues, a_heavy_async_task_on_queue_0_starts_within_the_recheck_period) {
   tt_count_fini(&h.started);
   tt_count_fini(&blocker_in);
   tt_count_fini(&lights_in);
+  tt_count_fini(&light_starts);
+}
+
+/* A take after a long task looks at every queue's submissions (its clock
+ * reading is the batch's end, not its take). The free worker runs the
+ * claim tasks, then a long task; meanwhile the heavy task goes to the busy
+ * worker's queue and, once its submit has returned, lights to the free
+ * worker's own. Its next take must start the heavy task before any light:
+ * the long task lasts more than the recheck period, so that take is due
+ * to look; a take that reused its last take's time would find itself
+ * within the period and start the lights (all of them: a recheck period
+ * of 1 ms, longer than their 50 x 20 us). */
+enum { LONG_RECHECK_US = 1000, WAKE_LIGHTS = 50 };
+
+static tt_count claims_ran;
+static tt_count long_in;
+
+static int note_claim(void *arg) {
+  (void)arg;
+  tt_count_add(&claims_ran, 1);
+  return 0;
+}
+
+static int long_task(void *arg) {
+  (void)arg;
+  uint64_t until = tt_now_ns() + 2u * LONG_RECHECK_US * 1000u;
+  tt_count_add(&long_in, 1);
+  cr_assert(tt_gate_wait(&long_gate));
+  while (tt_now_ns() < until) {
+  }
+  return 0;
+}
+
+typedef struct claimer {
+  tko_pool *pool;
+  heavy_probe *h; /* NULL: the lights' thread */
+  int rc;
+} claimer;
+
+static int claim_then_submit(void *arg) {
+  claimer *c = arg;
+  c->rc = tko_submit(c->pool, note_claim, NULL, 0);
+  cr_assert(tt_gate_wait(c->h ? &heavy_gate : &lights_gate));
+  if (c->rc) return 0;
+  if (c->h) c->rc = submit_heavy(c->h);
+  for (int i = 0; !c->h && i < WAKE_LIGHTS && c->rc == 0; i++)
+    c->rc = tko_submit(c->pool, light, NULL, 0);
+  return 0;
+}
+
+Test(queues, a_take_after_a_long_task_looks_at_every_queue) {
+  tt_count_init(&light_starts);
+  atomic_store(&blocker_worker, -1);
+  close_gates();
+  tt_count_init(&blocker_in);
+  tt_count_init(&claims_ran);
+  tt_count_init(&long_in);
+  tko_options o = tko_basic_options(2);
+  o.queues = 2;
+  o.recheck_us = LONG_RECHECK_US;
+  o.hooks.before_run = note_blocker_worker;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert_eq(tko_submit(p, blocker, NULL, 5), 0); /* this thread: queue 0 */
+  cr_assert(tt_count_wait_eq(&blocker_in, 1));
+  int busy = atomic_load(&blocker_worker);
+  cr_assert(busy == 0 || busy == 1);
+  /* Threads 1 and 2 claim queues 1 and 0: the heavy one the busy worker's. */
+  heavy_probe h = {.pool = p};
+  tt_count_init(&h.started);
+  claimer c[2] = {{p, busy == 1 ? &h : NULL, 0}, {p, busy == 0 ? &h : NULL, 0}};
+  tf_thread th[2];
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(tf_thread_start(&th[i], claim_then_submit, &c[i]), 0);
+    cr_assert(tt_count_wait_eq(&claims_ran, i + 1));
+  }
+  cr_assert_eq(tko_submit(p, long_task, NULL, 0), 0);
+  cr_assert(tt_count_wait_eq(&long_in, 1));
+  int heavy_thread = c[0].h ? 0 : 1, rc;
+  tt_gate_open(&heavy_gate);
+  cr_assert(tf_thread_join(&th[heavy_thread], &rc));
+  tt_gate_open(&lights_gate);
+  cr_assert(tf_thread_join(&th[1 - heavy_thread], &rc));
+  for (int i = 0; i < 2; i++) cr_assert_eq(c[i].rc, 0);
+  tt_gate_open(&long_gate);
+  cr_assert(tt_count_wait_eq(&h.started, 1), "the heavy task never started");
+  tt_gate_open(&blocker_gate);
+  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  long late = h.at_start - h.at_submit;
+  cr_assert_eq(late, 0, "%ld light tasks submitted after the heavy one started first", late);
+  tt_count_fini(&h.started);
+  tt_count_fini(&long_in);
+  tt_count_fini(&claims_ran);
+  tt_count_fini(&blocker_in);
   tt_count_fini(&light_starts);
 }
