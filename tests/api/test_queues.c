@@ -134,15 +134,15 @@ Test(queues, a_cancelling_shutdown_cancels_every_queue) {
 /* ---- priority across queues ------------------------------------------
  *
  * Two workers, two queues. A blocker task holds one worker; the other works
- * through light tasks of 20 us (a length of task, not a wait) that two
- * threads submitted, one per queue, so that it has light work whichever
- * queue is its own. Then two more threads, again one per queue, submit a
- * heavy task each: one of them lands on the busy worker's queue, where
- * only the other worker can start it. Each heavy task notes how many light
- * tasks started between its submit's return and its own start: the
- * contract bounds that by the recheck period (100 us: about five light
- * tasks) plus the batch the worker held; without looking across queues it
- * is the free worker's whole light backlog (LIGHTS). */
+ * through light tasks of 20 us (a length of task, not a wait). Heavy tasks
+ * submitted from other threads note how many light tasks started between
+ * their submit's return and their own start: the contract bounds that by
+ * the recheck period (100 us: about five light tasks) plus the batch the
+ * worker held; without looking across queues it is the free worker's
+ * whole light backlog (LIGHTS). The placement is taskorch.h's
+ * (tko_options.queues): the k-th thread to submit uses queue k mod 2 (this
+ * thread, submitting first, queue 0), and basic worker i's own is queue i;
+ * a before_run hook tells which worker the blocker holds. */
 
 enum { LIGHT_NS = 20000, LIGHTS = 2000, BOUND = 100 };
 
@@ -150,10 +150,8 @@ static tt_count light_starts;
 static tt_gate blocker_gate = TT_GATE_INIT;
 static tt_count lights_in;
 static tt_gate lights_leave = TT_GATE_INIT;
-static tt_gate heavy_gate = TT_GATE_INIT;
-static tt_gate lights_gate = TT_GATE_INIT;
-static tt_gate long_gate = TT_GATE_INIT;
 static tt_count blocker_in;
+static atomic_int blocker_worker;
 
 static int blocker(void *arg) {
   (void)arg;
@@ -162,15 +160,9 @@ static int blocker(void *arg) {
   return 0;
 }
 
-/* The standalone runner (TSan) runs every test in one process: the gates
- * start closed in each. */
-static void close_gates(void) {
-  tt_gate *gates[] = {&blocker_gate, &lights_leave, &heavy_gate, &lights_gate, &long_gate};
-  for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++) {
-    pthread_mutex_lock(&gates[i]->mu);
-    gates[i]->open = false;
-    pthread_mutex_unlock(&gates[i]->mu);
-  }
+static void note_blocker_worker(void *user, const tko_task_info *t) {
+  (void)user;
+  if (t->fn == blocker) atomic_store(&blocker_worker, (int)t->worker);
 }
 
 static int light(void *arg) {
@@ -184,6 +176,7 @@ static int light(void *arg) {
 
 typedef struct heavy_probe {
   tko_pool *pool;
+  int (*submit)(void *); /* scene_heavy's */
   long at_submit, at_start;
   tt_count started;
 } heavy_probe;
@@ -193,18 +186,6 @@ static int heavy(void *arg) {
   h->at_start = tt_count_get(&light_starts);
   tt_count_add(&h->started, 1);
   return 0;
-}
-
-/* The light submitters stay alive until the heavy ones have submitted, so
- * that those are new threads of their own, each claiming a queue in turn. */
-
-static int submit_lights(void *arg) {
-  tko_pool *p = arg;
-  int rc = 0;
-  for (int i = 0; i < LIGHTS && rc == 0; i++) rc = tko_submit(p, light, NULL, 0);
-  tt_count_add(&lights_in, 1);
-  cr_assert(tt_gate_wait(&lights_leave));
-  return rc;
 }
 
 static int submit_heavy(void *arg) {
@@ -217,67 +198,18 @@ static int submit_heavy(void *arg) {
   return rc;
 }
 
-Test(queues, a_heavy_task_on_a_busy_workers_queue_starts_within_the_recheck_period) {
-  tt_count_init(&light_starts);
-  close_gates();
-  tt_count_init(&blocker_in);
-  tko_pool *p = make_pool(2, 2, false);
-  /* The blocker first (from this thread), then the lights from two threads. */
-  cr_assert_eq(tko_submit(p, blocker, NULL, 5), 0);
-  cr_assert(tt_count_wait_eq(&blocker_in, 1));
-  tt_count_init(&lights_in);
-  tf_thread lt[2];
-  for (int i = 0; i < 2; i++) cr_assert_eq(tf_thread_start(&lt[i], submit_lights, p), 0);
-  cr_assert(tt_count_wait_eq(&lights_in, 2));
-  int rc;
-  heavy_probe h[2];
-  tf_thread ht[2];
-  for (int i = 0; i < 2; i++) {
-    h[i] = (heavy_probe){.pool = p};
-    tt_count_init(&h[i].started);
-    cr_assert_eq(tf_thread_start(&ht[i], submit_heavy, &h[i]), 0);
-  }
-  for (int i = 0; i < 2; i++) {
-    cr_assert(tf_thread_join(&ht[i], &rc));
-    cr_assert_eq(rc, 0);
-    cr_assert(tt_count_wait_eq(&h[i].started, 1), "a heavy task never started");
-  }
-  long light_left = 2L * LIGHTS - tt_count_get(&light_starts);
-  tt_gate_open(&lights_leave);
-  for (int i = 0; i < 2; i++) {
-    cr_assert(tf_thread_join(&lt[i], &rc));
-    cr_assert_eq(rc, 0);
-  }
-  tt_gate_open(&blocker_gate);
-  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0);
-  cr_assert_eq(tko_pool_destroy(p), 0);
-  cr_assert_gt(light_left, BOUND, "the light backlog ran out first: the test proved nothing");
-  for (int i = 0; i < 2; i++) {
-    long late = h[i].at_start - h[i].at_submit;
-    cr_assert_leq(late, BOUND, "heavy task %d started after %ld light tasks that began after its submit",
-                  i, late);
-    tt_count_fini(&h[i].started);
-  }
-  tt_count_fini(&blocker_in);
-  tt_count_fini(&lights_in);
-  tt_count_fini(&light_starts);
+/* A light submitter stays alive until the scene ends, so that the heavy
+ * submitters are new threads of their own, each claiming a queue in turn. */
+static int submit_lights(void *arg) {
+  tko_pool *p = arg;
+  int rc = 0;
+  for (int i = 0; i < LIGHTS && rc == 0; i++) rc = tko_submit(p, light, NULL, 0);
+  tt_count_add(&lights_in, 1);
+  cr_assert(tt_gate_wait(&lights_leave));
+  return rc;
 }
 
-/* The free worker's own queue gets the heavy task while every light task
- * is on the other queue, which it steals from: its takes go to the other
- * queue, so only its looks at the other queues' submissions (once the
- * recheck period has passed) find the heavy task at home. The placement
- * is taskorch.h's (tko_options.queues): the k-th thread to submit uses
- * queue k mod 2, basic worker i's own is queue i; a before_run hook
- * tells which worker the blocker holds, and threads that only claim a
- * queue put the lights and the heavy task where the case needs them. */
-static atomic_int blocker_worker;
-
-static void note_blocker_worker(void *user, const tko_task_info *t) {
-  (void)user;
-  if (t->fn == blocker) atomic_store(&blocker_worker, (int)t->worker);
-}
-
+/* A thread that only claims a queue (its submit's task counts in ran). */
 static tt_count claimed;
 
 static int claim_queue(void *arg) {
@@ -287,32 +219,128 @@ static int claim_queue(void *arg) {
   return rc;
 }
 
-Test(queues, a_heavy_task_on_a_stealing_workers_own_queue_starts_within_the_recheck_period) {
-  tt_count_init(&light_starts);
+/* A scene: the pool, the worker its blocker holds, and the submitting
+ * threads that scene_end joins (each must return 0). */
+typedef struct scene {
+  tko_pool *pool;
+  int blocked; /* the worker the blocker holds */
+  tf_thread threads[6];
+  int nthreads;
+} scene;
+
+static tt_gate heavy_gate = TT_GATE_INIT;
+static tt_gate lights_gate = TT_GATE_INIT;
+static tt_gate long_gate = TT_GATE_INIT;
+static tt_count claims_ran;
+static tt_count long_in;
+
+/* The standalone runner (TSan) runs every test in one process: the counts
+ * and gates start afresh in each. */
+static void scene_start(scene *sc, unsigned recheck_us) {
+  tt_count *counts[] = {&light_starts, &lights_in, &blocker_in, &claimed, &claims_ran, &long_in};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) tt_count_init(counts[i]);
+  tt_gate *gates[] = {&blocker_gate, &lights_leave, &heavy_gate, &lights_gate, &long_gate};
+  for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++) {
+    pthread_mutex_lock(&gates[i]->mu);
+    gates[i]->open = false;
+    pthread_mutex_unlock(&gates[i]->mu);
+  }
   atomic_store(&blocker_worker, -1);
-  close_gates();
-  tt_count_init(&blocker_in);
-  tt_count_init(&lights_in);
-  tt_count_init(&claimed);
   tko_options o = tko_basic_options(2);
   o.queues = 2;
+  o.recheck_us = recheck_us;
   o.hooks.before_run = note_blocker_worker;
-  tko_pool *p;
-  cr_assert_eq(tko_pool_create(&p, &o), 0);
-  cr_assert_eq(tko_submit(p, blocker, NULL, 5), 0); /* this thread: queue 0 */
+  *sc = (scene){0};
+  cr_assert_eq(tko_pool_create(&sc->pool, &o), 0);
+  cr_assert_eq(tko_submit(sc->pool, blocker, NULL, 5), 0); /* this thread: queue 0 */
   cr_assert(tt_count_wait_eq(&blocker_in, 1));
-  int free_worker = 1 - atomic_load(&blocker_worker);
-  cr_assert(free_worker == 0 || free_worker == 1);
+  sc->blocked = atomic_load(&blocker_worker);
+  cr_assert(sc->blocked == 0 || sc->blocked == 1);
+}
+
+static void scene_thread(scene *sc, int (*fn)(void *), void *arg) {
+  cr_assert_lt(sc->nthreads, (int)(sizeof sc->threads / sizeof sc->threads[0]));
+  cr_assert_eq(tf_thread_start(&sc->threads[sc->nthreads++], fn, arg), 0);
+}
+
+/* Submits a heavy task from a new thread, which stays until the scene
+ * ends: a thread that ended would leave its queue to the next new one. */
+static int submit_heavy_and_stay(void *arg) {
+  heavy_probe *h = arg;
+  int rc = h->submit(h);
+  cr_assert(tt_gate_wait(&lights_leave));
+  return rc;
+}
+
+static void scene_heavy(scene *sc, heavy_probe *h, int (*submit)(void *)) {
+  *h = (heavy_probe){.pool = sc->pool, .submit = submit};
+  tt_count_init(&h->started);
+  scene_thread(sc, submit_heavy_and_stay, h);
+}
+
+/* Lets every thread and the blocker go; returns the light tasks that had
+ * not started by then. */
+static long scene_end(scene *sc, long lights) {
+  long light_left = lights - tt_count_get(&light_starts);
+  tt_gate_open(&lights_leave);
+  for (int i = 0; i < sc->nthreads; i++) {
+    int rc;
+    cr_assert(tf_thread_join(&sc->threads[i], &rc));
+    cr_assert_eq(rc, 0);
+  }
+  tt_gate_open(&blocker_gate);
+  cr_assert_eq(tko_pool_wait_idle(sc->pool, 60000), 0);
+  cr_assert_eq(tko_pool_destroy(sc->pool), 0);
+  tt_count *counts[] = {&light_starts, &lights_in, &blocker_in, &claimed, &claims_ran, &long_in};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) tt_count_fini(counts[i]);
+  return light_left;
+}
+
+static void wait_heavy(heavy_probe *h) {
+  cr_assert(tt_count_wait_eq(&h->started, 1), "a heavy task never started");
+}
+
+static void assert_in_time(heavy_probe *h, long light_left) {
+  cr_assert_gt(light_left, BOUND, "the light backlog ran out first: the test proved nothing");
+  long late = h->at_start - h->at_submit;
+  cr_assert_leq(late, BOUND, "a heavy task started after %ld light tasks that began after its submit",
+                late);
+  tt_count_fini(&h->started);
+}
+
+/* Lights on both queues (two threads), then a heavy task on each: one of
+ * them lands on the busy worker's queue, where only the other worker can
+ * start it. */
+Test(queues, a_heavy_task_on_a_busy_workers_queue_starts_within_the_recheck_period) {
+  scene sc;
+  scene_start(&sc, 0);
+  for (int i = 0; i < 2; i++) scene_thread(&sc, submit_lights, sc.pool);
+  cr_assert(tt_count_wait_eq(&lights_in, 2));
+  heavy_probe h[2];
+  for (int i = 0; i < 2; i++) scene_heavy(&sc, &h[i], submit_heavy);
+  for (int i = 0; i < 2; i++) wait_heavy(&h[i]);
+  long light_left = scene_end(&sc, 2L * LIGHTS);
+  for (int i = 0; i < 2; i++) assert_in_time(&h[i], light_left);
+}
+
+/* The free worker's own queue gets the heavy task while every light task
+ * is on the other queue, which it steals from: its takes go to the other
+ * queue, so only its looks at the other queues' submissions (once the
+ * recheck period has passed) find the heavy task at home. Threads that
+ * only claim a queue put the lights and the heavy task where the case
+ * needs them. */
+Test(queues, a_heavy_task_on_a_stealing_workers_own_queue_starts_within_the_recheck_period) {
+  scene sc;
+  scene_start(&sc, 0);
+  int free_worker = 1 - sc.blocked, k = 1, claims = 0;
   /* Threads in claim order k = 1, 2, ...: queue k % 2. The lights go to
    * the queue that is not the free worker's, the heavy task to its own. */
-  tf_thread th[5];
-  int nth = 0, k = 1, claims = 0;
   if (k % 2 == free_worker) {
-    cr_assert_eq(tf_thread_start(&th[nth++], claim_queue, p), 0);
+    scene_thread(&sc, claim_queue, sc.pool);
     cr_assert(tt_count_wait_eq(&claimed, ++claims));
     k++;
   }
-  cr_assert_eq(tf_thread_start(&th[nth++], submit_lights, p), 0);
+  scene_thread(&sc, submit_lights, sc.pool);
   cr_assert(tt_count_wait_eq(&lights_in, 1));
   k++;
   /* Long enough for the free worker's takes to shrink to one 20 us task
@@ -320,36 +348,14 @@ Test(queues, a_heavy_task_on_a_stealing_workers_own_queue_starts_within_the_rech
    * only a take's look at the other queues can find the heavy task. */
   cr_assert(tt_count_wait_geq(&light_starts, 100));
   if (k % 2 != free_worker) {
-    cr_assert_eq(tf_thread_start(&th[nth++], claim_queue, p), 0);
+    scene_thread(&sc, claim_queue, sc.pool);
     cr_assert(tt_count_wait_eq(&claimed, ++claims));
     k++;
   }
-  heavy_probe h = {.pool = p};
-  tt_count_init(&h.started);
-  tf_thread ht;
-  int rc;
-  cr_assert_eq(tf_thread_start(&ht, submit_heavy, &h), 0);
-  cr_assert(tf_thread_join(&ht, &rc));
-  cr_assert_eq(rc, 0);
-  cr_assert(tt_count_wait_eq(&h.started, 1), "the heavy task never started");
-  long light_left = LIGHTS - tt_count_get(&light_starts);
-  tt_gate_open(&lights_leave);
-  for (int i = 0; i < nth; i++) {
-    cr_assert(tf_thread_join(&th[i], &rc));
-    cr_assert_eq(rc, 0);
-  }
-  tt_gate_open(&blocker_gate);
-  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0);
-  cr_assert_eq(tko_pool_destroy(p), 0);
-  cr_assert_gt(light_left, BOUND, "the light backlog ran out first: the test proved nothing");
-  long late = h.at_start - h.at_submit;
-  cr_assert_leq(late, BOUND, "the heavy task started after %ld light tasks that began after its submit",
-                late);
-  tt_count_fini(&h.started);
-  tt_count_fini(&blocker_in);
-  tt_count_fini(&lights_in);
-  tt_count_fini(&claimed);
-  tt_count_fini(&light_starts);
+  heavy_probe h;
+  scene_heavy(&sc, &h, submit_heavy);
+  wait_heavy(&h);
+  assert_in_time(&h, scene_end(&sc, LIGHTS));
 }
 
 /* An async task goes to queue 0. With the blocker holding one worker and
@@ -373,40 +379,15 @@ static int submit_async_heavy(void *arg) {
 }
 
 Test(queues, a_heavy_async_task_on_queue_0_starts_within_the_recheck_period) {
-  tt_count_init(&light_starts);
-  close_gates();
-  tt_count_init(&blocker_in);
-  tt_count_init(&lights_in);
-  tko_pool *p = make_pool(2, 2, false);
-  cr_assert_eq(tko_submit(p, blocker, NULL, 5), 0); /* this thread: queue 0 */
-  cr_assert(tt_count_wait_eq(&blocker_in, 1));
-  tf_thread lt; /* the next thread to submit: queue 1 */
-  cr_assert_eq(tf_thread_start(&lt, submit_lights, p), 0);
+  scene sc;
+  scene_start(&sc, 0);
+  scene_thread(&sc, submit_lights, sc.pool); /* the next thread to submit: queue 1 */
   cr_assert(tt_count_wait_eq(&lights_in, 1));
   cr_assert(tt_count_wait_geq(&light_starts, 100)); /* takes of one light each */
-  heavy_probe h = {.pool = p};
-  tt_count_init(&h.started);
-  tf_thread ht;
-  int rc;
-  cr_assert_eq(tf_thread_start(&ht, submit_async_heavy, &h), 0);
-  cr_assert(tf_thread_join(&ht, &rc));
-  cr_assert_eq(rc, 0);
-  cr_assert(tt_count_wait_eq(&h.started, 1), "the heavy async task never started");
-  long light_left = LIGHTS - tt_count_get(&light_starts);
-  tt_gate_open(&lights_leave);
-  cr_assert(tf_thread_join(&lt, &rc));
-  cr_assert_eq(rc, 0);
-  tt_gate_open(&blocker_gate);
-  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0);
-  cr_assert_eq(tko_pool_destroy(p), 0);
-  cr_assert_gt(light_left, BOUND, "the light backlog ran out first: the test proved nothing");
-  long late = h.at_start - h.at_submit;
-  cr_assert_leq(late, BOUND, "the heavy async task started after %ld light tasks that began after its submit",
-                late);
-  tt_count_fini(&h.started);
-  tt_count_fini(&blocker_in);
-  tt_count_fini(&lights_in);
-  tt_count_fini(&light_starts);
+  heavy_probe h;
+  scene_heavy(&sc, &h, submit_async_heavy);
+  wait_heavy(&h);
+  assert_in_time(&h, scene_end(&sc, LIGHTS));
 }
 
 /* A take after a long task looks at every queue's submissions (its clock
@@ -416,12 +397,9 @@ Test(queues, a_heavy_async_task_on_queue_0_starts_within_the_recheck_period) {
  * worker's own. Its next take must start the heavy task before any light:
  * the long task lasts more than the recheck period, so that take is due
  * to look; a take that reused its last take's time would find itself
- * within the period and start the lights (all of them: a recheck period
- * of 1 ms, longer than their 50 x 20 us). */
+ * within the period and start the lights (a recheck period of 1 ms, longer
+ * than their 50 x 20 us). */
 enum { LONG_RECHECK_US = 1000, WAKE_LIGHTS = 50 };
-
-static tt_count claims_ran;
-static tt_count long_in;
 
 static int note_claim(void *arg) {
   (void)arg;
@@ -449,57 +427,38 @@ static int claim_then_submit(void *arg) {
   claimer *c = arg;
   c->rc = tko_submit(c->pool, note_claim, NULL, 0);
   cr_assert(tt_gate_wait(c->h ? &heavy_gate : &lights_gate));
-  if (c->rc) return 0;
-  if (c->h) c->rc = submit_heavy(c->h);
-  for (int i = 0; !c->h && i < WAKE_LIGHTS && c->rc == 0; i++)
-    c->rc = tko_submit(c->pool, light, NULL, 0);
-  return 0;
+  if (c->rc) return c->rc;
+  if (c->h) return c->rc = submit_heavy(c->h);
+  for (int i = 0; i < WAKE_LIGHTS && c->rc == 0; i++) c->rc = tko_submit(c->pool, light, NULL, 0);
+  return c->rc;
 }
 
 Test(queues, a_take_after_a_long_task_looks_at_every_queue) {
-  tt_count_init(&light_starts);
-  atomic_store(&blocker_worker, -1);
-  close_gates();
-  tt_count_init(&blocker_in);
-  tt_count_init(&claims_ran);
-  tt_count_init(&long_in);
-  tko_options o = tko_basic_options(2);
-  o.queues = 2;
-  o.recheck_us = LONG_RECHECK_US;
-  o.hooks.before_run = note_blocker_worker;
-  tko_pool *p;
-  cr_assert_eq(tko_pool_create(&p, &o), 0);
-  cr_assert_eq(tko_submit(p, blocker, NULL, 5), 0); /* this thread: queue 0 */
-  cr_assert(tt_count_wait_eq(&blocker_in, 1));
-  int busy = atomic_load(&blocker_worker);
-  cr_assert(busy == 0 || busy == 1);
+  scene sc;
+  scene_start(&sc, LONG_RECHECK_US);
   /* Threads 1 and 2 claim queues 1 and 0: the heavy one the busy worker's. */
-  heavy_probe h = {.pool = p};
+  heavy_probe h = {.pool = sc.pool};
   tt_count_init(&h.started);
-  claimer c[2] = {{p, busy == 1 ? &h : NULL, 0}, {p, busy == 0 ? &h : NULL, 0}};
-  tf_thread th[2];
+  claimer c[2] = {{sc.pool, sc.blocked == 1 ? &h : NULL, 0},
+                  {sc.pool, sc.blocked == 0 ? &h : NULL, 0}};
   for (int i = 0; i < 2; i++) {
-    cr_assert_eq(tf_thread_start(&th[i], claim_then_submit, &c[i]), 0);
+    scene_thread(&sc, claim_then_submit, &c[i]);
     cr_assert(tt_count_wait_eq(&claims_ran, i + 1));
   }
-  cr_assert_eq(tko_submit(p, long_task, NULL, 0), 0);
+  cr_assert_eq(tko_submit(sc.pool, long_task, NULL, 0), 0);
   cr_assert(tt_count_wait_eq(&long_in, 1));
   int heavy_thread = c[0].h ? 0 : 1, rc;
   tt_gate_open(&heavy_gate);
-  cr_assert(tf_thread_join(&th[heavy_thread], &rc));
+  cr_assert(tf_thread_join(&sc.threads[heavy_thread], &rc));
+  cr_assert_eq(rc, 0);
   tt_gate_open(&lights_gate);
-  cr_assert(tf_thread_join(&th[1 - heavy_thread], &rc));
-  for (int i = 0; i < 2; i++) cr_assert_eq(c[i].rc, 0);
+  cr_assert(tf_thread_join(&sc.threads[1 - heavy_thread], &rc));
+  cr_assert_eq(rc, 0);
+  sc.nthreads = 0; /* both joined: the lights are in before the long task ends */
   tt_gate_open(&long_gate);
-  cr_assert(tt_count_wait_eq(&h.started, 1), "the heavy task never started");
-  tt_gate_open(&blocker_gate);
-  cr_assert_eq(tko_pool_wait_idle(p, 60000), 0);
-  cr_assert_eq(tko_pool_destroy(p), 0);
+  wait_heavy(&h);
+  (void)scene_end(&sc, WAKE_LIGHTS);
   long late = h.at_start - h.at_submit;
   cr_assert_eq(late, 0, "%ld light tasks submitted after the heavy one started first", late);
   tt_count_fini(&h.started);
-  tt_count_fini(&long_in);
-  tt_count_fini(&claims_ran);
-  tt_count_fini(&blocker_in);
-  tt_count_fini(&light_starts);
 }
