@@ -233,12 +233,14 @@ static tt_gate lights_gate = TT_GATE_INIT;
 static tt_gate long_gate = TT_GATE_INIT;
 static tt_count claims_ran;
 static tt_count long_in;
+static tt_count *const scene_counts[] = {&light_starts, &lights_in, &blocker_in,
+                                         &claimed, &claims_ran, &long_in};
+#define SCENE_COUNTS (sizeof scene_counts / sizeof scene_counts[0])
 
 /* The standalone runner (TSan) runs every test in one process: the counts
  * and gates start afresh in each. */
 static void scene_start(scene *sc, unsigned recheck_us) {
-  tt_count *counts[] = {&light_starts, &lights_in, &blocker_in, &claimed, &claims_ran, &long_in};
-  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) tt_count_init(counts[i]);
+  for (size_t i = 0; i < SCENE_COUNTS; i++) tt_count_init(scene_counts[i]);
   tt_gate *gates[] = {&blocker_gate, &lights_leave, &heavy_gate, &lights_gate, &long_gate};
   for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++) {
     pthread_mutex_lock(&gates[i]->mu);
@@ -291,8 +293,7 @@ static long scene_end(scene *sc, long lights) {
   tt_gate_open(&blocker_gate);
   cr_assert_eq(tko_pool_wait_idle(sc->pool, 60000), 0);
   cr_assert_eq(tko_pool_destroy(sc->pool), 0);
-  tt_count *counts[] = {&light_starts, &lights_in, &blocker_in, &claimed, &claims_ran, &long_in};
-  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) tt_count_fini(counts[i]);
+  for (size_t i = 0; i < SCENE_COUNTS; i++) tt_count_fini(scene_counts[i]);
   return light_left;
 }
 
