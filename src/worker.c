@@ -227,13 +227,16 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
  * contract across shards) and the shard it would take from has nothing at
  * the weight ceiling, which no task can outrank. The time is the worker's
  * last clock read - its last batch's end, take's or recheck's - so takes
- * read no clock of their own, unless batches hold one task (max_batch 1:
- * no reads at all). Returns the shard to take from. */
-static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w) {
+ * read no clock of their own, except where nothing else reads it: with
+ * max_batch 1, and in a helping group wait, whose takes of one task each
+ * leave that reading where the wait began (the attack on the priority
+ * contract: a helping worker never looked at the other shards, and a heavy
+ * task waited for its whole group). Returns the shard to take from. */
+static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w, bool helping) {
   tko__shard *pick = tko__shard_pick(pool, w);
   /* Relaxed: submit.c's raise_ceiling. */
   if (tko__load_acquire(&pick->top) >= tko__load_relaxed(&pool->weight_ceiling)) return pick;
-  uint64_t now = pool->opts.max_batch > 1 ? w->clocked_ns : tko__now_ns();
+  uint64_t now = pool->opts.max_batch > 1 && !helping ? w->clocked_ns : tko__now_ns();
   if (w->swept_ns != TKO__SWEEP_DUE && now - w->swept_ns < pool->recheck_ns) return pick;
   w->swept_ns = now;
   /* Every shard, its own included: a take that goes to another shard
@@ -246,12 +249,12 @@ static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w) {
 
 /* Takes up to max tasks for worker w; *from: the shard they came from. */
 static size_t take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_t max,
-                         tko__shard **from) {
+                         tko__shard **from, bool helping) {
   if (pool->nshards == 1) {
     *from = &pool->shards[0];
     return take_from(pool, *from, batch, max);
   }
-  tko__shard *pick = pick_for_take(pool, w);
+  tko__shard *pick = pick_for_take(pool, w, helping);
   size_t n = take_from(pool, pick, batch, max);
   /* Nothing there: every shard in turn, home first. */
   for (unsigned i = 0; n == 0 && i < pool->nshards; i++) {
@@ -674,7 +677,7 @@ bool tko__help_one(tko_pool *pool, tko__worker *w) {
   }
   tko__item item;
   tko__shard *from;
-  if (!take_batch(pool, w, &item, 1, &from)) return false;
+  if (!take_batch(pool, w, &item, 1, &from, true)) return false;
   run_batch(pool, w, &item, 1, from, false);
   return true;
 }
@@ -793,7 +796,7 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
     }
     size_t cap = w->batch_cap;
     tko__shard *from;
-    size_t n = take_batch(pool, w, batch, cap, &from);
+    size_t n = take_batch(pool, w, batch, cap, &from, false);
     if (n) {
       /* The last searcher to find work wakes (or spawns) the next worker if
        * work remains, so parallelism ramps up one worker at a time. */

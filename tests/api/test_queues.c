@@ -359,6 +359,38 @@ Test(queues, a_heavy_task_on_a_stealing_workers_own_queue_starts_within_the_rech
   assert_in_time(&h, scene_end(&sc, LIGHTS));
 }
 
+/* A worker helping inside a group wait takes one task at a time, and its
+ * clock reading stays where the wait began: its takes must still look at
+ * the other queues once the recheck period has passed (the attack on the
+ * priority contract: a heavy task waited for the whole group). The free
+ * worker runs a task that submits the lights as a group (from the worker's
+ * thread: the next queue in claim order, 1) and waits for them, helping;
+ * the heavy task goes to queue 0. */
+static tko_group help_group;
+
+static int submit_lights_and_help(void *arg) {
+  tko_pool *p = arg;
+  int rc = 0;
+  for (int i = 0; i < LIGHTS && rc == 0; i++) rc = tko_group_submit(p, &help_group, light, NULL, 0);
+  tt_count_add(&lights_in, 1);
+  return rc ? rc : tko_group_wait(&help_group, -1);
+}
+
+Test(queues, a_helping_group_wait_looks_at_every_queue) {
+  scene sc;
+  scene_start(&sc, 0);
+  cr_assert_eq(tko_group_init(&help_group), 0);
+  cr_assert_eq(tko_submit(sc.pool, submit_lights_and_help, sc.pool, 0), 0);
+  cr_assert(tt_count_wait_eq(&lights_in, 1));
+  cr_assert(tt_count_wait_geq(&light_starts, 100)); /* helping, one light a take */
+  heavy_probe h;
+  scene_heavy(&sc, &h, submit_heavy);
+  wait_heavy(&h);
+  assert_in_time(&h, scene_end(&sc, LIGHTS));
+  cr_assert_eq(tko_group_status(&help_group), 0);
+  cr_assert_eq(tko_group_destroy(&help_group), 0);
+}
+
 /* An async task goes to queue 0. With the blocker holding one worker and
  * the lights all on queue 1, the free worker takes from queue 1 while its
  * heaviest task beats queue 0's empty plain queue; a heavy async task on
