@@ -53,8 +53,7 @@
  * or shutdown) keeps draining its lane on its worker, past max_drain, for
  * as long as its lane has tasks: on a bounded pool that stays full, a lane
  * fed as fast as its worker drains it holds that worker for good, and with
- * one worker no queued task runs meanwhile, however heavy (the attack on
- * lanes: two weight-1000 tasks waited 5 s behind 28,188 lane tasks). Give
+ * one worker no queued task runs meanwhile, however heavy. Give
  * such a pool room for a runner per busy lane, or more workers than busy
  * lanes.
  *
