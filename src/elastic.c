@@ -131,9 +131,9 @@ void tko__elastic_spawn(tko_pool *pool) {
   tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
   if (rc) tko__sub_seq(&pool->elastic_count, 1);
   /* The new thread counts itself spawned (tko__elastic_started): counted
-   * here, after its creation, it could retire first, and a snapshot then
-   * read more elastic workers retired than spawned (found by the attack on
-   * stats, under TSan: retire/elastic_counts_stay_consistent_around_a_spawn). */
+   * here, after its creation, it could retire first, and a snapshot could
+   * read more elastic workers retired than spawned (test
+   * retire/elastic_counts_stay_consistent_around_a_spawn). */
 }
 
 void tko__elastic_started(tko_pool *pool) {
@@ -146,10 +146,10 @@ void tko__elastic_started(tko_pool *pool) {
 /* A retiring worker that saw work come in takes its count and then its
  * slot back. Count first: a slot is RUNNING only while someone holds a
  * count for it, so a spawner that holds a count always finds a slot it may
- * claim. (Slot first, as this once did, let a spawner that had just taken
- * the last count find the slot briefly RUNNING and give up, while the
- * worker, finding no count, gave its slot up too: the task was stranded.
- * test_elastic's racing-retirement case caught it once in CI.) If the
+ * claim. (Slot first would let a spawner that had just taken the last
+ * count find the slot briefly RUNNING and give up, while the worker,
+ * finding no count, gave its slot up too, stranding the task; test_elastic
+ * has a racing-retirement case.) If the
  * count is taken, its holder - a live worker or a spawner, who will find
  * this slot - runs the work; if a spawner claimed the slot meanwhile, its
  * new thread does. */

@@ -113,17 +113,16 @@ void tko__thread_set_nice(int nice);
 /* Big growable arrays (the queue's slab once it passes TKO__MAP_MIN bytes)
  * live in their own anonymous mappings, aligned to and advised for
  * transparent huge pages, and grow by moving page tables rather than bytes.
- * Why: on the VM these figures come from, a first touch of a 4 KiB page cost
- * ~12.5 us (benchmarks/probes/probe_page_faults), so a queue growing to a
- * million tasks (48 MiB) spent ~150-180 ms in
- * page faults, plus realloc's copies under the queue lock; with huge pages
- * the same growth faults 24 times (3-4 ms in all). The size is rounded up to
+ * Why: a first touch of a 4 KiB page is a page fault
+ * (benchmarks/probes/probe_page_faults times one), so a queue growing to a
+ * million tasks (48 MiB) would fault on every page, plus realloc's copies
+ * under the queue lock; with huge pages the same growth faults once per
+ * 2 MiB. The size is rounded up to
  * whole huge pages (TKO__MAP_ALIGN); tko__map_size says how much a request
  * really maps. The switch comes at 512 KiB (~11,000 queued tasks), not at
  * a whole huge page: the 4 KiB pages of a malloc'd slab between the two
- * cost a fresh pool ~5 ms of faults (bench_quick, fresh pools, four
- * alternating runs: batch 40-72 -> 33-38 ns/task, single submits 33-48 ->
- * 21-28), for at most 1.5 MiB more memory in a pool that had that backlog.
+ * slow a fresh pool's floods (bench_quick, fresh pools, shows it), for at
+ * most 1.5 MiB more memory in a pool that had that backlog.
  * Without Linux's mmap/mremap these fall back to malloc/realloc/free. */
 #define TKO__MAP_MIN ((size_t)512 << 10)
 #define TKO__MAP_ALIGN ((size_t)2 << 20)

@@ -56,13 +56,12 @@ enum { ROOM_WAIT_STEPS = 256 };
  * One submitter at a time does: another that finds one at it waits for
  * head to move (or for it to finish) and lets its caller retry, rather
  * than queue for the lock behind it and then move what little came in
- * meanwhile while the workers wait. Four producers, four interleaved
- * weights (`probe_flood submit 4` built against each side, rotated, two
- * sets of 40 runs a side): median 47.5 -> 44.0 and 44.3 -> 41.7 ns/task.
- * One producer never meets another room maker, so nothing changes for it:
- * a first version that waited whenever the queue lock was held gained as
- * much here but cost one producer on fresh pools (bench_quick: ~31 -> ~45
- * ns/task), where a worker's drain also grows the queue. */
+ * meanwhile while the workers wait (`probe_flood submit 4`: four producers,
+ * four interleaved weights). One producer never meets another room maker,
+ * so nothing changes for it. It waits for a room maker, not for the queue
+ * lock: waiting whenever the lock is held would cost one producer on fresh
+ * pools, where a worker's drain also grows the queue (bench_quick, fresh
+ * pools). */
 static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx,
                      uint64_t enq_ns) {
   uint64_t before = tko__load_relaxed(&pool->inbox.head);
