@@ -47,6 +47,7 @@
 
 #include "internal.h"
 #include "invariant.h"
+#include "seam.h"
 
 /* CHUNK_MAX: far from the bound, room_taken takes about 4 RMWs a
  * CHUNK_MAX tasks (leases and settles), and they are most of a bounded
@@ -82,9 +83,10 @@ static void wake_space_waiters(tko_pool *pool) {
 static bool space_awaited(tko_pool *pool) { return tko__load_seq(&pool->space_waiters) != 0; }
 
 /* The seam of the settle (tests/unit/test_admit.c parks a worker there):
- * called between a settle's mark and its subtraction. NULL outside tests:
- * one relaxed load, on the settle's slow path only. */
+ * called between a settle's mark and its subtraction (seam.h). */
+#ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_settle_window)(void);
+#endif
 
 /* Subtracts w's give-backs not yet settled from room_taken; returns how
  * many. Any thread may: room_settled is advanced by CAS, before the
@@ -99,7 +101,7 @@ static size_t settle(tko_pool *pool, tko__worker *w) {
   size_t back = 0;
   while (settled < given) {
     if (tko__cas_seq(&w->room_settled, &settled, given)) {
-      void (*seam)(void) = atomic_load_explicit(&tko__test_settle_window, memory_order_relaxed);
+      void (*seam)(void) = TKO__SEAM(tko__test_settle_window);
       if (seam) seam();
       back = given - settled;
       size_t before = tko__sub_seq(&pool->room_taken, back);

@@ -28,14 +28,16 @@
 #include <errno.h>
 
 #include "internal.h"
+#include "seam.h"
 
+#ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_retire_window)(tko_pool *pool);
 void (*_Atomic tko__test_spawn_window)(tko_pool *pool, bool created);
+#endif
 
-/* Relaxed: a test seam (prim.h), NULL outside tests. */
+/* A test seam (prim.h, seam.h). */
 static void spawn_window(tko_pool *pool, bool created) {
-  void (*seam)(tko_pool *, bool) =
-      atomic_load_explicit(&tko__test_spawn_window, memory_order_relaxed);
+  void (*seam)(tko_pool *, bool) = TKO__SEAM(tko__test_spawn_window);
   if (seam) seam(pool, created);
 }
 
@@ -173,8 +175,7 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
     tko__idle_search_begin(&pool->idle);
     return false;
   }
-  /* Relaxed: a test seam (prim.h), NULL outside tests. */
-  void (*seam)(tko_pool *) = atomic_load_explicit(&tko__test_retire_window, memory_order_relaxed);
+  void (*seam)(tko_pool *) = TKO__SEAM(tko__test_retire_window); /* prim.h, seam.h */
   if (seam) seam(pool);
   /* Free the slot before the count: a spawner whose CAS reads the released
    * count then finds the slot free (release here, acquire in claim_slot). */

@@ -114,7 +114,9 @@ void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc);
  * wake-up (published true), with the first position it reserved (a test
  * parks a submitter there). NULL outside tests: one relaxed load of a
  * line nobody writes. */
+#ifdef TKO_TEST_SEAMS
 extern void (*_Atomic tko__test_publish_window)(uint64_t pos, bool published);
+#endif
 
 /* Reserves n consecutive positions (n <= capacity); -EAGAIN when there is
  * not room for all (the caller moves tasks out and retries, or claims),

@@ -422,7 +422,9 @@ void tko__take_room_unchecked(tko_pool *pool, size_t n);
 /* A test seam (tests/unit/test_admit.c): called inside a settle, between
  * marking a worker's give-backs settled and subtracting them. NULL outside
  * tests. */
+#ifdef TKO_TEST_SEAMS
 extern void (*_Atomic tko__test_settle_window)(void);
+#endif
 /* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
  * TKO__RUN_HERE (caller-runs: no room taken) or a negative errno. *gated:
  * the caller waited inside the gate and calls tko__gate_leave once done

@@ -66,11 +66,13 @@ unsigned tko__fork_generation(void);
 
 /* Test seam: when set, thread creation fails with this errno (tests of
  * thread-creation failure; never set by the library itself). */
+typedef void (*tko__test_hook_fn)(void);
+#ifdef TKO_TEST_SEAMS
 extern _Atomic int tko__test_thread_create_errno;
 /* Test seam: when set, every thread creation calls it first, on the
  * creating thread (a test holds a spawner there; never set by the library). */
-typedef void (*tko__test_hook_fn)(void);
 extern _Atomic(tko__test_hook_fn) tko__test_thread_create_hook;
+#endif
 
 /* Starts a library thread (pool workers, the timer thread, a coalescer's
  * thread): default scheduling policy (not the creator's) and asynchronous
@@ -98,11 +100,13 @@ int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *ar
  * decided to retire and before it releases its count - the window that
  * its re-check of the queue closes (elastic.c). NULL outside tests. */
 struct tko_pool;
+#ifdef TKO_TEST_SEAMS
 extern void (*_Atomic tko__test_retire_window)(struct tko_pool *pool);
 /* Test seam: when set, an elastic spawner calls it with its reservation
  * and slot held, before it creates the thread (created false) and after
  * (created true, the thread running). NULL outside tests. */
 extern void (*_Atomic tko__test_spawn_window)(struct tko_pool *pool, bool created);
+#endif
 
 /* The calling thread's nice value (Linux: per thread; elsewhere 0), and a
  * best-effort set of it: raising priority back needs CAP_SYS_NICE, so a
@@ -151,7 +155,9 @@ void tko__wakefd_clear(const int fds[2]);
 void tko__wakefd_close(const int fds[2]);
 /* Test seam: when set, tko__wakefd_open makes a pipe even where eventfd
  * exists, so the fallback runs in the Linux test suites. */
+#ifdef TKO_TEST_SEAMS
 extern _Atomic int tko__test_wakefd_pipe;
+#endif
 
 /* Online CPU count, at least 1. */
 unsigned tko__cpu_count(void);

@@ -8,6 +8,7 @@
 
 #include "invariant.h"
 #include "internal.h"
+#include "seam.h"
 
 /* What make_room did: QUEUED, the tasks are in the queue; ROOM, the ring
  * has room again (reserve); or a negative errno. */
@@ -87,11 +88,9 @@ static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t 
   return rc;
 }
 
-/* The seam of inbox.h: NULL outside tests. */
+/* The seam of inbox.h (seam.h: a constant NULL outside the test library). */
 typedef void (*publish_seam)(uint64_t pos, bool published);
-static publish_seam seam_now(void) {
-  return atomic_load_explicit(&tko__test_publish_window, memory_order_relaxed);
-}
+static publish_seam seam_now(void) { return TKO__SEAM(tko__test_publish_window); }
 
 uint64_t tko__enqueue_time(tko_pool *pool) {
   return pool->stamp_enqueue ? tko__now_ns() : 0;
