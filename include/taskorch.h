@@ -76,8 +76,8 @@ typedef struct tko_pool tko_pool; /**< opaque */
  * task must not throw: on a worker thread a throw ends in std::terminate,
  * so wrap the body in try/catch and return non-zero, which on_failure
  * reports.
- * @details Leaving a task other than by returning: pthread_exit from a task on a
- * worker is supported - the task counts as completed and failed (status
+ * @details Leaving a task other than by returning: pthread_exit from a task
+ * on a worker is supported - the task counts as completed and failed (status
  * -ECANCELED for its group; no after_run or on_failure hook), the tasks
  * that worker had taken go back to the queue, its thread_stop hook runs,
  * and a basic worker is replaced by a new thread (an elastic one retires),
@@ -425,7 +425,8 @@ TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
  * submit waits for room; tko_submit_timed waits at most timeout_ms (-1 =
  * no limit) and then fails with -ETIMEDOUT. With TKO_FULL_REJECT a full
  * queue gives -EAGAIN. With TKO_FULL_CALLER_RUNS the task runs at once on
- * the submitting thread (hooks see id 0 and worker UINT32_MAX) and the submit returns 0.
+ * the submitting thread (hooks see id 0 and worker UINT32_MAX) and the submit
+ * returns 0.
  * A worker of the pool never blocks on its own full queue: it gets -EAGAIN.
  * A batch larger than queue_capacity can never be queued: -EAGAIN, or with
  * CALLER_RUNS it runs on the caller.
@@ -495,8 +496,8 @@ TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, v
  * pool task that waits runs queued tasks meanwhile, so it cannot deadlock
  * the pool.
  * @details Called from a task of the group's pool, the waiting worker runs
- * queued tasks itself while it waits, so waiting on a group from inside the pool
- * cannot deadlock it; it starts no task once timeout_ms has passed (0: none
+ * queued tasks itself while it waits, so waiting on a group from inside the
+ * pool cannot deadlock it; it starts no task once timeout_ms has passed (0: none
  * at all), though one it started may run past the deadline. Such helping
  * waits nest (a task run by a waiting worker waits in turn) at most
  * TKO_MAX_HELP_DEPTH deep on one worker: deeper, the wait runs nothing and
