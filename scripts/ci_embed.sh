@@ -9,6 +9,9 @@
 #   - no -Werror reaches any compile command (TKO_WERROR is off by default);
 #   - the host's install installs the host's program and nothing of taskorch;
 #   - the examples built by the host run;
+#   - a host whose own flags are -Wall -Wextra -Wpedantic -Werror (they
+#     reach taskorch's sources too) builds, under gcc and under clang (the
+#     installed headers from C++ with -pedantic: scripts/ci_install.sh);
 #   - with taskorch's tests (Criterion visible again) and benchmarks turned
 #     on, its targets do not clash with a host's own test_pool and bench_cpu.
 set -euo pipefail
@@ -44,6 +47,16 @@ step "the host's install installs only the host's program"
 cmake --install "$tmp/host" --prefix "$tmp/inst" >/dev/null
 installed=$(cd "$tmp/inst" && find . -type f | sort)
 [ "$installed" = "./bin/host_hello" ] || fail "installed more than the host's program: $installed"
+
+for cc in gcc clang; do
+  step "a host built with -Wall -Wextra -Wpedantic -Werror ($cc)"
+  CC=$cc cmake -S tests/host -B "$tmp/host-$cc" -DTASKORCH_SOURCE_DIR="$src" \
+    -DCMAKE_C_FLAGS="-Wall -Wextra -Wpedantic -Werror" >"$tmp/configure-$cc.log" ||
+    { cat "$tmp/configure-$cc.log" >&2; fail "configure with $cc failed"; }
+  cmake --build "$tmp/host-$cc" -j "$(nproc)" >"$tmp/build-$cc.log" 2>&1 ||
+    { cat "$tmp/build-$cc.log" >&2; fail "a -Wpedantic -Werror host does not build with $cc"; }
+  "$tmp/host-$cc/host_hello" | grep -q "completed 3 of 3" || fail "host_hello ($cc)"
+done
 
 step "taskorch's tests and benchmarks turned on beside host targets test_pool and bench_cpu"
 env -u PKG_CONFIG_LIBDIR cmake -S tests/host -B "$tmp/host2" -DTASKORCH_SOURCE_DIR="$src" \

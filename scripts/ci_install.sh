@@ -10,6 +10,9 @@
 #   - every installed header from C++ (g++ and clang++, -std=c++11/17/20,
 #     -Wall -Wextra -pedantic -Werror), with tests/cxx/headers.cpp's checks,
 #     linked and run once.
+# And the .pc files' two forms (cmake/TkoPkgConfig.cmake): a packager's
+# install to DESTDIR with prefix /usr writes absolute paths, which pkgconf
+# drops as system directories; TKO_PKGCONFIG_RELOCATABLE=ON/OFF overrides.
 # Usage: scripts/ci_install.sh [build dir, default build-ci-install]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +34,7 @@ run_expect() {
 
 step "build the libraries ($build) and install to a temporary prefix"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_WERROR=ON -DTKO_BUILD_TESTS=OFF \
-  -DTKO_BUILD_BENCHMARKS=OFF -DTKO_BUILD_WORKBENCH=OFF >/dev/null
+  -DTKO_BUILD_BENCHMARKS=OFF -DTKO_BUILD_WORKBENCH=OFF -DTKO_PKGCONFIG_RELOCATABLE=AUTO >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 cmake --install "$build" --prefix "$tmp/stage" >/dev/null
 mv "$tmp/stage" "$tmp/prefix"
@@ -92,5 +95,41 @@ done
 g++ -std=c++17 "${cxx_flags[@]}" -o "$tmp/cxx_hello" "$tmp/all_headers.cpp" \
   $(pkg-config --libs taskorch) -Wl,-rpath,"$libdir"
 run_expect "C++: taskorch .*, 1 task ran" "$tmp/cxx_hello"
+
+# pc_of DIR: the directory holding the taskorch.pc installed under DIR.
+pc_of() { dirname "$(find "$1" -name taskorch.pc)"; }
+# pc_flags ARGS: pkg-config's answer, one space between flags.
+pc_flags() { local words; read -r -a words <<<"$(pkg-config "$@")"; echo "${words[*]}"; }
+
+step "pkg-config files of a DESTDIR install with prefix /usr: absolute, system dirs dropped"
+DESTDIR=$tmp/dest cmake --install "$build" --prefix /usr >/dev/null
+export PKG_CONFIG_LIBDIR
+PKG_CONFIG_LIBDIR=$(pc_of "$tmp/dest")
+for m in taskorch taskorch-thpool; do
+  grep -qx 'prefix=/usr' "$PKG_CONFIG_LIBDIR/$m.pc" || { cat "$PKG_CONFIG_LIBDIR/$m.pc" >&2; exit 1; }
+done
+flags=$(pc_flags --cflags --libs taskorch-thpool)
+[ "$flags" = "-I/usr/include/taskorch/compat -ltaskorch-thpool -ltaskorch" ] ||
+  { echo "taskorch-thpool for /usr: '$flags'" >&2; exit 1; }
+flags=$(pc_flags --static --cflags --libs taskorch)
+[ "$flags" = "-ltaskorch -pthread" ] || { echo "taskorch --static for /usr: '$flags'" >&2; exit 1; }
+
+step "pkg-config files: /usr/local absolute too; TKO_PKGCONFIG_RELOCATABLE=ON and OFF"
+DESTDIR=$tmp/dest-local cmake --install "$build" --prefix /usr/local >/dev/null
+grep -qx 'prefix=/usr/local' "$(pc_of "$tmp/dest-local")/taskorch.pc" ||
+  { echo "taskorch.pc for /usr/local is not absolute" >&2; exit 1; }
+cmake "$build" -DTKO_PKGCONFIG_RELOCATABLE=ON >/dev/null
+DESTDIR=$tmp/dest-on cmake --install "$build" --prefix /usr >/dev/null
+# shellcheck disable=SC2016
+grep -q '^prefix=${pcfiledir}/' "$(pc_of "$tmp/dest-on")/taskorch.pc" ||
+  { echo "TKO_PKGCONFIG_RELOCATABLE=ON: taskorch.pc is not relocatable" >&2; exit 1; }
+cmake "$build" -DTKO_PKGCONFIG_RELOCATABLE=OFF >/dev/null
+cmake --install "$build" --prefix "$tmp/abs" >/dev/null
+grep -qx "prefix=$tmp/abs" "$(pc_of "$tmp/abs")/taskorch.pc" ||
+  { echo "TKO_PKGCONFIG_RELOCATABLE=OFF: taskorch.pc is not absolute" >&2; exit 1; }
+PKG_CONFIG_LIBDIR=$(pc_of "$tmp/abs")
+flags=$(pc_flags --cflags taskorch)
+[ "$flags" = "-I$tmp/abs/include" ] || { echo "TKO_PKGCONFIG_RELOCATABLE=OFF: '$flags'" >&2; exit 1; }
+cmake "$build" -DTKO_PKGCONFIG_RELOCATABLE=AUTO >/dev/null
 
 step "passed (prefix $prefix, source $src)"

@@ -67,7 +67,8 @@ PY
 run_all)
   # By default a run goes to its own folder, never over tracked files.
   dest=$("$src/benchmarks/run_all" --dry-run) || fail "--dry-run exited $?"
-  echo "$dest" | grep -q "benchmarks/runs/[0-9]\{8\}-[0-9]\{6\}-[0-9a-f]*/RESULTS.md" ||
+  # <UTC date-time>-<commit>, the commit "nogit" outside a git checkout.
+  echo "$dest" | grep -Eq "benchmarks/runs/[0-9]{8}-[0-9]{6}-([0-9a-f]{4,}|nogit)/RESULTS.md" ||
     fail "default destination: $dest"
   "$src/benchmarks/run_all" --dry-run --update-tracked | grep -q "benchmarks/RESULTS.md" ||
     fail "--update-tracked does not write the tracked report"
