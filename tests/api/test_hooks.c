@@ -6,7 +6,9 @@
  * "<prefix>-b<i>" / "<prefix>-e<i>". */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,6 +310,8 @@ Test(hooks, thread_start_and_stop_once_per_thread) {
 typedef struct resubmit {
   tko_pool *_Atomic pool;
   atomic_long follow_ups;  /* tasks submitted by hooks that ran */
+  atomic_long start_submits;                 /* of those, submitted by thread_start */
+  atomic_long basic_started, elastic_started; /* thread_start hooks that returned */
   atomic_int submit_bad;   /* a hook's submit failed unexpectedly */
   atomic_int cancel_submit_rc;
   atomic_int stop_submit_rc;
@@ -328,9 +332,13 @@ static int failing_fn(void *arg) {
   return 1;
 }
 
-static void r_submit(resubmit *r) {
+/* True if it submitted (the pool was published and took the task). */
+static bool r_submit(resubmit *r) {
   tko_pool *p = atomic_load(&r->pool);
-  if (p && tko_submit(p, follow_up_fn, r, 0) != 0) atomic_store(&r->submit_bad, 1);
+  if (!p) return false;
+  if (tko_submit(p, follow_up_fn, r, 0) == 0) return true;
+  atomic_store(&r->submit_bad, 1);
+  return false;
 }
 
 /* Only the plain/failing tasks spawn follow-ups, so the chain ends. */
@@ -347,9 +355,10 @@ static void r_failure(void *user, const tko_task_info *t) {
 }
 
 static void r_start(void *user, unsigned index, tko_worker_kind kind) {
+  resubmit *r = user;
   (void)index;
-  (void)kind;
-  r_submit(user);
+  if (r_submit(r)) atomic_fetch_add(&r->start_submits, 1);
+  atomic_fetch_add(kind == TKO_WORKER_BASIC ? &r->basic_started : &r->elastic_started, 1);
 }
 
 static void r_cancel(void *user, const tko_task_info *t) {
@@ -380,18 +389,35 @@ Test(hooks, hooks_may_submit) {
   atomic_store(&r.pool, p);
   for (int i = 0; i < 100; i++) cr_assert_eq(tko_submit(p, plain_fn, NULL, 0), 0);
   for (int i = 0; i < 50; i++) cr_assert_eq(tko_submit(p, failing_fn, NULL, 0), 0);
-  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
-  cr_assert_eq(atomic_load(&r.submit_bad), 0);
-  tko_stats st;
-  tko_pool_stats(p, &st);
   /* 2 per plain task, 1 per failing task, plus one per thread_start that saw
-   * the pool pointer (basic workers may start before it is published). */
+   * the pool pointer (basic workers may start before it is published).
+   * wait_idle waits for tasks, not threads: a worker can still be on its
+   * way to its thread_start (a basic one the others left behind, an elastic
+   * one a hook's submit spawned), and its follow-up comes after. So read
+   * until every thread the pool counts has started, and two snapshots
+   * around the hooks' counts agree; a lost follow-up never settles. */
   long expected = 100 * 2 + 50;
-  long starts = (long)st.submitted - 150 - expected;
-  cr_assert_geq(starts, 0);
-  cr_assert_leq(starts, 2 + (long)st.elastic_spawned);
-  cr_assert_eq(atomic_load(&r.follow_ups), expected + starts);
-  cr_assert_eq(st.completed, st.submitted);
+  uint64_t end = tt_now_ns() + (uint64_t)TT_LONG_MS * 1000000u;
+  tko_stats st, again;
+  long starts, follow_ups;
+  for (;;) {
+    cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+    tko_pool_stats(p, &st);
+    starts = atomic_load(&r.start_submits);
+    follow_ups = atomic_load(&r.follow_ups);
+    bool started = atomic_load(&r.basic_started) == 2 &&
+                   atomic_load(&r.elastic_started) == (long)st.elastic_workers;
+    tko_pool_stats(p, &again);
+    if (started && again.submitted == st.submitted && again.completed == st.submitted &&
+        again.elastic_workers == st.elastic_workers && follow_ups == expected + starts &&
+        (long)st.submitted == 150 + follow_ups)
+      break;
+    cr_assert_lt(tt_now_ns(), end, "never settled: %ld follow-ups, %ld from thread starts, %lu submitted",
+                 follow_ups, starts, (unsigned long)again.submitted);
+    sched_yield();
+  }
+  cr_assert_eq(atomic_load(&r.submit_bad), 0);
+  cr_assert_leq(starts, 2 + (long)again.elastic_spawned);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 

@@ -58,11 +58,39 @@ static inline bool tf_wait_thread_sleeping(pid_t tid) {
   }
 }
 
+/* Waits until thread tid of this process has ended and left /proc (the
+ * kernel removes it once it has run its last instruction); false after
+ * TT_LONG_MS. */
+static inline bool tf_wait_thread_gone(pid_t tid) {
+  uint64_t end = tt_now_ns() + (uint64_t)TT_LONG_MS * 1000000u;
+  for (;;) {
+    if (tf_thread_state(tid) == 0) return true;
+    if (tt_now_ns() >= end) return false;
+    sched_yield();
+  }
+}
+
 /* The pool's stats, by value. */
 static inline tko_stats tf_stats(tko_pool *pool) {
   tko_stats s;
   tko_pool_stats(pool, &s);
   return s;
+}
+
+/* Reads the pool's stats into *s until holds(s), or TT_LONG_MS passed;
+ * returns whether it held. For figures that settle after tko_pool_wait_idle
+ * returns: wait_idle waits for tasks, and a worker updates some figures
+ * after its task counts as finished (a blocking hint ends, a thread that a
+ * task ended is counted gone, a spawn on its way counts itself). No event
+ * announces those, so this re-reads, as tt_wait_thread_count_leq does. */
+static inline bool tf_stats_wait(tko_pool *pool, tko_stats *s, bool (*holds)(const tko_stats *s)) {
+  uint64_t end = tt_now_ns() + (uint64_t)TT_LONG_MS * 1000000u;
+  for (;;) {
+    tko_pool_stats(pool, s);
+    if (holds(s)) return true;
+    if (tt_now_ns() >= end) return false;
+    sched_yield();
+  }
 }
 
 /* A helper thread running fn(arg) once; the test waits for its int result

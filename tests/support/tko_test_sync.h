@@ -200,6 +200,22 @@ static inline int tt_wait_thread_count_leq(int limit) {
   return tt_wait_thread_count_leq_within(limit, 10000);
 }
 
+/* A scene whose precondition is a matter of timing (a backlog that must
+ * outlast a submitting thread, a pool that must not sit idle for a period)
+ * can lose it when the machine preempts a thread at the wrong moment. Such
+ * a scene is a function that returns true when its precondition held (and
+ * it then asserted what it tests) and false when it did not (it asserted
+ * nothing of the behaviour, and cleaned up). tt_rerun runs it again on
+ * false, at most TT_ATTEMPTS times, and returns whether one attempt met its
+ * precondition: the test asserts that, so it never passes vacuously. */
+#define TT_ATTEMPTS 10
+
+static inline bool tt_rerun(bool (*scene)(void *arg), void *arg) {
+  for (int attempt = 0; attempt < TT_ATTEMPTS; attempt++)
+    if (scene(arg)) return true;
+  return false;
+}
+
 /* Spins (without sleeping) for at least ns nanoseconds of monotonic time. */
 static inline void tt_spin_ns(uint64_t ns) {
   uint64_t end = tt_now_ns() + ns;
