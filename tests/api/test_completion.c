@@ -202,11 +202,6 @@ static void *post_until_stopped(void *arg) {
 }
 
 Test(completion, a_completion_behind_a_post_in_progress_is_signalled_when_that_post_returns) {
-#ifdef __SANITIZE_THREAD__
-  /* ThreadSanitizer delivers a signal at the thread's next intercepted
-   * call, never between two instructions of a post. */
-  cr_skip_test("asynchronous signals are deferred under ThreadSanitizer");
-#endif
   const uint64_t mark = (uint64_t)1 << 40; /* the loop thread's own post */
   cr_assert_eq(pipe(park_pipe), 0);
   struct sigaction sa = {.sa_handler = park_here}, old;
