@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The sharing audit's driver (issue 15; benchmarks/MODEL.md): P producers
+/* The sharing audit's driver (benchmarks/MODEL.md): P producers
  * flood a pool of W workers with empty tasks in a build configured with
  * -DTKO_SHARING_AUDIT=ON, and the audit reports, per task, the RMWs on
  * cache lines that two or more threads write, the stores to lines other
@@ -11,12 +11,12 @@
  *                 [--weights 4] [--batch 1] [--top 12] [--enforce] [--enforce-lock]
  *                 [--self-check] [--capacity N] [--queues N]
  *
- * Gates, each printed PASS or FAIL: issue 15's two, at most 0.05 contended
+ * Gates, each printed PASS or FAIL: the first two, at most 0.05 contended
  * RMWs per task and no line with a demand above 1/P, and a third: the
  * sections of any one lock fetch at most 1/P lines per task (the drain
  * copies every task's slot under the queue lock, which serialises the pool
  * whatever the submit path; MODEL.md). --enforce fails the run on the
- * issue's two gates (the CTest entry: submit rings pass them), and
+ * first two gates (the CTest entry: submit rings pass them), and
  * --enforce-lock on the third as well (several queues, --queues N, divide
  * it by N: MODEL.md, "Several queues"). --self-check asserts that the instrumentation sees the
  * design as it is: each kind of record made (below). --capacity N makes

@@ -84,7 +84,7 @@ static void add_mem_row(bench_table *t, const char *what, double per, const char
 }
 
 /* Memory at three moments of a burst: before it, at its peak, and after
- * the memory should have gone back (issue 14, defect 18). "held" is what
+ * the memory should have gone back. "held" is what
  * the object itself reports holding (the queue's slab), or jemalloc's live
  * bytes for the coalescer's malloc'd tables. */
 typedef struct burst_mem {

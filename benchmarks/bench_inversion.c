@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* bench_inversion: issue 15's quality run. P producers submit tasks of
+/* bench_inversion: the priority-quality run. P producers submit tasks of
  * ~10 us with weights 0-6 and 1% at weight 7 into W workers; the tasks
  * stamp their own start. Reports the weight-7 wait (submit to start) at
  * p50 and p99 and the late priority inversions of the bounded-inversion

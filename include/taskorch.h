@@ -72,9 +72,12 @@ extern "C" {
 typedef struct tko_pool tko_pool; /**< opaque */
 
 /** A task: returns 0 on success; any other value is a failure status that is
- * counted in tko_stats.failed and passed to the on_failure hook.
- * Leaving a task other than by returning: pthread_exit from a task on a
- * worker is supported - the task counts as completed and failed (status
+ * counted in tko_stats.failed and passed to the on_failure hook. In C++ a
+ * task must not throw: on a worker thread a throw ends in std::terminate,
+ * so wrap the body in try/catch and return non-zero, which on_failure
+ * reports.
+ * @details Leaving a task other than by returning: pthread_exit from a task
+ * on a worker is supported - the task counts as completed and failed (status
  * -ECANCELED for its group; no after_run or on_failure hook), the tasks
  * that worker had taken go back to the queue, its thread_stop hook runs,
  * and a basic worker is replaced by a new thread (an elastic one retires),
@@ -342,13 +345,20 @@ TKO_API tko_options tko_basic_options(unsigned workers);
 TKO_API tko_options tko_elastic_options(unsigned workers, unsigned max_elastic,
                                         unsigned elastic_idle_ms);
 
-/** Starts the basic workers. -EINVAL: NULL, no workers at all, a value over
+/** Creates a pool and starts its basic workers; a failed create leaves no
+ * thread and leaks nothing.
+ * @details -EINVAL: NULL, no workers at all, a value over
  * its TKO_MAX_*, or bad placement (cpus, stack_size); -ENOTSUP: cpus where
  * affinity is not supported; -ENOMEM; -EAGAIN: a thread could not be
  * started (a stack_size the system cannot give included). */
 TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
 
-/** Queues fn(arg). Higher weight runs first over the whole int range.
+/** Queues fn(arg): higher weight starts first, equal weights of one
+ * submitting thread are taken in submit order, and once this call has
+ * returned no worker starts a lighter task more than recheck_us later while
+ * this one is still queued (not taken). Safe from any thread, tasks and
+ * hooks included.
+ * @details Higher weight runs first over the whole int range.
  * Equal weights: one thread's tasks are taken in submit order, and a
  * worker starts the tasks it took in the order it took them; so with one
  * worker they start in submit order, and with more a task may start
@@ -409,11 +419,14 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * queues with that addition. */
 TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
 
-/** Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a submit waits
- * for room; tko_submit_timed waits at most timeout_ms (-1 = no limit) and
- * then fails with -ETIMEDOUT. With TKO_FULL_REJECT a full queue gives
- * -EAGAIN. With TKO_FULL_CALLER_RUNS the task runs at once on the submitting
- * thread (hooks see id 0 and worker UINT32_MAX) and the submit returns 0.
+/** tko_submit that waits at most timeout_ms for room in a full bounded
+ * TKO_FULL_BLOCK queue, then fails with -ETIMEDOUT.
+ * @details Bounded queues (queue_capacity > 0): with TKO_FULL_BLOCK a
+ * submit waits for room; tko_submit_timed waits at most timeout_ms (-1 =
+ * no limit) and then fails with -ETIMEDOUT. With TKO_FULL_REJECT a full
+ * queue gives -EAGAIN. With TKO_FULL_CALLER_RUNS the task runs at once on
+ * the submitting thread (hooks see id 0 and worker UINT32_MAX) and the submit
+ * returns 0.
  * A worker of the pool never blocks on its own full queue: it gets -EAGAIN.
  * A batch larger than queue_capacity can never be queued: -EAGAIN, or with
  * CALLER_RUNS it runs on the caller.
@@ -423,7 +436,9 @@ TKO_API int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weig
                              long timeout_ms);
 
 /** Blocking hint, called from inside a task: the calling worker is about to
- * block (I/O, a lock, a sleep). If work is queued and no worker is idle, the
+ * block (I/O, a lock, a sleep), so queued work gets an elastic worker at
+ * once (within max_elastic).
+ * @details If work is queued and no worker is idle, the
  * pool starts an elastic worker at once (within max_elastic) instead of
  * waiting for more backlog; it retires as usual when idle. Calls nest;
  * tko_blocking_end marks the end; stats.blocking counts workers, not calls.
@@ -444,7 +459,8 @@ typedef struct tko_task {
 
 /** Queues n tasks at once: one reservation and one wake-up for the batch.
  * All or nothing: on error none is queued. Ids are consecutive, in array
- * order. -EINVAL: NULL pool or tasks, a NULL fn, or n == 0; -ESHUTDOWN;
+ * order.
+ * @details -EINVAL: NULL pool or tasks, a NULL fn, or n == 0; -ESHUTDOWN;
  * -ENOMEM; -EAGAIN: a bounded queue has no room for all n (reject policy). */
 TKO_API int tko_submit_batch(tko_pool *pool, const tko_task *tasks, size_t n);
 
@@ -476,10 +492,12 @@ TKO_API int tko_group_destroy(tko_group *group);
 TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg,
                              int weight);
 /** Blocks until every member has finished or been cancelled, or until
- * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT.
- * Called from a task of the group's pool, the waiting worker runs queued
- * tasks itself while it waits, so waiting on a group from inside the pool
- * cannot deadlock it; it starts no task once timeout_ms has passed (0: none
+ * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT. A
+ * pool task that waits runs queued tasks meanwhile, so it cannot deadlock
+ * the pool.
+ * @details Called from a task of the group's pool, the waiting worker runs
+ * queued tasks itself while it waits, so waiting on a group from inside the
+ * pool cannot deadlock it; it starts no task once timeout_ms has passed (0: none
  * at all), though one it started may run past the deadline. Such helping
  * waits nest (a task run by a waiting worker waits in turn) at most
  * TKO_MAX_HELP_DEPTH deep on one worker: deeper, the wait runs nothing and
@@ -498,8 +516,9 @@ TKO_API uint64_t tko_group_pending(tko_group *group);
 /** The first non-zero status a member returned (-ECANCELED for a cancelled
  * member), or 0 if all succeeded so far. Final once tko_group_wait is 0. */
 TKO_API int tko_group_status(tko_group *group);
-/** Cancels the members still queued (not those a worker has started or
- * taken): each goes to the pool's on_cancel hook and counts as finished for
+/** Cancels the members still queued, not those a worker has started or
+ * taken, and returns how many it cancelled.
+ * @details Each goes to the pool's on_cancel hook and counts as finished for
  * the group with status -ECANCELED. Returns how many were cancelled (>= 0)
  * or a negative errno (-ECHILD in a forked child while members are pending:
  * the queue is the parent's). */
@@ -545,7 +564,13 @@ typedef struct tko_timer {
 
 /** Makes a timer ready to arm (zero-filling it does the same). */
 TKO_API void tko_timer_init(tko_timer *timer);
-/** Submits fn(arg) with weight once delay_ms (>= 0) has passed; errors above. */
+/** Submits fn(arg) with weight once delay_ms (>= 0) has passed; errors
+ * above.
+ * @details Arming is accepted during a pool's shutdown until it closes the
+ * timers, its last step: while tko_submit already returns -ESHUTDOWN, a
+ * timer armed now still counts, a task that comes due before the close
+ * runs on the timer thread (stats.caller_runs), and one still armed then
+ * goes to on_cancel. Arming after the close is -ESHUTDOWN. */
 TKO_API int tko_submit_after(tko_pool *pool, tko_timer *timer, long delay_ms, tko_task_fn fn,
                              void *arg, int weight);
 /** Submits fn every period_ms (> 0), first after one period, until
@@ -556,7 +581,8 @@ TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, t
                              void *arg, int weight);
 /** Disarms a timer: 0 if it was armed (a one-shot task will not be
  * submitted; a periodic one stops), -ENOENT if it was not armed (already
- * fired, cancelled, or never armed). Safe from any thread, tasks included,
+ * fired, cancelled, or never armed).
+ * @details Safe from any thread, tasks included,
  * and after the pool is destroyed (shutdown disarms every timer). A
  * periodic timer may still run the one firing that was queued or running
  * when the cancel came: that firing is an ordinary task, which runs, or
@@ -589,7 +615,9 @@ TKO_API int tko_submit_async(tko_pool *pool, tko_async_fn fn, void *arg, int wei
 /** An async member of a group. */
 TKO_API int tko_group_submit_async(tko_pool *pool, tko_group *group, tko_async_fn fn, void *arg,
                                    int weight);
-/** Completes op with status (0 = success). -EINVAL: NULL; -EALREADY: op is
+/** Completes op with status (0 = success). Call it exactly once per async
+ * task, from any thread.
+ * @details -EINVAL: NULL; -EALREADY: op is
  * not in flight (completed twice - op may then already belong to another
  * task, so that is a caller bug the pool catches only at best); -ECHILD in
  * a forked child (the task is the parent's pool's). */
@@ -597,12 +625,17 @@ TKO_API int tko_async_complete(tko_async *op, int status);
 /** The arg the async task was submitted with. */
 TKO_API void *tko_async_arg(const tko_async *op);
 
-/** Blocks, without polling, until nothing is queued or running, or until
- * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
+/** Blocks, without polling, until nothing is queued or running (in-flight
+ * async tasks count as running), or until timeout_ms passes (-1 = no
+ * limit, 0 = just check).
+ * @details -ETIMEDOUT on timeout;
  * -EDEADLK when called from one of this pool's tasks. */
 TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
 
-/** Stops the pool. Its lifecycle: RUNNING, then (at the first shutdown call)
+/** Stops the pool: TKO_DRAIN runs every queued task, TKO_CANCEL hands each
+ * to on_cancel exactly once; either way it returns 0 once every running
+ * task returned and every thread was joined. Idempotent.
+ * @details Its lifecycle: RUNNING, then (at the first shutdown call)
  * CLOSING while attached objects resolve their work (the keyed lanes drain
  * or cancel), then DRAINING or CANCELLING: submits fail with -ESHUTDOWN,
  * submitters blocked on a full queue are woken with -ESHUTDOWN, TKO_DRAIN
@@ -618,8 +651,10 @@ TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
 TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
 
 /** tko_pool_shutdown with a deadline: waits at most timeout_ms (-1 = no
- * limit, 0 = do not wait) and returns -ETIMEDOUT while something still runs
- * (tasks, blocked submitters, attached objects draining). The shutdown
+ * limit, 0 = do not wait) and returns -ETIMEDOUT while something still runs;
+ * the pool stays closed and a later call continues.
+ * @details Something still running means tasks, blocked submitters, or
+ * attached objects draining. The shutdown
  * stays under way - the pool never reopens - and a later call (either
  * function, or destroy) continues from where it stopped; a TKO_CANCEL call
  * after a timed-out TKO_DRAIN cancels what is still queued. With
@@ -636,9 +671,10 @@ TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
  * for no limit. */
 TKO_API int tko_pool_shutdown_timed(tko_pool *pool, tko_shutdown_mode mode, long timeout_ms);
 
-/** Pauses the pool: no queued task starts until tko_pool_resume (tasks
- * already running finish; a worker that had taken a few tasks just before
- * the pause may still start those). Submits are still accepted. wait_idle
+/** Pauses the pool: no queued task starts until tko_pool_resume; running
+ * tasks finish, and submits are still accepted.
+ * @details A worker that had taken a few tasks just before the pause may
+ * still start those. wait_idle
  * counts queued tasks, so on a paused pool with work queued it returns only
  * by timeout or after a resume. Shutdown resumes a paused pool first: DRAIN
  * runs what is queued, CANCEL cancels it; a pause that comes after shutdown
@@ -656,8 +692,10 @@ TKO_API int tko_pool_resume(tko_pool *pool);
  * thread may have been mid-update at the fork, so its memory cannot be
  * freed safely). Create new pools in the child instead. */
 
-/** Shuts down with TKO_DRAIN if not yet shut down (or completes a shutdown
- * under way, in its mode, without limit), then frees the pool. Returns 0;
+/** Completes the pool's shutdown (TKO_DRAIN if none began), joins every
+ * thread it started, then frees the pool.
+ * @details Shuts down with TKO_DRAIN if not yet shut down (or completes a
+ * shutdown under way, in its mode, without limit). Returns 0;
  * -EDEADLK (freeing nothing) when called from one of this pool's own
  * threads, tasks or hooks; -EBUSY when objects attached to the pool (a
  * tko_lanes or tko_coalescer created on it) still exist: the pool is then
@@ -669,8 +707,9 @@ TKO_API int tko_pool_resume(tko_pool *pool);
 TKO_API int tko_pool_destroy(tko_pool *pool);
 
 /** Gives memory back after a burst: while nothing is queued, the queue's
- * item slab shrinks back to initial_capacity (a slab that grew past 512 KiB
- * with the default allocator is unmapped). The pool also does this by
+ * item slab shrinks back to initial_capacity.
+ * @details A slab that grew past 512 KiB with the default allocator is
+ * unmapped. The pool also does this by
  * itself, once it has stayed idle for elastic_idle_ms (default 1 s) after
  * a burst: a worker that sleeps that long unwoken trims. With tasks queued
  * nothing can be given back and the call does nothing. stats.queue_bytes
@@ -678,8 +717,10 @@ TKO_API int tko_pool_destroy(tko_pool *pool);
 TKO_API int tko_pool_trim(tko_pool *pool);
 
 /** Resizes a running pool to basic_workers basic workers and max_elastic
- * elastic ones at most (as create's options would), for hosts that retune
- * from their configuration at run time (GLib's
+ * elastic ones at most; growing starts the new workers before it returns,
+ * and shrinking loses no task. Safe from any thread.
+ * @details The sizes mean what create's options mean. The call is for hosts
+ * that retune from their configuration at run time (GLib's
  * g_thread_pool_set_max_threads, Java's setCorePoolSize). Growing starts
  * the new basic workers before it returns (stats.basic_workers counts them
  * at once); a raised max_elastic lets elastic workers start under backlog,
@@ -732,9 +773,11 @@ TKO_API unsigned tko_version_number(void);
 #ifdef __cplusplus
 extern "C" {
 #endif
-/** Keyed serial lanes on the pool's own default lane table (created on first
- * use with tko_lane_default_options): tasks with the same key run one at a
- * time in submit order, different keys in parallel - a worker never takes
+/** Queues fn(arg) on the pool's default lane table: tasks with the same key
+ * run one at a time in submit order, different keys in parallel, and each
+ * accepted task runs or reaches on_cancel exactly once.
+ * @details The table is created on first use with
+ * tko_lane_default_options. A worker never takes
  * two keys' runners at once, so a key whose runner waits is never held
  * behind another key by a worker's take; see taskorch/lanes.h for the table
  * and its collision rule.

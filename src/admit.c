@@ -5,8 +5,8 @@
  *
  * The count is room_taken: room taken by admissions, less room given back.
  * One shared count that every submit CASed and every start decremented
- * moved its line between cores twice a task. Both sides now go to it in
- * chunks (issue 15), which shrink to single tasks near the bound:
+ * would move its line between cores twice a task, so both sides go to it
+ * in chunks, which shrink to single tasks near the bound:
  *
  * - Leases. A submitting thread with a ring (ring.h) takes, with its own
  *   task's room, a share of the room still free, kept in the ring's credits
@@ -20,7 +20,7 @@
  * CHUNK_MIN there is none
  * (audit_sharing --capacity shows what that saves). Far from the bound
  * a thread touches room_taken once a chunk; near it chunks are empty and
- * each submit and start moves room_taken itself, as before.
+ * each submit and start moves room_taken itself.
  *
  * Why the bound holds: room_taken is never below the room in use. Leased
  * credits count as taken; a give-back leaves it only when settled, and a
@@ -47,11 +47,13 @@
 
 #include "internal.h"
 #include "invariant.h"
+#include "seam.h"
 
 /* CHUNK_MAX: far from the bound, room_taken takes about 4 RMWs a
  * CHUNK_MAX tasks (leases and settles), and they are most of a bounded
- * pool's contended RMWs; at 128 they put it above issue 15's first gate,
- * which CTest's audit_sharing_bounded enforces (benchmarks/MODEL.md). */
+ * pool's contended RMWs; at 128 they put it above the sharing audit's
+ * first gate (contended RMWs per task), which CTest's
+ * audit_sharing_bounded enforces (benchmarks/MODEL.md). */
 enum { CHUNK_SHARE = 4, CHUNK_MIN = 8, CHUNK_MAX = 512 };
 
 /* A chunk's size when free room is left: see the essay. Below CHUNK_MIN,
@@ -81,9 +83,10 @@ static void wake_space_waiters(tko_pool *pool) {
 static bool space_awaited(tko_pool *pool) { return tko__load_seq(&pool->space_waiters) != 0; }
 
 /* The seam of the settle (tests/unit/test_admit.c parks a worker there):
- * called between a settle's mark and its subtraction. NULL outside tests:
- * one relaxed load, on the settle's slow path only. */
+ * called between a settle's mark and its subtraction (seam.h). */
+#ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_settle_window)(void);
+#endif
 
 /* Subtracts w's give-backs not yet settled from room_taken; returns how
  * many. Any thread may: room_settled is advanced by CAS, before the
@@ -98,7 +101,7 @@ static size_t settle(tko_pool *pool, tko__worker *w) {
   size_t back = 0;
   while (settled < given) {
     if (tko__cas_seq(&w->room_settled, &settled, given)) {
-      void (*seam)(void) = atomic_load_explicit(&tko__test_settle_window, memory_order_relaxed);
+      void (*seam)(void) = TKO__SEAM(tko__test_settle_window);
       if (seam) seam();
       back = given - settled;
       size_t before = tko__sub_seq(&pool->room_taken, back);
@@ -160,8 +163,8 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
   }
   /* A settle's room also wakes: a waiter that came after the load above
    * slept on room this settle was still moving (its load of space_waiters
-   * follows the subtraction; found by review, docs/RELIABILITY.md: no
-   * deterministic test, the interleaving needs two seams). */
+   * follows the subtraction; docs/RELIABILITY.md: no deterministic test,
+   * the interleaving needs two seams). */
   if (waiters || back) wake_space_waiters(pool);
 }
 

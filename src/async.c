@@ -138,8 +138,8 @@ int tko_async_complete(tko_async *op, int status) {
   tko_pool *pool = op->pool;
   int one = 1;
   if (!pool) return -EALREADY;
-  /* A forked child's copy of the op: its task is the parent's (the attack
-   * on fork saw a child hang here, in the copy of the pool's lock). */
+  /* A forked child's copy of the op: its task is the parent's, and the
+   * copy of the pool's lock may be held for good. */
   if (tko__pool_forked(pool)) return -ECHILD;
   if (!atomic_compare_exchange_strong(&op->in_flight, &one, 0)) return -EALREADY;
   tko__add_seq(&pool->completers, 1);

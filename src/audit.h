@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The sharing audit (issue 15): in a build configured with
+/* The sharing audit: in a build configured with
  * -DTKO_SHARING_AUDIT=ON, every atomic access made through atomics.h's
  * order-named wrappers (and the queue lock) is recorded against its cache
  * line: which threads wrote and read the line, and how many loads, stores

@@ -266,8 +266,8 @@ static void add_ms(struct timespec *ts, unsigned ms) {
   }
 }
 
-/* Memory back after a burst (issue 14, defect 18; the queue does the same,
- * see tko_pool_trim): once ticks have found nothing dirty for IDLE_SHRINK_MS
+/* Memory back after a burst (the queue does the same, see
+ * tko_pool_trim): once ticks have found nothing dirty for IDLE_SHRINK_MS
  * of clock time (ticks come late on a loaded machine, so they are not
  * counted), or for one tick if the interval is longer, both sets go back to
  * initial_keys. Called by the timer thread with mu held; with nothing
@@ -489,7 +489,7 @@ int tko_coalescer_destroy(tko_coalescer *c) {
   tko_coalescer_close(c);
   /* A sweep task still queued has nothing left to flush (close's final
    * flush came after every mark): take it back rather than wait for the
-   * pool to run it, which a paused pool would not (issue 14, defect 4). */
+   * pool to run it, which a paused pool would not. */
   void *sweep_arg;
   if (tko__withdraw_owned(c->pool, &c->sweep_owner, &sweep_arg, 1)) sweep_dropped(c);
   tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);

@@ -28,14 +28,16 @@
 #include <errno.h>
 
 #include "internal.h"
+#include "seam.h"
 
+#ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_retire_window)(tko_pool *pool);
 void (*_Atomic tko__test_spawn_window)(tko_pool *pool, bool created);
+#endif
 
-/* Relaxed: a test seam (prim.h), NULL outside tests. */
+/* A test seam (prim.h, seam.h). */
 static void spawn_window(tko_pool *pool, bool created) {
-  void (*seam)(tko_pool *, bool) =
-      atomic_load_explicit(&tko__test_spawn_window, memory_order_relaxed);
+  void (*seam)(tko_pool *, bool) = TKO__SEAM(tko__test_spawn_window);
   if (seam) seam(pool, created);
 }
 
@@ -131,9 +133,9 @@ void tko__elastic_spawn(tko_pool *pool) {
   tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
   if (rc) tko__sub_seq(&pool->elastic_count, 1);
   /* The new thread counts itself spawned (tko__elastic_started): counted
-   * here, after its creation, it could retire first, and a snapshot then
-   * read more elastic workers retired than spawned (found by the attack on
-   * stats, under TSan: retire/elastic_counts_stay_consistent_around_a_spawn). */
+   * here, after its creation, it could retire first, and a snapshot could
+   * read more elastic workers retired than spawned (test
+   * retire/elastic_counts_stay_consistent_around_a_spawn). */
 }
 
 void tko__elastic_started(tko_pool *pool) {
@@ -146,10 +148,10 @@ void tko__elastic_started(tko_pool *pool) {
 /* A retiring worker that saw work come in takes its count and then its
  * slot back. Count first: a slot is RUNNING only while someone holds a
  * count for it, so a spawner that holds a count always finds a slot it may
- * claim. (Slot first, as this once did, let a spawner that had just taken
- * the last count find the slot briefly RUNNING and give up, while the
- * worker, finding no count, gave its slot up too: the task was stranded.
- * test_elastic's racing-retirement case caught it once in CI.) If the
+ * claim. (Slot first would let a spawner that had just taken the last
+ * count find the slot briefly RUNNING and give up, while the worker,
+ * finding no count, gave its slot up too, stranding the task; test_elastic
+ * has a racing-retirement case.) If the
  * count is taken, its holder - a live worker or a spawner, who will find
  * this slot - runs the work; if a spawner claimed the slot meanwhile, its
  * new thread does. */
@@ -173,8 +175,7 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
     tko__idle_search_begin(&pool->idle);
     return false;
   }
-  /* Relaxed: a test seam (prim.h), NULL outside tests. */
-  void (*seam)(tko_pool *) = atomic_load_explicit(&tko__test_retire_window, memory_order_relaxed);
+  void (*seam)(tko_pool *) = TKO__SEAM(tko__test_retire_window); /* prim.h, seam.h */
   if (seam) seam(pool);
   /* Free the slot before the count: a spawner whose CAS reads the released
    * count then finds the slot free (release here, acquire in claim_slot). */

@@ -43,10 +43,8 @@ static tko__group *get(tko_group *group) {
 
 /* A group made before a fork, in a child: its copy's mutex may have been
  * held by a parent thread at the fork, and then stays locked here, so no
- * call takes it (the attack on fork: a child's group wait, submit or
- * cancel hung in about 1 fork in 60 while a parent thread used the
- * group). The child has one thread, so the copy's fields can be read
- * without it. */
+ * call takes it (test process/a_childs_group_calls_never_wait_for_a_parent_thread).
+ * The child has one thread, so the copy's fields can be read without it. */
 static bool copied(const tko__group *g) { return g->fork_gen != tko__fork_generation(); }
 
 int tko_group_init(tko_group *group) {
@@ -227,9 +225,8 @@ static int help_until_done(tko__group *g, tko_pool *pool, tko__worker *self, lon
 /* Whether the calling thread is itself a pending member of g: inside the
  * on_cancel hook of a member being cancelled, or running a member (a task,
  * its hooks, or a task nested in a helping wait below it). Such a wait
- * could only end at its deadline (the attack on hooks: an on_cancel that
- * waited on its own group hung, where every other self-wait from a hook
- * is -EDEADLK). */
+ * could only end at its deadline (with no timeout, never), so it is
+ * -EDEADLK, as every other self-wait from a hook is. */
 static bool waits_on_itself(const tko__group *g) {
   if (tko__cancelling_item && tko__item_group(tko__cancelling_item) == g) return true;
   const tko__worker *w = tko__current_worker;
@@ -267,8 +264,9 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
     if (help_depth >= TKO_MAX_HELP_DEPTH) return pending_now(g) ? -EDEADLK : 0;
     help_depth++;
     /* The pool read under g->mu above: a submit to the group rewrites g->pool
-     * (with the same pool while members are pending) under that mutex
-     * (a data race TSan saw in an attack program when this re-read it). */
+     * (with the same pool while members are pending) under that mutex, so
+     * a re-read here would race with it (test
+     * group/a_helping_wait_races_member_submits, under TSan). */
     int rc = help_until_done(g, pool, self, timeout_ms, &deadline);
     help_depth--;
     return rc;

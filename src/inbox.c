@@ -30,7 +30,9 @@ void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc) {
   in->slots = NULL;
 }
 
+#ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_publish_window)(uint64_t pos, bool published);
+#endif
 
 /* What a slot's seq holds once position p is done without head passing it. */
 static uint64_t done_mark(uint64_t p) { return (p + 1) | TKO__INBOX_MOVED; }

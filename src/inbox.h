@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* The inbox: a bounded multi-producer ring that submitters write tasks into
- * without taking the queue lock. Workers, holding the queue lock, move what
- * has been published into the weighted queue before they pick the best
- * task, so priority order is exact among everything published so far.
+ * without taking a queue lock. It serves pools of one worker and no elastic
+ * ones (its one tail orders every submit) and the threads past a pool's
+ * submit rings (ring.h). Workers, holding shard 0's lock, move what has
+ * been published into that shard's weighted queue before they pick the
+ * best task, so priority order there is exact among everything published
+ * so far.
  *
- * Why: with one lock for submit and take, a worker holding the lock while it
- * copies a batch of cold items made the producer wait for it; on a 2-core
- * machine that was most of the cost per task. Here a submit is one CAS on
- * the tail (signal.c: step (1')), a 40-byte store into the next slot
- * (sequential, so prefetched) and a release store of its seq; the lock is
- * the workers' business.
+ * Why: with one lock for submit and take, the producer would wait for a
+ * worker holding the lock while it copies a batch of cold items. Here a
+ * submit is one CAS on the tail (signal.c: step (1')), a 40-byte store
+ * into the next slot (sequential, so prefetched) and a release store of
+ * its seq; the lock is the workers' business.
  *
  * Positions: tail counts positions handed out (its top bit marks the inbox
  * closed), head is the first position not yet done with. A slot is
@@ -112,16 +114,17 @@ void tko__inbox_fini(tko__inbox *in, const tko_allocator *alloc);
  * wake-up (published true), with the first position it reserved (a test
  * parks a submitter there). NULL outside tests: one relaxed load of a
  * line nobody writes. */
+#ifdef TKO_TEST_SEAMS
 extern void (*_Atomic tko__test_publish_window)(uint64_t pos, bool published);
+#endif
 
 /* Reserves n consecutive positions (n <= capacity); -EAGAIN when there is
  * not room for all (the caller moves tasks out and retries, or claims),
  * -ESHUTDOWN when closed. */
 static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) {
   /* The room check below reads this line and the CAS then writes it: with
-   * several submitters it is usually another core's (4 producers, 2
-   * workers, 12 alternating bench_peers runs a side: median ~95 -> ~90
-   * ns/task). */
+   * several submitters it is usually another core's (bench_peers'
+   * 4-producer row shows the prefetch's worth). */
   tko__prefetch_for_write(&in->tail);
   uint64_t t = tko__load_relaxed(&in->tail);
   for (;;) {
@@ -150,7 +153,7 @@ static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) 
  * reservation's CAS was the submit's step (1') (signal.c), and a worker
  * that sees this slot still unpublished does not rely on this submit to
  * wake it (it polls beside the hole). A seq_cst store here cost plain
- * submits a fence each (`benchmarks/ab_peers.sh`, docs/PERFORMANCE.md). */
+ * submits a fence each (`benchmarks/ab_peers.sh` shows the cost). */
 static inline void tko__inbox_publish(tko__inbox *in, uint64_t pos, tko_task_fn fn, void *arg,
                                       uintptr_t ctx, int weight, uint64_t enq_ns) {
   tko__inbox_slot *s = &in->slots[pos & in->mask];

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The pool's internal layout, shared by the engine's files (pool.c,
- * lifecycle.c, submit.c, worker.c, elastic.c) and its features.
+ * lifecycle.c, submit.c, worker.c, elastic.c, resize.c, shard.c, admit.c)
+ * and its features (group.c, timer.c, async.c, keyed.c); the extensions
+ * (lanes.c, coalescer.c) never include it.
  *
  * The lifecycle - the pool's states, the gate that blocked submitters and
  * caller-runs tasks pass, and attachments (tko__attach / tko__detach: an
@@ -16,7 +18,15 @@
  * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
  * a hook or an attachment's close callback runs; shutdown holds no lock
  * while it waits (the shutter role, under gate_mu, serialises shutdown
- * calls instead). */
+ * calls instead).
+ *
+ * Field markers (here and in the library's other files): "I:" marks a
+ * field set at create or init, before another thread can see the object,
+ * and never written after, so it is read without a lock. Every other
+ * shared field says in words what guards it: the lock by name ("guarded
+ * by spawn_mu", "under shard 0's lock"), "owner only" for a worker slot's
+ * own thread, or, for an atomic, the order it needs and what it pairs
+ * with. */
 #ifndef TKO_INTERNAL_H
 #define TKO_INTERNAL_H
 /* Layering: extensions (lanes, coalescer) use the public API and the
@@ -101,10 +111,10 @@ typedef struct tko__worker {
   atomic_size_t room_settled;
   size_t room_chunk; /* give-backs it gathers before it settles; owner only */
   bool room_listed;  /* counted in pool->room_slots; owner only */
-  tko_pool *pool;
-  unsigned index;
-  unsigned home; /* I: the shard it takes from first (shard.c) */
-  tko_worker_kind kind;
+  tko_pool *pool;        /* I */
+  unsigned index;        /* I */
+  unsigned home;         /* I: the shard it takes from first (shard.c) */
+  tko_worker_kind kind;  /* I */
   tko__sleeper sleeper;
   pthread_t thread; /* guarded by spawn_mu for elastic slots */
   bool has_thread;  /* started and not yet joined; guarded by spawn_mu for elastic */
@@ -289,16 +299,16 @@ struct tko_pool {
   tko__attachment *resolving; /* the one whose close runs now, if any */
 
   unsigned magic;    /* TKO__POOL_MAGIC while the pool lives (see tko__pool_check) */
-  unsigned fork_gen; /* tko__fork_generation() at create */
-  int creator_nice;  /* the creating thread's nice value: every worker's */
+  unsigned fork_gen; /* I: tko__fork_generation() at create */
+  int creator_nice;  /* I: the creating thread's nice value: every worker's */
   _Atomic(tko_lanes *) keyed; /* tko_submit_keyed's lane table, made on first use */
-  tko_options opts;
+  tko_options opts;        /* I: defaults resolved */
   tko__thread_place place; /* I: every worker thread's CPUs and stack */
-  char name[10];
-  bool timing;     /* some hook needs wait/run times */
+  char name[10];           /* I: the thread-name prefix, cut to 9 */
+  bool timing;        /* I: some hook needs wait/run times */
   bool count_late;    /* I: timing and no aging: starts count late inversions
                          (worker.c: count_late) */
-  bool stamp_enqueue; /* timing or aging: submits read the clock. Kept here, with
+  bool stamp_enqueue; /* I: timing or aging: submits read the clock. Kept here, with
                          the read-only options, not read from the queue's
                          aging_ns, whose line the lock holder writes per take */
   /* Live resize (resize.c). The targets are stored by tko_pool_resize
@@ -412,7 +422,9 @@ void tko__take_room_unchecked(tko_pool *pool, size_t n);
 /* A test seam (tests/unit/test_admit.c): called inside a settle, between
  * marking a worker's give-backs settled and subtracting them. NULL outside
  * tests. */
+#ifdef TKO_TEST_SEAMS
 extern void (*_Atomic tko__test_settle_window)(void);
+#endif
 /* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
  * TKO__RUN_HERE (caller-runs: no room taken) or a negative errno. *gated:
  * the caller waited inside the gate and calls tko__gate_leave once done
@@ -528,9 +540,9 @@ void tko__resize_vacate(tko_pool *pool, tko__worker *w);
 static inline void tko__refresh_backlog(tko_pool *pool, tko__shard *sh) {
   size_t work = sh->queue.len > 0;
   /* The queue whose best task is the shard's top: shard 0's async queue
-   * when it may start one and holds a heavier task (the review of the
-   * shards: else a heavy async task waited for every other shard's lighter
-   * tasks, their tops beating shard 0's empty queue). */
+   * when it may start one and holds a heavier task (else a heavy async
+   * task would wait for every other shard's lighter tasks, their tops
+   * beating shard 0's empty queue). */
   const tko__queue *best = &sh->queue;
   if (sh->index == 0) {
     unsigned max = pool->opts.max_async_inflight;
@@ -639,8 +651,8 @@ static inline enum tko__look tko__look_seq(tko_pool *pool) {
  * a worker that saw the slot empty (signal.c). A worker doubles it for
  * each look in a row that finds the same state, up to
  * TKO__HOLE_POLL_MAX_MS, so that a submitter stopped for long costs a
- * few looks, not one a millisecond (under TSan those looks used a quarter
- * of a core: stalled_submit's stay_asleep). */
+ * few looks, not one a millisecond (test_stalled_submit's stay_asleep
+ * checks that workers beside a hole use little CPU). */
 #define TKO__HOLE_POLL_MS 1
 #define TKO__HOLE_POLL_MAX_MS 16
 
@@ -673,11 +685,13 @@ static inline bool tko__nothing_left(tko_pool *pool) {
   return !tko__has_work_seq(pool) && tko__load_seq(&pool->async_waiting) == 0;
 }
 
-/* Called after new work is queued: wakes a sleeper if nobody is searching,
- * or starts an elastic worker if every worker is busy. */
 /* group.c: wakes workers waiting in a helping group wait. */
 void tko__wake_helpers(tko_pool *pool);
 
+/* Called after new work is queued: wakes the workers waiting in a helping
+ * group wait, if any; then, unless a worker is searching, wakes a sleeper,
+ * or, if none sleeps, starts an elastic worker where the pool may have
+ * them. */
 static inline void tko__signal_work(tko_pool *pool) {
   /* seq_cst, after the work was published: pairs with the helper's
    * increment of helpers before its re-check (group.c). */

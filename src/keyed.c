@@ -46,8 +46,8 @@ int tko__keyed_run(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint6
   }
   /* On a thread the pool does not own (a caller-runs submitter, or the
    * shutting-down thread): it counts as the pool's meanwhile (-EDEADLK for
-   * its waits), and in stats.caller_runs, as run_on_caller does (found by
-   * the keyed attack: attack_keyed/caller_run_keyed_tasks_count_in_caller_runs). */
+   * its waits), and in stats.caller_runs, as submit.c's run_on_caller's
+   * tasks do (test keyed_tasks/caller_run_keyed_tasks_count_in_caller_runs). */
   tko__add_relaxed(&pool->off_worker_runs, 1); /* relaxed: a statistic only */
   tko_pool *prev = tko__enter_pool(pool);
   int status = tko__run_item(pool, w, &item);
@@ -103,11 +103,12 @@ static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
   }
 }
 
-/* The full policy, applied before the lane is locked (defect 9): BLOCK
- * waits for room with no lane lock held, REJECT is -EAGAIN, and
- * CALLER_RUNS runs the task here if its lane is idle - that task only
- * (defect 7) - or, when the key's earlier tasks must run first, waits for
- * room as BLOCK does. */
+/* The full policy, applied before the lane is locked (a keyed task counts
+ * against queue_capacity until it starts): BLOCK waits for room with no
+ * lane lock held, REJECT is -EAGAIN, and CALLER_RUNS runs the task here if
+ * its lane is idle - that task only, then the lane goes to the pool - or,
+ * when the key's earlier tasks must run first, waits for room as BLOCK
+ * does. */
 int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;

@@ -3,15 +3,15 @@
  * (keyed.c) and the lanes (lanes.c), declared without the pool's layout,
  * like lifecycle.h, so that the lanes stay an extension.
  *
- * Keyed tasks are the host's tasks (issue 17, defects 5 and 9; issue 14,
- * defect 19): each is admitted by the pool's full policy before its lane is
+ * Keyed tasks are the host's tasks: each is admitted by the pool's full
+ * policy before its lane is
  * locked (a bounded queue counts it until it starts), counted as submitted
  * with an id of its own when its lane accepts it, and started, run and
  * counted by the pool - hooks, on_failure, stats - or cancelled through the
  * pool's on_cancel. Its lane's runner is the library's own: it takes no
  * room, never waits and never runs on the submitter, and a worker takes it
  * alone, so that a runner not yet started stays available to an idle
- * worker (defect 6). */
+ * worker. */
 #ifndef TKO_KEYED_HOST_H
 #define TKO_KEYED_HOST_H
 
@@ -41,8 +41,8 @@ int tko__lanes_create_keyed(tko_lanes **out, tko_pool *pool, const tko_allocator
 /* Queues a keyed task whose room the caller took (the pool's keyed table).
  * With run_here (a full TKO_FULL_CALLER_RUNS queue, no room taken): if the
  * key's lane is idle, runs the task on this thread at once, and only it,
- * then hands the lane to the pool for what others queued meanwhile
- * (defect 7); if the lane has tasks queued or running, does nothing and
+ * then hands the lane to the pool for what others queued meanwhile; if
+ * the lane has tasks queued or running, does nothing and
  * returns TKO__LANE_BUSY. Else 0, -ESHUTDOWN (the table is closed) or
  * -ENOMEM. */
 enum { TKO__LANE_BUSY = 1 };

@@ -23,8 +23,9 @@
  * runner's lock: each task happens-before the next one.
  *
  * Runners are owned tasks (lifecycle.h, runner_owner): a worker takes one
- * alone, so that two lanes' runners never share a take (issue 17, defect
- * 6), and one the pool cancels comes back to runner_cancelled.
+ * alone, so that two lanes' runners never share a take (the second key
+ * would wait behind the first), and one the pool cancels comes back to
+ * runner_cancelled.
  *
  * If the pool refuses the resubmission (it is shutting down, or a bounded
  * queue is full and this is its worker), the runner keeps draining on the
@@ -35,8 +36,8 @@
  * nothing but say so, and the submitting thread, still owning the lane,
  * drives its first visit itself (drive()). So the mutex is never taken
  * twice by one thread, and still at most one thread drives a lane. The
- * requeue after a visit never runs on the caller (issue 17, defect 7: the
- * submitter drained its lane while others appended): a full queue makes
+ * requeue after a visit never runs on the caller (else the submitter would
+ * drain its lane for as long as others append): a full queue makes
  * that thread wait for room with the lane unlocked (start_unlocked). A queued runner that the pool cancels is reported through
  * tko_lanes_pool_cancelled, or found by destroy once the pool is idle;
  * either way the one party that clears `scheduled` under the mutex hands
@@ -353,8 +354,8 @@ static int ring_grow(tko_lanes *l, lane *ln) {
 }
 
 /* A ring that drained empty after a burst grew it past SHRINK_FACTOR times
- * its first size goes back to that size (issue 14, defect 18: rings stayed
- * at their high-water mark, 61 MiB after a burst). Only then, so that a
+ * its first size goes back to that size, so that a burst's memory does not
+ * stay with the table (bench_alloc's burst table shows it). Only then, so that a
  * lane that keeps a few tasks queued allocates nothing per burst. Swaps,
  * under ln->mu with the ring empty, for a fresh ring (and meta); the old
  * ones are left in *old for the caller to free unlocked. Nothing changes
@@ -517,11 +518,11 @@ static bool hand_on(tko_lanes *l, lane *ln) {
   /* More queued: give the worker back to the pool's ordering, ranked by
    * the new head. The new runner inherits this one's count in runners.
    * Never run here again: a caller-runs submitter runs one visit at most
-   * (issue 17, defect 7: it drained its lane while others appended). */
+   * (else it would drain its lane for as long as others append). */
   /* Destroy drives the lane to its end, and so does a runner of a closed
    * table, where it runs: nothing can append to the lane any more, and a
    * destroy waiting for its runners must not wait on a pool that may be
-   * paused (issue 14, defect 4). close_table sets `closed`, then takes
+   * paused. close_table sets `closed`, then takes
    * every lane's mu: a requeue decided here before the flag was set is
    * queued before close returns, so destroy withdraws it. */
   if (destroying == l || tko__load_seq(&l->closed)) return false;
@@ -635,10 +636,9 @@ static void start_unlocked(tko_lanes *l, lane *ln, int weight) {
 /* A submit that will drive its lane, or wait for room for its runner, on
  * its own thread enters the pool's gate (lifecycle.h) first, so that the
  * pool's shutdown waits for it to leave: it never returns while this thread
- * still runs tasks of the lane (found by
- * attack_lanes2/all_attached_timed_then_cancel: a coalescer's thread,
- * blocked in a lane submit on a full queue, ran the lane after shutdown had
- * returned). Called under ln->mu after ring_push accepted a task: the table
+ * still runs tasks of the lane (a coalescer's thread blocked in a lane
+ * submit on a full queue, say; tests lane_tables/shutdown_waits_for_*).
+ * Called under ln->mu after ring_push accepted a task: the table
  * was open, so close_table, which the pool's shutdown runs before it closes
  * the gate, has yet to take this mutex, and the entry succeeds. Returns
  * whether it did (a caller then leaves). */
@@ -877,7 +877,7 @@ static bool drive_withdrawn(tko_lanes *l) {
 
 /* Destroy drains: runners queued in the pool are withdrawn and their lanes
  * driven here, so that a paused pool, which would not run them until it is
- * resumed, cannot hold destroy (issue 14, defect 4); runners already
+ * resumed, cannot hold destroy; runners already
  * running on workers finish their lanes there (the table is closed: they
  * do not requeue), each waking this thread as it counts itself out. */
 int tko_lanes_destroy(tko_lanes *l) {
@@ -908,7 +908,7 @@ int tko_lanes_destroy(tko_lanes *l) {
   tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
   /* Detached first: a shutdown of the pool resolving the table right now
    * (its close callback takes every lane's mu) is waited for before the
-   * mutexes go (found by attack_lanes2/destroy_races_shutdown_of_a_paused_pool
+   * mutexes go (test attack_lanes2/destroy_races_shutdown_of_a_paused_pool,
    * under TSan). The pool may be freed from here on. */
   tko__detach(l->pool, &l->attach);
   const tko_allocator *a = l->opts.allocator;

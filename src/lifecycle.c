@@ -155,8 +155,12 @@ static long ms_left(const struct timespec *deadline) {
 }
 
 /* Calls close on every unresolved attachment, the newest first (the pool's
- * keyed table among them: the engine names none of them). With nowait,
- * once each with 0 ms, whatever it returns. */
+ * keyed table is one: the engine names none of them), with gate_mu
+ * released around each call; pool->resolving marks the one whose close
+ * runs, so that its detach waits for it. A close that fails (its time ran
+ * out) ends the loop unresolved, for a later shutdown call to retry, and
+ * its error is returned. With nowait each gets 0 ms, once, and counts as
+ * resolved whatever it returns. */
 static int resolve_attachments(tko_pool *pool, tko_shutdown_mode mode,
                                const struct timespec *deadline, bool nowait) {
   int rc = 0;

@@ -79,12 +79,13 @@ void tko__detach(tko_pool *pool, tko__attachment *a);
 
 /* Owned tasks: tasks the library submits for itself (a lane's runner, a
  * coalescer's sweep). The engine never names their owners: it reaches
- * them through the tko__task_owner record each carries (issue 14's
- * layering). Two promises differ from a host's task:
+ * them through the tko__task_owner record each carries (the layering
+ * rule: a lower layer reaches a higher one only through what it
+ * registered). Two promises differ from a host's task:
  * - a worker takes an owned task alone: a take ends before one, and one
  *   taken starts a take of its own, so that an owned task not yet started
- *   stays available to an idle worker (issue 17, defect 6: two lanes'
- *   runners in one take ran their keys one after the other);
+ *   stays available to an idle worker (two lanes' runners in one take
+ *   would run their keys one after the other);
  * - a queued owned task that the pool cancels goes to its owner's
  *   cancelled callback, never to the pool's on_cancel hook, which would
  *   not know what its argument is. It is called on the cancelling thread,
@@ -113,8 +114,7 @@ int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, vo
  * arguments in args; returns how many (0: none queued). The pool counts
  * them as cancelled, calling nobody: their owner runs or disposes of their
  * work itself (a lane table being destroyed drives the lanes of its
- * withdrawn runners, so that a paused pool cannot hold the destroy; issue
- * 14, defect 4). */
+ * withdrawn runners, so that a paused pool cannot hold the destroy). */
 size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, size_t max);
 
 /* Enters the gate (see above): 0, or -ESHUTDOWN once the pool is closed

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The pool: options, create, submit, wait_idle, shutdown, destroy, stats.
+/* The pool: options, create, wait_idle, pause and resume, destroy, trim,
+ * stats (submits are in submit.c, shutdown in lifecycle.c).
  *
  * Accounting that makes wait_idle and stats cheap: a task is submitted
  * (an inbox reservation), then started, finished or cancelled (per-worker or
@@ -67,7 +68,7 @@ static unsigned max_threads(const tko_options *o) {
 
 /* What queues = 0 means: 0, a queue per basic worker; CMake's
  * TKO_DEFAULT_QUEUES may fix a count instead (CI runs the suite once with
- * 1, the design before several queues). */
+ * 1, one queue for the whole pool). */
 #ifndef TKO_DEFAULT_QUEUES
 #define TKO_DEFAULT_QUEUES 0
 #endif
@@ -329,8 +330,9 @@ int tko_pool_resume(tko_pool *pool) {
    * other sleepers must also see "closing, nothing left" and exit, or
    * shutdown waits for them forever: wake them all - and every worker
    * waiting in a group wait, which may have slept while the pool was
-   * paused with its group's members queued (found by the attack on the
-   * recheck: the drain then never ended). seq_cst loads, after the store
+   * paused with its group's members queued (else the drain never ends:
+   * test resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait).
+   * seq_cst loads, after the store
    * above: closing pairs with close_pool's store (lifecycle.c), helpers
    * with a helper's increment before its re-check (group.c). */
   if (tko__load_seq(&pool->closing)) {
@@ -433,7 +435,8 @@ static void elastic_snapshot(tko_pool *pool, tko_stats *out) {
   if (out->elastic_peak < out->elastic_workers) out->elastic_peak = out->elastic_workers;
 }
 
-/* A snapshot that never reports the impossible (issue 17, defect 4): every
+/* A snapshot that never reports the impossible (running above the
+ * workers, queued above the capacity, a sum above submitted): every
  * counter only grows, a task is counted submitted before started (or
  * cancelled) and started before finished, so the counts are read in that
  * order - submitted, then every slot's started, then every finished and

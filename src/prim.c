@@ -2,6 +2,7 @@
 /* Platform primitives; see prim.h. */
 #define _GNU_SOURCE
 #include "prim.h"
+#include "seam.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -108,8 +109,10 @@ unsigned tko__fork_generation(void) {
   return atomic_load_explicit(&fork_generation, memory_order_relaxed);
 }
 
+#ifdef TKO_TEST_SEAMS
 _Atomic int tko__test_thread_create_errno;
 _Atomic(tko__test_hook_fn) tko__test_thread_create_hook;
+#endif
 
 int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
   return tko__thread_create_placed(out, main_fn, arg, NULL);
@@ -119,10 +122,9 @@ static int place_apply(const tko__thread_place *p, pthread_attr_t *attr);
 
 int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *arg,
                               const tko__thread_place *p) {
-  /* Test seams (prim.h); seq_cst loads, on a path that starts a thread. */
-  tko__test_hook_fn hook = atomic_load(&tko__test_thread_create_hook);
+  tko__test_hook_fn hook = TKO__SEAM(tko__test_thread_create_hook); /* prim.h, seam.h */
   if (hook) hook();
-  if (atomic_load(&tko__test_thread_create_errno)) return -EAGAIN;
+  if (TKO__SEAM(tko__test_thread_create_errno)) return -EAGAIN;
   pthread_attr_t attr;
   if (pthread_attr_init(&attr)) return -EAGAIN;
   /* Workers get the default policy and priority, not the creating thread's
@@ -239,7 +241,9 @@ void tko__map_free(void *p, size_t bytes) {
 }
 #endif
 
+#ifdef TKO_TEST_SEAMS
 _Atomic int tko__test_wakefd_pipe;
+#endif
 
 static int set_nonblock_cloexec(int fd) {
   int fl = fcntl(fd, F_GETFL);
@@ -250,7 +254,7 @@ static int set_nonblock_cloexec(int fd) {
 
 int tko__wakefd_open(int fds[2]) {
 #ifdef TKO_HAVE_EVENTFD
-  if (!atomic_load_explicit(&tko__test_wakefd_pipe, memory_order_relaxed)) {
+  if (!TKO__SEAM(tko__test_wakefd_pipe)) { /* prim.h, seam.h */
     int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (fd < 0) return -errno;
     fds[0] = fds[1] = fd;

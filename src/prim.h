@@ -66,11 +66,13 @@ unsigned tko__fork_generation(void);
 
 /* Test seam: when set, thread creation fails with this errno (tests of
  * thread-creation failure; never set by the library itself). */
+typedef void (*tko__test_hook_fn)(void);
+#ifdef TKO_TEST_SEAMS
 extern _Atomic int tko__test_thread_create_errno;
 /* Test seam: when set, every thread creation calls it first, on the
  * creating thread (a test holds a spawner there; never set by the library). */
-typedef void (*tko__test_hook_fn)(void);
 extern _Atomic(tko__test_hook_fn) tko__test_thread_create_hook;
+#endif
 
 /* Starts a library thread (pool workers, the timer thread, a coalescer's
  * thread): default scheduling policy (not the creator's) and asynchronous
@@ -99,11 +101,13 @@ int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *ar
  * decided to retire and before it releases its count - the window that
  * its re-check of the queue closes (elastic.c). NULL outside tests. */
 struct tko_pool;
+#ifdef TKO_TEST_SEAMS
 extern void (*_Atomic tko__test_retire_window)(struct tko_pool *pool);
 /* Test seam: when set, an elastic spawner calls it with its reservation
  * and slot held, before it creates the thread (created false) and after
  * (created true, the thread running). NULL outside tests. */
 extern void (*_Atomic tko__test_spawn_window)(struct tko_pool *pool, bool created);
+#endif
 
 /* The calling thread's nice value (Linux: per thread; elsewhere 0), and a
  * best-effort set of it: raising priority back needs CAP_SYS_NICE, so a
@@ -114,17 +118,16 @@ void tko__thread_set_nice(int nice);
 /* Big growable arrays (the queue's slab once it passes TKO__MAP_MIN bytes)
  * live in their own anonymous mappings, aligned to and advised for
  * transparent huge pages, and grow by moving page tables rather than bytes.
- * Why: on the VM these figures come from, a first touch of a 4 KiB page cost
- * ~12.5 us (benchmarks/probes/probe_page_faults), so a queue growing to a
- * million tasks (48 MiB) spent ~150-180 ms in
- * page faults, plus realloc's copies under the queue lock; with huge pages
- * the same growth faults 24 times (3-4 ms in all). The size is rounded up to
+ * Why: a first touch of a 4 KiB page is a page fault
+ * (benchmarks/probes/probe_page_faults times one), so a queue growing to a
+ * million tasks (48 MiB) would fault on every page, plus realloc's copies
+ * under the queue lock; with huge pages the same growth faults once per
+ * 2 MiB. The size is rounded up to
  * whole huge pages (TKO__MAP_ALIGN); tko__map_size says how much a request
  * really maps. The switch comes at 512 KiB (~11,000 queued tasks), not at
  * a whole huge page: the 4 KiB pages of a malloc'd slab between the two
- * cost a fresh pool ~5 ms of faults (bench_quick, fresh pools, four
- * alternating runs: batch 40-72 -> 33-38 ns/task, single submits 33-48 ->
- * 21-28), for at most 1.5 MiB more memory in a pool that had that backlog.
+ * slow a fresh pool's floods (bench_quick, fresh pools, shows it), for at
+ * most 1.5 MiB more memory in a pool that had that backlog.
  * Without Linux's mmap/mremap these fall back to malloc/realloc/free. */
 #define TKO__MAP_MIN ((size_t)512 << 10)
 #define TKO__MAP_ALIGN ((size_t)2 << 20)
@@ -153,7 +156,9 @@ void tko__wakefd_clear(const int fds[2]);
 void tko__wakefd_close(const int fds[2]);
 /* Test seam: when set, tko__wakefd_open makes a pipe even where eventfd
  * exists, so the fallback runs in the Linux test suites. */
+#ifdef TKO_TEST_SEAMS
 extern _Atomic int tko__test_wakefd_pipe;
+#endif
 
 /* Online CPU count, at least 1. */
 unsigned tko__cpu_count(void);

@@ -72,7 +72,7 @@ typedef struct tko__queue {
   /* Items whose ctx's low three bits equal this (0 = none) are popped
    * only alone: first in a pop, which then ends; a pop that already holds
    * items stops before one (the pool's owned tasks: lane runners,
-   * coalescer sweeps; issue 17, defect 6). */
+   * coalescer sweeps; lifecycle.h says why). */
   uintptr_t alone_tag;
   const tko_allocator *alloc;
 } tko__queue;
@@ -83,12 +83,11 @@ typedef struct tko__queue {
  * a new cache line per task (a dependent load, each a miss once a deep
  * backlog is out of cache). Pushed weight by weight - in submit order
  * within each weight, which is all FIFO needs - each weight's tasks sit
- * side by side and pops stream (`probe_flood batch reused`, four
- * interleaved weights, medians of 28-35 runs a side: 48-56 -> 40-48
- * ns/task). Only for a handful of weights, moves of TKO__GROUPED_MIN to
- * TKO__GROUPED_MAX tasks, and after a big move that looked mixed: a tally
- * pass on every drain cost bench_peers' single-weight 4-producer case ~5
- * ns/task. */
+ * side by side and pops stream (`probe_flood batch reused` with four
+ * interleaved weights shows it). Only for a handful of weights, moves of
+ * TKO__GROUPED_MIN to TKO__GROUPED_MAX tasks, and after a big move that
+ * looked mixed: a tally pass on every drain is a cost bench_peers'
+ * single-weight 4-producer case shows. */
 enum { TKO__GROUPS_MAX = 8, TKO__GROUPED_MIN = 256, TKO__GROUPED_MAX = 1024 };
 
 typedef struct tko__grouping {

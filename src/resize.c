@@ -58,8 +58,8 @@ bool tko__resize_retire(tko_pool *pool, tko__worker *w) {
    * the workers drain together and end as shutdown ends them. A worker that
    * retired then would hand its batch back after the others may have left,
    * and shutdown would run those tasks on its own thread, past a timed
-   * call's deadline (found by the adversarial review of resize:
-   * attack_resize/shrink_then_drain_runs_tasks_only_on_workers). seq_cst:
+   * call's deadline (test
+   * resize/a_drain_after_a_shrink_runs_every_task_on_a_worker). seq_cst:
    * as worker_sleep's read of closing. */
   if (tko__load_seq(&pool->closing)) return false;
   bool retire = false;

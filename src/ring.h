@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Submit rings (issue 15): each submitting thread's own inbox. The shared
- * inbox (inbox.h) has one tail that every submit CASes: on many cores each
- * task then moves that line between cores once, which capped the pool at
- * about 5 M tasks/s whatever the core count (benchmarks/MODEL.md). Here a
+/* Submit rings: each submitting thread's own inbox. The shared inbox
+ * (inbox.h) has one tail that every submit CASes: on many cores each task
+ * then moves that line between cores once, which caps the pool whatever
+ * the core count (benchmarks/MODEL.md, audit_sharing). Here a
  * thread claims a ring of its own on its first submit to a pool and keeps
  * it; a submit writes its slots and publishes them with one CAS on its own
  * ring's tail, a line no other submitter writes. The queue lock's holder

@@ -8,6 +8,7 @@
 
 #include "invariant.h"
 #include "internal.h"
+#include "seam.h"
 
 /* What make_room did: QUEUED, the tasks are in the queue; ROOM, the ring
  * has room again (reserve); or a negative errno. */
@@ -56,13 +57,12 @@ enum { ROOM_WAIT_STEPS = 256 };
  * One submitter at a time does: another that finds one at it waits for
  * head to move (or for it to finish) and lets its caller retry, rather
  * than queue for the lock behind it and then move what little came in
- * meanwhile while the workers wait. Four producers, four interleaved
- * weights (`probe_flood submit 4` built against each side, rotated, two
- * sets of 40 runs a side): median 47.5 -> 44.0 and 44.3 -> 41.7 ns/task.
- * One producer never meets another room maker, so nothing changes for it:
- * a first version that waited whenever the queue lock was held gained as
- * much here but cost one producer on fresh pools (bench_quick: ~31 -> ~45
- * ns/task), where a worker's drain also grows the queue. */
+ * meanwhile while the workers wait (`probe_flood submit 4`: four producers,
+ * four interleaved weights). One producer never meets another room maker,
+ * so nothing changes for it. It waits for a room maker, not for the queue
+ * lock: waiting whenever the lock is held would cost one producer on fresh
+ * pools, where a worker's drain also grows the queue (bench_quick, fresh
+ * pools). */
 static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx,
                      uint64_t enq_ns) {
   uint64_t before = tko__load_relaxed(&pool->inbox.head);
@@ -88,11 +88,9 @@ static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t 
   return rc;
 }
 
-/* The seam of inbox.h: NULL outside tests. */
+/* The seam of inbox.h (seam.h: a constant NULL outside the test library). */
 typedef void (*publish_seam)(uint64_t pos, bool published);
-static publish_seam seam_now(void) {
-  return atomic_load_explicit(&tko__test_publish_window, memory_order_relaxed);
-}
+static publish_seam seam_now(void) { return TKO__SEAM(tko__test_publish_window); }
 
 uint64_t tko__enqueue_time(tko_pool *pool) {
   return pool->stamp_enqueue ? tko__now_ns() : 0;

@@ -3,6 +3,7 @@
  * at every acquisition, release and condition wait. Compiled only with
  * TKO_LOCK_ORDER_CHECK. */
 #include "witness.h"
+#include "seam.h"
 
 #ifdef TKO_LOCK_ORDER_CHECK
 #include <stdatomic.h>
@@ -10,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#ifdef TKO_TEST_SEAMS
 _Atomic(tko__witness_fn) tko__test_witness_hook;
+#endif
 
 /* Deeper than any nesting the rules allow (one lock of each non-leaf rank
  * and a leaf); a thread that holds more has broken them. */
@@ -46,8 +49,7 @@ const char *tko__rank_name(tko__rank r) {
 }
 
 static void violation(int what, tko__rank had, tko__rank r) {
-  /* Relaxed: a test sets the seam before the calls it checks. */
-  tko__witness_fn hook = atomic_load_explicit(&tko__test_witness_hook, memory_order_relaxed);
+  tko__witness_fn hook = TKO__SEAM(tko__test_witness_hook); /* witness.h, seam.h */
   if (hook) {
     hook(what, had, r);
     return;

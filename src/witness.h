@@ -77,7 +77,9 @@ enum { TKO__WITNESS_ORDER = 1, TKO__WITNESS_NOT_HELD, TKO__WITNESS_WAIT_HOLDING 
  * aborting (tests/unit/test_witness.c); held is TKO__RANK_NONE for
  * NOT_HELD. Never set by the library. */
 typedef void (*tko__witness_fn)(int what, tko__rank held, tko__rank r);
+#ifdef TKO_TEST_SEAMS
 extern _Atomic(tko__witness_fn) tko__test_witness_hook;
+#endif
 #else
 static inline void tko__witness_acquire(tko__rank r) { (void)r; }
 static inline void tko__witness_release(tko__rank r) { (void)r; }

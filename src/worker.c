@@ -3,11 +3,16 @@
  *
  * A worker is in one of three states, as counted in idle.state (signal.c):
  * busy (running tasks it took), searching (awake, looking at the queue), or
- * sleeping (on the idle list). It takes up to max_batch tasks per visit
- * to the queue lock, a share sized to the queue so that one worker does not
- * hoard the work of many, and sized by time (size_next_take). Counters
- * are per worker, so running a task writes no cache line that another
- * thread writes. */
+ * sleeping (on the idle list). Each take visits one shard's lock - its
+ * home shard first, another that holds a heavier task, any other when that
+ * one is empty (pick_for_take, take_batch) - and takes a share of that
+ * shard's backlog split by the workers there could be, so that one worker
+ * does not hoard the work of many (take_from), within a cap set by time
+ * (size_next_take) and max_batch. Before it starts a task of its batch
+ * lighter than the weight ceiling, a worker whose take or last look is
+ * older than recheck_ns looks again and hands the rest back if a heavier
+ * task waits (recheck_hands_back). Counters are per worker, so running a
+ * task writes no cache line that another thread writes. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -143,7 +148,7 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
    * lanes' on_cancel); the host's hook never sees (or frees) it. */
   tko__task_owner *owner = tko__item_owner(item);
   /* Read before the callback: once the owner has its task back, its
-   * destroy may free the record (found by the attack on owned tasks:
+   * destroy may free the record (test
    * attack_lanes2/lanes_destroy_waiting_then_cancel_shutdown). */
   bool internal = owner && owner->internal;
   if (owner) owner->cancelled(owner, item->arg);
@@ -229,9 +234,10 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
  * last clock read - its last batch's end, take's or recheck's - so takes
  * read no clock of their own, except where nothing else reads it: with
  * max_batch 1, and in a helping group wait, whose takes of one task each
- * leave that reading where the wait began (the attack on the priority
- * contract: a helping worker never looked at the other shards, and a heavy
- * task waited for its whole group). Returns the shard to take from. */
+ * leave that reading where the wait began: a helping worker would never
+ * look at the other shards, and a heavy task there would wait for its
+ * whole group (test queues/a_helping_group_wait_looks_at_every_queue).
+ * Returns the shard to take from. */
 static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w, bool helping) {
   tko__shard *pick = tko__shard_pick(pool, w);
   /* Relaxed: submit.c's raise_ceiling. */
@@ -240,9 +246,9 @@ static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w, bool helping) {
   if (w->swept_ns != TKO__SWEEP_DUE && now - w->swept_ns < pool->recheck_ns) return pick;
   w->swept_ns = now;
   /* Every shard, its own included: a take that goes to another shard
-   * (heavier, or its own is empty) does not drain its own (the attack on
-   * queues: a heavy task submitted to an idle worker's own shard waited
-   * out a flood it stole from another). */
+   * (heavier, or its own is empty) does not drain its own, and a heavy
+   * task submitted to an idle worker's own shard must not wait out a flood
+   * that worker steals from another. */
   tko__shards_sweep(pool, NULL);
   return tko__shard_pick(pool, w);
 }
@@ -265,10 +271,9 @@ static size_t take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_
   }
   *from = pick;
   /* Idle from here on (it found nothing): its next take sweeps, whatever
-   * its last clock reading says (the review of the shards: a worker's
-   * first take after a sleep or a resume skipped the sweep, and could
-   * start a lighter task before a heavier one still in another shard's
-   * ring). */
+   * its last clock reading says, so that its first take after a sleep or a
+   * resume cannot start a lighter task before a heavier one still in
+   * another shard's ring. */
   if (n == 0) w->swept_ns = TKO__SWEEP_DUE;
   return n;
 }
@@ -575,7 +580,7 @@ static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__it
  * task, then one per TKO__CLOCK_STRIDE_NS of work as the tasks since the
  * last read ran. Why not one per task: a flood of empty tasks of four
  * weights pays it on most tasks (`benchmarks/ab_probe.sh A B 30
- * probe_flood batch reused 1`; figures in docs/PERFORMANCE.md). */
+ * probe_flood batch reused 1` shows it). */
 static void clock_from_take(tko__worker *w, uint64_t now) {
   w->looked_ns = w->clocked_ns = now;
   w->unclocked = 0;
@@ -685,9 +690,9 @@ bool tko__help_one(tko_pool *pool, tko__worker *w) {
 /* Sizes this worker's next take from how long its last batch of n tasks
  * ran: about TKO__BATCH_BUDGET_NS of work, within 1..max_batch. Why: a
  * take is a visit to the queue lock and the queue's lines, so short tasks
- * want big takes (up to 64 empty tasks per take instead of 16: 4
- * producers, 2 workers, `probe_flood submit 4` on each build, alternating:
- * 85-117 -> 58-89 ns/task); but a task taken is out of the
+ * want big takes (up to 64 empty tasks per take rather than 16:
+ * `probe_flood submit 4`, 4 producers and 2 workers, shows it); but a task
+ * taken is out of the
  * queue, and a later task with a higher weight waits behind the rest of
  * the batch, so long tasks want small ones - this bounds that wait by time
  * rather than by count. A preempted batch looks slow and shrinks the next
@@ -805,7 +810,7 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
         if (tko__idle_search_end(&pool->idle) && tko__runnable_seq(pool))
           tko__signal_work(pool);
       }
-      /* Two clock reads (~26 ns each here) a take, skipped where the cap
+      /* Two clock reads a take, skipped where the cap
        * cannot move and a batch holds one task (max_batch 1: the
        * C-Thread-Pool layer's job per take). The first is also the time of
        * the recheck's first look: the take's drain, a moment before. */
@@ -835,12 +840,13 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
        * polling again at once would pull the inbox's lines away from the
        * producer every few tasks (its next CAS then waits for them). Yield
        * once instead, so that tasks pile up a little and the next take
-       * gets a batch (1 producer, 2 workers, empty tasks on 2 cores: from
-       * ~190 to ~65 ns/task); a worker alone on its core is back at once.
+       * gets a batch (bench_peers' 1-producer, 2-worker empty-task row on 2
+       * cores shows it); a worker alone on its core is back at once.
        * It yields as a searcher, so a submit meanwhile counts on it rather
        * than waking or spawning another worker. A take as large as
        * the cap allows is not small: with max_batch 1 (the C-Thread-Pool
-       * layer) a yield per task tripled the cost of a job. */
+       * layer) a yield per task would multiply the cost of a job
+       * (bench_thpool_compat shows it). */
       if (n < TKO__SMALL_TAKE && n < cap) {
         searching = true;
         tko__idle_search_begin(&pool->idle);

@@ -98,41 +98,47 @@ typedef struct tko_coalesce_stats {
 } tko_coalesce_stats;
 
 /** Creates a coalescer sweeping every `interval_ms` on `pool` (0 = never on
- * its own: only tko_coalescer_flush and the final flush), and starts its
- * timer thread (none when interval_ms is 0). -EINVAL: NULL out, pool or
- * flush, or interval over TKO_MAX_COALESCE_INTERVAL_MS; -ENOMEM; -EAGAIN:
- * the timer thread could not start; -ESHUTDOWN: the pool's shutdown has
- * begun. */
+ * its own: only tko_coalescer_flush and the final flush); it holds the
+ * pool until tko_coalescer_destroy.
+ * @details Starts its timer thread (none when interval_ms is 0). -EINVAL: NULL
+ * out, pool or flush, or interval over TKO_MAX_COALESCE_INTERVAL_MS; -ENOMEM;
+ * -EAGAIN: the timer thread could not start; -ESHUTDOWN: the pool's shutdown
+ * has begun. */
 TKO_API int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_ms,
                                  tko_coalesce_flush_fn flush, void *user,
                                  const tko_coalesce_options *opts);
 
-/** Marks `key` dirty with `value` (replacing the value of an earlier mark not
- * yet flushed). O(1); allocates only when the dirty table must grow.
- * -EINVAL: NULL; -ESHUTDOWN: closed; -ENOMEM: the table could not grow (the
- * mark is not recorded). */
+/** Marks `key` dirty with `value`, replacing the value of an earlier mark
+ * not yet flushed; an accepted mark reaches flush_fn with this value or a
+ * later one of its key.
+ * @details O(1); allocates only when the dirty table must grow. -EINVAL: NULL;
+ * -ESHUTDOWN: closed; -ENOMEM: the table could not grow (the mark is not
+ * recorded). */
 TKO_API int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value);
 
-/** Flushes now, on the calling thread: waits for a sweep in progress to end,
- * then sweeps. Returns once every mark that happened before the call has
- * been passed to flush_fn. -EINVAL: NULL; -EDEADLK: called from flush_fn. */
+/** Flushes now, on the calling thread: returns once every mark that
+ * happened before the call has been passed to flush_fn.
+ * @details Waits for a sweep in progress to end, then sweeps. -EINVAL: NULL;
+ * -EDEADLK: called from flush_fn. */
 TKO_API int tko_coalescer_flush(tko_coalescer *c);
 
-/** Closes: later marks fail with -ESHUTDOWN; stops and joins the timer
- * thread; runs the final flush on the calling thread. Marks racing with it
- * are flushed or rejected. Idempotent. Works from any thread, a task of the
- * coalescer's pool included (even when that pool's bounded queue is full:
- * the timer thread never waits for room). -EINVAL: NULL or a destroyed
- * coalescer; -EDEADLK: called from flush_fn. */
+/** Closes: later marks fail with -ESHUTDOWN, marks racing with it are
+ * flushed or rejected, and the final flush runs on the calling thread.
+ * Idempotent.
+ * @details Stops and joins the timer thread before the final flush. Works from
+ * any thread, a task of the coalescer's pool included (even when that pool's
+ * bounded queue is full: the timer thread never waits for room). -EINVAL: NULL
+ * or a destroyed coalescer; -EDEADLK: called from flush_fn. */
 TKO_API int tko_coalescer_close(tko_coalescer *c);
 
-/** Closes (final flush), takes back a sweep task still queued in the pool
- * (the final flush covered its keys; the pool counts it as cancelled, and
- * its on_cancel hook never sees it), waits for a sweep running on a worker
- * to end, then frees; a paused pool does not hold it. No other call may
- * race with it.
- * -EINVAL: NULL; -EDEADLK, doing nothing, when called from flush_fn or from
- * a task of the coalescer's pool. */
+/** Closes (final flush), waits for any sweep running on a worker, then
+ * frees the coalescer; a paused pool does not hold it.
+ * @details Takes back a sweep task still queued in the pool (the final flush
+ * covered its keys; the pool counts it as cancelled, and its on_cancel hook
+ * never sees it), waits for a sweep running on a worker to end, then frees; a
+ * paused pool does not hold it. No other call may race with it. -EINVAL: NULL;
+ * -EDEADLK, doing nothing, when called from flush_fn or from a task of the
+ * coalescer's pool. */
 TKO_API int tko_coalescer_destroy(tko_coalescer *c);
 
 /** For the pool's on_cancel hook: returns 1 if `task` is a sweep task of any

@@ -73,10 +73,11 @@ typedef struct tko_completion {
 typedef void (*tko_cq_fn)(void *user, const tko_completion *c);
 
 /** Creates a queue of `capacity` slots (0 = 1024), rounded up to a power of
- * two, allocated now with `allocator` (NULL = malloc/free), plus its
- * descriptor (close-on-exec, non-blocking).
- * -EINVAL: NULL out, capacity over TKO_MAX_CQ_CAPACITY, or a partial
- * allocator; -ENOMEM; -EMFILE / -ENFILE: no descriptor left. */
+ * two and allocated now, so that no post allocates.
+ * @details Allocated with `allocator` (NULL = malloc/free), plus its descriptor
+ * (close-on-exec, non-blocking). -EINVAL: NULL out, capacity over
+ * TKO_MAX_CQ_CAPACITY, or a partial allocator; -ENOMEM; -EMFILE / -ENFILE: no
+ * descriptor left. */
 TKO_API int tko_cq_create(tko_cq **out, size_t capacity, const tko_allocator *allocator);
 
 /** The descriptor to watch for readability (see above): >= 0, valid until
@@ -85,26 +86,30 @@ TKO_API int tko_cq_fd(const tko_cq *cq);
 
 /** Queues one completion and, if the loop has caught up, makes the
  * descriptor readable. Never blocks, never allocates. Safe from any thread.
- * -EINVAL: NULL cq; -EAGAIN: the ring is full (nothing queued). */
+ * @details -EINVAL: NULL cq; -EAGAIN: the ring is full (nothing queued). */
 TKO_API int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user);
 
-/** Clears the descriptor, then calls fn for each completion queued when it
- * began, oldest first, up to `max` of them (0 = the ring's capacity); one
- * posted meanwhile, by fn or another thread, waits for a later drain, so a
- * callback that posts again cannot keep one drain going. If it stopped at max,
- * the descriptor is made readable again so the loop comes back for the
- * rest. Returns how many were delivered (>= 0), or -EINVAL for NULL cq or
- * fn. Safe from any thread (see above). */
+/** Delivers up to `max` of the completions queued when it began (0 = the
+ * ring's capacity) to fn, oldest first, each exactly once, and returns how
+ * many.
+ * @details Clears the descriptor first. A completion posted while it runs,
+ * by fn or another thread, waits for a later drain, so a callback that
+ * posts again cannot keep one drain going. If it stopped at max, the
+ * descriptor is made readable again so the loop comes back for the rest.
+ * Returns how many were delivered (>= 0), or -EINVAL for NULL cq or fn. Safe
+ * from any thread (see above). */
 TKO_API long tko_cq_drain(tko_cq *cq, tko_cq_fn fn, void *user, size_t max);
 
 /** tko_cq_drain's twin that copies up to max (>= 1) completions into out
  * instead of calling a function. -EINVAL: NULL cq or out, or max == 0. */
 TKO_API long tko_cq_take(tko_cq *cq, tko_completion *out, size_t max);
 
-/** Closes the descriptor and frees the queue. Call it once every poster is
- * done (for tasks of a pool: after tko_pool_shutdown returned). -EBUSY,
- * freeing nothing, while completions are still queued: drain them first,
- * since their user pointers may own memory. -EINVAL for NULL. */
+/** Closes the descriptor and frees the queue; -EBUSY, freeing nothing,
+ * while completions are still queued.
+ * @details Call it once every poster is done (for tasks of a pool: after
+ * tko_pool_shutdown returned). -EBUSY, freeing nothing, while completions are
+ * still queued: drain them first, since their user pointers may own memory.
+ * -EINVAL for NULL. */
 TKO_API int tko_cq_destroy(tko_cq *cq);
 
 #ifdef __cplusplus

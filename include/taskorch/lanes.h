@@ -53,8 +53,7 @@
  * or shutdown) keeps draining its lane on its worker, past max_drain, for
  * as long as its lane has tasks: on a bounded pool that stays full, a lane
  * fed as fast as its worker drains it holds that worker for good, and with
- * one worker no queued task runs meanwhile, however heavy (the attack on
- * lanes: two weight-1000 tasks waited 5 s behind 28,188 lane tasks). Give
+ * one worker no queued task runs meanwhile, however heavy. Give
  * such a pool room for a runner per busy lane, or more workers than busy
  * lanes.
  *
@@ -151,61 +150,67 @@ typedef struct tko_lane_stats {
 /** The defaults: 256 lanes, max_drain 32, rings of 16, no limit, no callbacks. */
 TKO_API tko_lane_options tko_lane_default_options(void);
 
-/** Creates a lane table on `pool` (opts NULL = defaults). Allocates the table
- * (about 200 bytes a lane); rings come at each lane's first use.
- * -EINVAL: NULL out or pool, or an option over its limit; -ENOMEM;
- * -ESHUTDOWN: the pool's shutdown has begun. */
+/** Creates a lane table on `pool` (opts NULL = defaults); the table holds
+ * the pool until tko_lanes_destroy.
+ * @details Allocates the table (about 200 bytes a lane); rings come at each
+ * lane's first use. -EINVAL: NULL out or pool, or an option over its limit;
+ * -ENOMEM; -ESHUTDOWN: the pool's shutdown has begun. */
 TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts);
 
-/** Queues fn(arg) on the lane of `key`; see the guarantees above. The lane's
- * runner, if it must be started, is submitted to the pool with `weight`.
- * -EINVAL: NULL lanes, or NULL fn without a batch callback; -ESHUTDOWN: the
- * lanes are closed or cancelled, or the pool refused the runner (shut down);
- * -EAGAIN: the lane holds max_queued tasks; -ENOMEM: the ring could not grow,
- * or the pool's queue could not. On error the task is not queued. */
+/** Queues fn(arg) on the lane of `key`: it runs after the key's earlier
+ * tasks and never at once with another of them, exactly once or handed to
+ * on_cancel once. See the guarantees above.
+ * @details The lane's runner, if it must be started, is submitted to the pool
+ * with `weight`. -EINVAL: NULL lanes, or NULL fn without a batch callback;
+ * -ESHUTDOWN: the lanes are closed or cancelled, or the pool refused the runner
+ * (shut down); -EAGAIN: the lane holds max_queued tasks; -ENOMEM: the ring
+ * could not grow, or the pool's queue could not. On error the task is not
+ * queued. */
 TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, void *arg, int weight);
 
 /** The lane index of `key`: keys with equal indexes share a lane. */
 TKO_API unsigned tko_lanes_index(const tko_lanes *lanes, uint64_t key);
 
 /** Blocks, without polling, until no lane task is queued or running, or
- * timeout_ms passes (-1 = no limit, 0 = just check). -ETIMEDOUT on timeout;
- * -EDEADLK when called from a task of the lanes' pool, a lane task, a batch
- * callback or these lanes' on_cancel (which may be running on any thread:
- * the wait would include the call itself); -EINVAL for NULL or
- * timeout_ms < -1. Lane tasks whose
- * runner the pool cancelled count as queued until tko_lanes_pool_cancelled,
- * tko_lanes_cancel or tko_lanes_destroy disposes of them. */
+ * timeout_ms passes (-1 = no limit, 0 = just check).
+ * @details -ETIMEDOUT on timeout; -EDEADLK when called from a task of the
+ * lanes' pool, a lane task, a batch callback or these lanes' on_cancel (which
+ * may be running on any thread: the wait would include the call itself);
+ * -EINVAL for NULL or timeout_ms < -1. Lane tasks whose runner the pool
+ * cancelled count as queued until tko_lanes_pool_cancelled, tko_lanes_cancel or
+ * tko_lanes_destroy disposes of them. */
 TKO_API int tko_lanes_wait_idle(tko_lanes *lanes, long timeout_ms);
 
-/** Closes the table: later submits fail with -ESHUTDOWN; queued tasks still
- * run (a runner running at the close finishes its lane on its worker rather
- * than requeueing itself). Submits racing with close either are accepted
- * (and run) or fail. Idempotent. -EINVAL for NULL. */
+/** Closes the table: later submits fail with -ESHUTDOWN and queued tasks
+ * still run. Idempotent.
+ * @details A runner running at the close finishes its lane on its worker rather
+ * than requeueing itself. Submits racing with close either are accepted (and
+ * run) or fail. -EINVAL for NULL. */
 TKO_API int tko_lanes_close(tko_lanes *lanes);
 
 /** Closes the table and hands every queued (not yet taken) lane task to
- * on_cancel, on the calling thread, oldest first per lane. Tasks a runner has
- * already taken still run. Idempotent. -EINVAL for NULL. */
+ * on_cancel, on the calling thread, oldest first per lane. Idempotent.
+ * @details Tasks a runner has already taken still run. -EINVAL for NULL. */
 TKO_API int tko_lanes_cancel(tko_lanes *lanes);
 
 /** For the pool's on_cancel hook: returns 1 if `task` is a lane runner of any
  * lane table, after handing that lane's queued tasks to its table's
  * on_cancel (the hook must then ignore the task); 0 for any other task or
- * NULL. The lane table must still exist. */
+ * NULL.
+ * @details The lane table must still exist. */
 TKO_API int tko_lanes_pool_cancelled(const tko_task_info *task);
 
 /** Closes the table, waits until every accepted task has run or been
- * cancelled and every runner is back, then frees the table. This drains
- * the lanes: runners still queued in the pool are taken back (the pool
- * counts each as cancelled; its on_cancel hook never sees it) and their
- * lanes run on the calling thread, so a paused pool does not hold destroy
- * (the pool stays paused for its other tasks); runners already running
+ * cancelled and every runner is back, then frees the table; a paused pool
+ * does not hold it.
+ * @details This drains the lanes: runners still queued in the pool are taken
+ * back (the pool counts each as cancelled; its on_cancel hook never sees it)
+ * and their lanes run on the calling thread, so a paused pool does not hold
+ * destroy (the pool stays paused for its other tasks); runners already running
  * finish their lanes on their workers. Call it while the pool runs (or is
  * paused) or after its shutdown returned, not during one; no other call on
- * these lanes may race with destroy. -EINVAL for NULL;
- * -EDEADLK, doing nothing, from a task of the lanes' pool or from these
- * lanes' on_cancel. */
+ * these lanes may race with destroy. -EINVAL for NULL; -EDEADLK, doing nothing,
+ * from a task of the lanes' pool or from these lanes' on_cancel. */
 TKO_API int tko_lanes_destroy(tko_lanes *lanes);
 
 /** Fills *out with a snapshot. Does nothing when either pointer is NULL. */
