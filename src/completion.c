@@ -3,33 +3,63 @@
  * readiness descriptor (see taskorch/completion.h).
  *
  * The ring is Vyukov's bounded MPMC queue: each slot carries a sequence
- * number. A slot at position pos is free for a poster when seq == pos, and
- * holds a completion for a drainer when seq == pos + 1. Posters claim a
- * position by CAS on tail, write the completion, then publish it by storing
- * seq = pos + 1 (release); drainers claim by CAS on head, copy it out, then
- * free the slot for the next lap by storing seq = pos + capacity (release).
- * The CAS on each end gives every position to exactly one poster and one
- * drainer, so each accepted completion is delivered exactly once. A poster
- * that finds its slot not yet freed from the last lap (seq < pos) reports
- * the ring full.
+ * number, counted in half-steps so that a ring of one slot works too. A
+ * slot at position pos is free for a poster when seq == 2 pos, and holds a
+ * completion for a drainer when seq == 2 pos + 1. Posters claim a position
+ * by CAS on tail, write the completion, then publish it by storing
+ * seq = 2 pos + 1 (release); drainers claim by CAS on head, copy it out,
+ * then free the slot for the next lap by storing seq = 2 (pos + capacity)
+ * (release). With whole steps (free pos, full pos + 1, freed pos +
+ * capacity) a one-slot ring could not tell "full with pos" from "free for
+ * pos + 1". The CAS on each end gives every position to exactly one poster
+ * and one drainer, so each accepted completion is delivered exactly once,
+ * however many drains run at once. A poster that finds its slot not yet
+ * freed from the last lap (seq < 2 pos) reports the ring full.
+ *
+ * A drain's bound: after its exchange below, a drain reads tail once and
+ * takes no position at or past it. Completions posted while it runs -
+ * from its own callback or any other thread - wait for a later drain, so a
+ * callback that posts cannot keep one drain going.
  *
  * Why the descriptor cannot stay quiet while a completion waits (libuv's
  * uv_async_send uses the same flag): `signalled` says the descriptor has
  * been (or is being) made readable since the last drain began.
- *   poster:  publish the slot; if exchange(signalled, 1) was 0, signal fd.
- *   drainer: clear fd; exchange(signalled, 0); take until empty.
- * Both exchanges are RMWs on one word, so they are totally ordered. If a
- * poster's exchange comes after the drainer's, it read the drainer's 0 and
- * signals the descriptor after the drainer cleared it: the loop will come
- * back. If it comes before, the drainer's exchange reads a value from the
- * release sequence that the poster's exchange is part of, so it
- * synchronizes with it and the drainer sees the published slot. A slot the
- * drainer cannot reach yet (an earlier position claimed, not yet
- * published) is the same case for that earlier poster, whose exchange
- * follows its own publish: either it signals, or the drain sees its slot and
- * then this one. The descriptor may thus be readable with nothing left (a
- * completion another drain took, or a signal whose completion this drain
- * already took); a drain then finds nothing, which is harmless.
+ *   poster:  reserve; publish the slot; if exchange(signalled, 1) was 0,
+ *            signal fd.
+ *   drainer: clear fd; exchange(signalled, 0); end = tail; take in order
+ *            while published and below end and under max; if it stopped
+ *            at max, signal as a poster does.
+ * The exchanges are RMWs on one word and seq_cst, as are the CAS on tail
+ * and the drainer's read of it, so all lie in one total order S. Take a
+ * completion c at position p, posted by P, and a drain D that does not
+ * deliver it. Either D's exchange X_D comes before P's exchange X_P in S,
+ * or after.
+ *   (a) X_P after X_D. The first exchange after X_D in S reads X_D's 0,
+ *       synchronizes with it, and its thread (a poster, or a drain that
+ *       stopped at max) then signals: after D's clear. Every exchange
+ *       after that one reads 1 until the next drain. So the descriptor is
+ *       readable after D, and the loop comes back for c.
+ *   (b) X_P before X_D. X_D reads from the release sequence X_P belongs
+ *       to, so P's publish happens before D's takes: D sees c's slot.
+ *       c lies below D's bound, since P's CAS on tail precedes X_P, so
+ *       precedes D's read of tail. D then fails to deliver c only if
+ *       another drain did (done), if D stopped at max (it signals: case
+ *       (a) for its exchange), or if D stopped at an earlier position q
+ *       whose poster H has reserved it and not yet published. Then X_H is
+ *       after X_D: were it before, X_D would synchronize with it and D
+ *       would see q published. So H, as it publishes, is case (a): the
+ *       descriptor becomes readable, and the next drain delivers q, then c.
+ * In the last case c waits, with the descriptor quiet, for as long as H
+ * is stopped inside its post (preempted, or running a signal handler):
+ * delivery keeps reservation order, so no drain can take c before q, and
+ * the header says so. Re-arming the descriptor when a drain stops at an
+ * unpublished slot would keep it readable instead, but the loop would
+ * then spin - wake, drain nothing, wake again - for as long as H is
+ * stopped, taking the CPU that H needs to finish; H's own exchange is the
+ * cheaper signal and comes exactly when c can be taken. The descriptor may
+ * thus be readable with nothing left (a completion another drain took, or
+ * a signal whose completion this drain already took); a drain then finds
+ * nothing, which is harmless.
  *
  * Platform layer only (prim.h, atomics.h, mem.h): the queue knows nothing
  * of pools, so any thread may post. */
@@ -43,7 +73,7 @@
 #include "taskorch/completion.h"
 
 typedef struct cq_slot {
-  atomic_size_t seq; /* see the essay: pos free, pos + 1 full */
+  atomic_size_t seq; /* see the essay: 2 pos free, 2 pos + 1 full */
   tko_completion c;
 } cq_slot;
 
@@ -54,19 +84,23 @@ struct tko_cq {
   TKO_CACHE_ALIGNED atomic_uint signalled;
   /* I: set at create. */
   TKO_CACHE_ALIGNED cq_slot *slots;
-  size_t mask; /* capacity - 1, capacity a power of two */
+  size_t mask; /* capacity - 1, capacity a power of two (1 included) */
   int fds[2];  /* tko__wakefd_open */
   const tko_allocator *alloc;
 };
 
 #define CQ_DEFAULT_CAPACITY 1024u
 
+/* A slot's seq when position pos may be posted into, and once it is. */
+static size_t free_mark(size_t pos) { return 2 * pos; }
+static size_t full_mark(size_t pos) { return 2 * pos + 1; }
+
 int tko_cq_create(tko_cq **out, size_t capacity, const tko_allocator *allocator) {
   if (!out) return -EINVAL;
   *out = NULL;
   if (capacity > TKO_MAX_CQ_CAPACITY || !tko__allocator_valid(allocator)) return -EINVAL;
   if (capacity == 0) capacity = CQ_DEFAULT_CAPACITY;
-  size_t cap = 2; /* the sequence scheme needs two slots at least */
+  size_t cap = 1;
   while (cap < capacity) cap <<= 1;
   tko_cq *cq = tko__mem_alloc(allocator, sizeof *cq);
   if (!cq) return -ENOMEM;
@@ -80,7 +114,7 @@ int tko_cq_create(tko_cq **out, size_t capacity, const tko_allocator *allocator)
     tko__mem_free(allocator, cq);
     return rc;
   }
-  for (size_t i = 0; i < cap; i++) atomic_init(&cq->slots[i].seq, i);
+  for (size_t i = 0; i < cap; i++) atomic_init(&cq->slots[i].seq, free_mark(i));
   atomic_init(&cq->tail, 0);
   atomic_init(&cq->head, 0);
   atomic_init(&cq->signalled, 0);
@@ -99,7 +133,7 @@ int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user) {
     /* Acquire: pairs with the release in take_one that freed this slot, so
      * the drainer's copy-out happens before this overwrite. */
     size_t seq = tko__load_acquire(&s->seq);
-    intptr_t dif = (intptr_t)(seq - pos);
+    intptr_t dif = (intptr_t)(seq - free_mark(pos));
     if (dif == 0) {
       if (tko__cas_seq(&cq->tail, &pos, pos + 1)) break; /* reloads pos on failure */
     } else if (dif < 0) {
@@ -110,21 +144,23 @@ int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user) {
   }
   s->c = (tko_completion){.id = id, .status = status, .user = user};
   /* Release: pairs with the acquire in take_one, which then sees c. */
-  tko__store_release(&s->seq, pos + 1);
+  tko__store_release(&s->seq, full_mark(pos));
   /* seq_cst RMW after the publish: the essay's poster step. */
   if (tko__exchange_seq(&cq->signalled, 1) == 0) tko__wakefd_signal(cq->fds);
   return 0;
 }
 
-/* Takes the oldest published completion, if any. */
-static bool take_one(tko_cq *cq, tko_completion *out) {
+/* Takes the oldest published completion below end, if any. */
+static bool take_one(tko_cq *cq, tko_completion *out, size_t end) {
   size_t pos = tko__load_relaxed(&cq->head);
   cq_slot *s;
   for (;;) {
+    /* The drain's bound (the essay); another drain may have taken past it. */
+    if ((intptr_t)(end - pos) <= 0) return false;
     s = &cq->slots[pos & cq->mask];
     /* Acquire: pairs with the release in tko_cq_post that published c. */
     size_t seq = tko__load_acquire(&s->seq);
-    intptr_t dif = (intptr_t)(seq - (pos + 1));
+    intptr_t dif = (intptr_t)(seq - full_mark(pos));
     if (dif == 0) {
       if (tko__cas_seq(&cq->head, &pos, pos + 1)) break;
     } else if (dif < 0) {
@@ -136,14 +172,17 @@ static bool take_one(tko_cq *cq, tko_completion *out) {
   *out = s->c;
   /* Release: pairs with the acquire in tko_cq_post; frees the slot for the
    * poster one lap ahead. */
-  tko__store_release(&s->seq, pos + cq->mask + 1);
+  tko__store_release(&s->seq, free_mark(pos + cq->mask + 1));
   return true;
 }
 
-/* The essay's drainer step, before taking. */
-static void drain_begin(tko_cq *cq) {
+/* The essay's drainer step, before taking: returns the drain's bound. */
+static size_t drain_begin(tko_cq *cq) {
   tko__wakefd_clear(cq->fds);
   (void)tko__exchange_seq(&cq->signalled, 0);
+  /* seq_cst, after the exchange: a post that reserves at or past this
+   * bound exchanges after this drain did, so it signals (the essay). */
+  return tko__load_seq(&cq->tail);
 }
 
 /* A drain that stopped at its limit leaves the rest for the loop's next
@@ -155,10 +194,10 @@ static void drain_end(tko_cq *cq, size_t n, size_t max) {
 long tko_cq_drain(tko_cq *cq, tko_cq_fn fn, void *user, size_t max) {
   if (!cq || !fn) return -EINVAL;
   if (max == 0) max = cq->mask + 1;
-  drain_begin(cq);
+  size_t end = drain_begin(cq);
   size_t n = 0;
   tko_completion c;
-  while (n < max && take_one(cq, &c)) {
+  while (n < max && take_one(cq, &c, end)) {
     n++;
     fn(user, &c);
   }
@@ -168,9 +207,9 @@ long tko_cq_drain(tko_cq *cq, tko_cq_fn fn, void *user, size_t max) {
 
 long tko_cq_take(tko_cq *cq, tko_completion *out, size_t max) {
   if (!cq || !out || max == 0) return -EINVAL;
-  drain_begin(cq);
+  size_t end = drain_begin(cq);
   size_t n = 0;
-  while (n < max && take_one(cq, &out[n])) n++;
+  while (n < max && take_one(cq, &out[n], end)) n++;
   drain_end(cq, n, max);
   return (long)n;
 }

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -117,7 +118,7 @@ int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg) {
   return tko__thread_create_placed(out, main_fn, arg, NULL);
 }
 
-static void place_apply(const tko__thread_place *p, pthread_attr_t *attr);
+static int place_apply(const tko__thread_place *p, pthread_attr_t *attr);
 
 int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *arg,
                               const tko__thread_place *p) {
@@ -132,7 +133,11 @@ int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *ar
   pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
   pthread_attr_setschedpolicy(&attr, SCHED_OTHER);
   pthread_attr_setschedparam(&attr, &sp);
-  if (p) place_apply(p, &attr);
+  int placed = p ? place_apply(p, &attr) : 0;
+  if (placed) {
+    pthread_attr_destroy(&attr);
+    return placed;
+  }
   /* Block asynchronous signals in workers so the host's handlers run on the
    * host's threads; the new thread inherits this mask. Synchronous faults
    * stay deliverable. */
@@ -288,10 +293,35 @@ void tko__wakefd_close(const int fds[2]) {
   if (!is_eventfd(fds)) close(fds[1]);
 }
 
+/* A worker's stack as tko_options.stack_size promises it: whole pages, and
+ * at least the platform's minimum. glibc would round a ragged size down
+ * (1 MiB and a byte gives 1 MiB), so the rounding is done here, upwards.
+ * 0 where no size can be given: whole pages of it overflow size_t, or the
+ * platform's attributes refuse it. */
+static size_t stack_size_granted(size_t asked) {
+  size_t size = asked;
+  /* A platform whose minimum is above TKO_MIN_STACK_SIZE gets its minimum. */
+  if (size < (size_t)PTHREAD_STACK_MIN) size = (size_t)PTHREAD_STACK_MIN;
+  long pg = sysconf(_SC_PAGESIZE);
+  size_t page = pg > 0 ? (size_t)pg : 4096;
+  if (size > SIZE_MAX - (page - 1)) return 0;
+  size = (size + page - 1) / page * page;
+  /* Asked once now, so that a size the platform refuses fails create
+   * rather than a later elastic spawn. */
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr)) return 0;
+  int rc = pthread_attr_setstacksize(&attr, size);
+  pthread_attr_destroy(&attr);
+  return rc ? 0 : size;
+}
+
 int tko__place_init(tko__thread_place *p, const unsigned *cpus, size_t ncpus, size_t stack_size) {
   memset(p, 0, sizeof *p);
   if (stack_size && stack_size < TKO_MIN_STACK_SIZE) return -EINVAL;
-  p->stack_size = stack_size;
+  if (stack_size) {
+    p->stack_size = stack_size_granted(stack_size);
+    if (!p->stack_size) return -EAGAIN; /* the system cannot give it */
+  }
   if (!cpus) return ncpus ? -EINVAL : 0;
   if (!ncpus) return -EINVAL; /* an empty set: no CPU to run on */
   for (size_t i = 0; i < ncpus; i++) {
@@ -312,14 +342,11 @@ int tko__place_init(tko__thread_place *p, const unsigned *cpus, size_t ncpus, si
 #endif
 }
 
-/* Sets p's stack size and CPUs on a thread's attributes. */
-static void place_apply(const tko__thread_place *p, pthread_attr_t *a) {
-  if (p->stack_size) {
-    /* A platform whose minimum is above TKO_MIN_STACK_SIZE gets its minimum. */
-    size_t size = p->stack_size;
-    if (size < (size_t)PTHREAD_STACK_MIN) size = (size_t)PTHREAD_STACK_MIN;
-    pthread_attr_setstacksize(a, size);
-  }
+/* Sets p's stack size and CPUs on a thread's attributes; -EAGAIN if the
+ * stack size is refused (tko__place_init already asked once, so only a
+ * platform that changed its mind refuses it here). */
+static int place_apply(const tko__thread_place *p, pthread_attr_t *a) {
+  if (p->stack_size && pthread_attr_setstacksize(a, p->stack_size)) return -EAGAIN;
 #if defined(__linux__)
   if (p->pinned) {
     cpu_set_t set;
@@ -329,6 +356,7 @@ static void place_apply(const tko__thread_place *p, pthread_attr_t *a) {
     pthread_attr_setaffinity_np(a, sizeof set, &set);
   }
 #endif
+  return 0;
 }
 
 unsigned tko__cpu_count(void) {

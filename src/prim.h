@@ -83,14 +83,15 @@ int tko__thread_create(pthread_t *out, void *(*main_fn)(void *), void *arg);
  * .stack_size), checked once at create. The CPU set is a bitmap of its own,
  * not a cpu_set_t, so that this header needs no _GNU_SOURCE. */
 typedef struct tko__thread_place {
-  size_t stack_size; /* 0 = the platform's default */
+  size_t stack_size; /* 0 = the platform's default; else whole pages */
   bool pinned;       /* cpus applies */
   uint64_t cpus[TKO__CPU_WORDS];
 } tko__thread_place;
 /* -EINVAL: a count without a list, an empty list, a CPU number of
  * TKO_MAX_CPUS or more, a set with none of the CPUs the calling thread may
- * use, a stack under TKO_MIN_STACK_SIZE; -ENOTSUP: CPUs asked for where
- * affinity is not supported. */
+ * use, a stack under TKO_MIN_STACK_SIZE; -EAGAIN: a stack the system
+ * cannot give (whole pages of it overflow, or the platform refuses it);
+ * -ENOTSUP: CPUs asked for where affinity is not supported. */
 int tko__place_init(tko__thread_place *p, const unsigned *cpus, size_t ncpus, size_t stack_size);
 /* tko__thread_create, placed as p says (pool workers: the pool's place). */
 int tko__thread_create_placed(pthread_t *out, void *(*main_fn)(void *), void *arg,

@@ -18,8 +18,14 @@
  *
  * Readability, the contract a loop relies on:
  * - After a post returns 0, the descriptor is readable until a drain or
- *   take that starts after that post has begun (no completion is left
- *   queued with the descriptor quiet).
+ *   take that starts after that post has begun; such a drain delivers the
+ *   completion or leaves the descriptor readable (no completion is left
+ *   queued with the descriptor quiet). One exception: a completion queued
+ *   behind a post still in progress (its poster between taking a slot and
+ *   filling it, say preempted) cannot be delivered before that one; a
+ *   drain meanwhile takes neither and may leave the descriptor quiet, and
+ *   the earlier post makes it readable as it returns. (So a loop never
+ *   spins on completions it cannot take yet.)
  * - It may be readable with nothing to take (a completion another drain
  *   took first): a drain then returns 0. Such a wake-up is harmless.
  * - One write per burst: only the first post after a drain touches the
@@ -83,10 +89,12 @@ TKO_API int tko_cq_fd(const tko_cq *cq);
  * @details -EINVAL: NULL cq; -EAGAIN: the ring is full (nothing queued). */
 TKO_API int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user);
 
-/** Delivers up to `max` queued completions (0 = the ring's capacity) to fn,
- * oldest first, each exactly once, and returns how many.
- * @details Clears the descriptor first. The default bound means a callback that
- * posts again cannot keep one drain going forever. If it stopped at max, the
+/** Delivers up to `max` of the completions queued when it began (0 = the
+ * ring's capacity) to fn, oldest first, each exactly once, and returns how
+ * many.
+ * @details Clears the descriptor first. A completion posted while it runs,
+ * by fn or another thread, waits for a later drain, so a callback that
+ * posts again cannot keep one drain going. If it stopped at max, the
  * descriptor is made readable again so the loop comes back for the rest.
  * Returns how many were delivered (>= 0), or -EINVAL for NULL cq or fn. Safe
  * from any thread (see above). */

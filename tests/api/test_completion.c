@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,23 @@ static void check_full_ring(size_t capacity, size_t slots) {
 Test(completion, full_ring_rejects_and_keeps_order) {
   check_full_ring(4, 4);
   check_full_ring(3, 4); /* rounded up to a power of two */
-  check_full_ring(1, 2); /* at least two slots */
+  check_full_ring(2, 2);
+}
+
+/* 1 is a power of two: a queue of capacity 1 holds one completion, not
+ * two, and laps its single slot. */
+Test(completion, capacity_one_holds_exactly_one) {
+  check_full_ring(1, 1);
+  tko_cq *cq = make_cq(1);
+  tko_completion c;
+  for (uint64_t i = 0; i < 10; i++) {
+    cr_assert_eq(tko_cq_post(cq, i, 0, NULL), 0);
+    cr_assert_eq(tko_cq_post(cq, 100 + i, 0, NULL), -EAGAIN, "capacity 1 took a second");
+    cr_assert_eq(tko_cq_take(cq, &c, 1), 1);
+    cr_assert_eq(c.id, i);
+  }
+  cr_assert_eq(tko_cq_take(cq, &c, 1), 0);
+  cr_assert_eq(tko_cq_destroy(cq), 0);
 }
 
 /* Laps the ring many times: every slot is reused with its sequence. */
@@ -147,6 +164,99 @@ Test(completion, descriptor_readable_exactly_while_completions_wait) {
   cr_assert_eq(tko_cq_destroy(cq), 0);
 }
 
+/* A poster stopped between reserving its slot and publishing it (here by
+ * a signal whose handler blocks until released) holds up every completion
+ * reserved after its own: delivery keeps reservation order. The drain in
+ * that window takes nothing and leaves the descriptor quiet (the loop is
+ * not woken for what it cannot take yet); the moment that post returns,
+ * with no other post or drain, the descriptor is readable and one drain
+ * delivers both, in order. */
+static int park_pipe[2];
+static atomic_int parked;
+
+static void park_here(int sig) {
+  (void)sig;
+  int saved = errno;
+  atomic_store(&parked, 1);
+  char b;
+  while (read(park_pipe[0], &b, 1) != 1) {
+  }
+  atomic_store(&parked, 0);
+  errno = saved;
+}
+
+typedef struct hole_poster {
+  tko_cq *cq;
+  atomic_bool stop;
+  atomic_ulong loops; /* turns of the posting loop, to see it run on */
+  uint64_t next;      /* the id of the next post, then of the parked one */
+} hole_poster;
+
+static void *post_until_stopped(void *arg) {
+  hole_poster *p = arg;
+  while (!atomic_load(&p->stop)) {
+    if (tko_cq_post(p->cq, p->next, 0, NULL) == 0) p->next++;
+    atomic_fetch_add(&p->loops, 1);
+  }
+  return NULL;
+}
+
+Test(completion, a_completion_behind_a_post_in_progress_is_signalled_when_that_post_returns) {
+  const uint64_t mark = (uint64_t)1 << 40; /* the loop thread's own post */
+  cr_assert_eq(pipe(park_pipe), 0);
+  struct sigaction sa = {.sa_handler = park_here}, old;
+  sigemptyset(&sa.sa_mask);
+  cr_assert_eq(sigaction(SIGUSR1, &sa, &old), 0);
+  tko_cq *cq = make_cq(4096);
+  static tko_completion c[4096];
+  hole_poster p = {.cq = cq};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, post_until_stopped, &p), 0);
+  uint64_t expect = 0; /* the poster's next id not yet taken */
+  bool hit = false;
+  for (long round = 0; round < 20000 && !hit; round++) {
+    unsigned long seen = atomic_load(&p.loops);
+    while (atomic_load(&p.loops) == seen) sched_yield(); /* not parked at the same spot again */
+    cr_assert_eq(pthread_kill(t, SIGUSR1), 0);
+    while (!atomic_load(&parked)) sched_yield();
+    /* A full ring (the poster ran ahead): this round only makes room. */
+    int rc = tko_cq_post(cq, mark, 0, NULL);
+    cr_assert(rc == 0 || rc == -EAGAIN);
+    long n = tko_cq_take(cq, c, 4096);
+    cr_assert_geq(n, 0);
+    bool got_mark = false;
+    for (long k = 0; k < n; k++) {
+      if (c[k].id == mark) {
+        got_mark = true;
+        cr_assert_eq(k, n - 1); /* the last reserved */
+      } else {
+        cr_assert_eq(c[k].id, expect++);
+      }
+    }
+    if (rc == 0 && !got_mark) {
+      /* Parked inside the window: its slot, reserved before the mark's,
+       * is not published, so the take stopped there. */
+      hit = true;
+      cr_assert_not(readable(cq), "woken for nothing it could take");
+      atomic_store(&p.stop, true); /* the parked post is the last */
+    }
+    cr_assert_eq(write(park_pipe[1], "x", 1), 1);
+    while (atomic_load(&parked)) sched_yield();
+  }
+  pthread_join(t, NULL);
+  cr_assert(hit, "the poster was never stopped inside its post");
+  cr_assert(wait_readable(cq), "the parked post returned and the descriptor stayed quiet");
+  cr_assert_eq(tko_cq_take(cq, c, 4096), 2);
+  cr_assert_eq(c[0].id, expect);
+  cr_assert_eq(c[0].id + 1, p.next);
+  cr_assert_eq(c[1].id, mark);
+  cr_assert_not(readable(cq));
+  cr_assert_eq(sigaction(SIGUSR1, &old, NULL), 0);
+  close(park_pipe[0]);
+  close(park_pipe[1]);
+  cr_assert_eq(tko_cq_destroy(cq), 0);
+}
+
 /* What drain's callback records: every id seen, in order. */
 typedef struct seen {
   tko_cq *cq;
@@ -183,6 +293,45 @@ Test(completion, drain_calls_back_in_order_and_is_bounded) {
   cr_assert(readable(cq));
   cr_assert_eq(tko_cq_drain(cq, record, &s, 0), 8);
   for (size_t i = 8; i < 16; i++) cr_assert_eq(s.ids[i], 1000 + (i - 8));
+  cr_assert_eq(tko_cq_destroy(cq), 0);
+}
+
+/* A completion posted from a drain's callback waits for the next drain,
+ * even when the drain's max would have room for it: the drain delivers
+ * what was queued when it began. The descriptor says the new one waits. */
+typedef struct repost {
+  tko_cq *cq;
+  uint64_t ids[8];
+  size_t n;
+} repost;
+
+static void post_again(void *user, const tko_completion *c) {
+  repost *r = user;
+  cr_assert_lt(r->n, 8);
+  r->ids[r->n++] = c->id;
+  if (c->id < 100) cr_assert_eq(tko_cq_post(r->cq, c->id + 100, 0, NULL), 0);
+}
+
+Test(completion, a_completion_posted_by_the_callback_waits_for_the_next_drain) {
+  tko_cq *cq = make_cq(8);
+  repost r = {.cq = cq};
+  cr_assert_eq(tko_cq_post(cq, 1, 0, NULL), 0);
+  cr_assert_eq(tko_cq_drain(cq, post_again, &r, 0), 1, "the drain delivered its own callback's post");
+  cr_assert_eq(r.n, 1);
+  cr_assert_eq(r.ids[0], 1);
+  cr_assert(readable(cq)); /* the callback's completion waits, and says so */
+  cr_assert_eq(tko_cq_drain(cq, post_again, &r, 5), 1);
+  cr_assert_eq(r.ids[1], 101);
+  cr_assert_not(readable(cq));
+  /* Two queued, each reposting: two now, their two next time. */
+  cr_assert_eq(tko_cq_post(cq, 2, 0, NULL), 0);
+  cr_assert_eq(tko_cq_post(cq, 3, 0, NULL), 0);
+  cr_assert_eq(tko_cq_drain(cq, post_again, &r, 8), 2);
+  cr_assert(readable(cq));
+  cr_assert_eq(tko_cq_drain(cq, post_again, &r, 8), 2);
+  cr_assert_eq(r.n, 6);
+  uint64_t want[6] = {1, 101, 2, 3, 102, 103};
+  for (size_t i = 0; i < 6; i++) cr_assert_eq(r.ids[i], want[i]);
   cr_assert_eq(tko_cq_destroy(cq), 0);
 }
 
@@ -308,6 +457,64 @@ Test(completion, concurrent_drainers_share_without_duplicates) {
   cr_assert_eq(atomic_load(&taken), want);
   for (uint64_t i = 0; i < want; i++) cr_assert_eq(seen[i], 1);
   free(seen);
+  cr_assert_eq(tko_cq_destroy(cq), 0);
+}
+
+/* Two drains start together on one queued completion, round after round
+ * (one drains, the other takes): exactly one of them delivers it each
+ * round - never both, never neither. */
+typedef struct racer {
+  tko_cq *cq;
+  atomic_long *go;        /* the round the racers may start */
+  atomic_long *done;      /* racers finished, over all rounds */
+  atomic_long *delivered; /* deliveries this round */
+  long rounds;
+  bool use_take;
+} racer;
+
+static void count_delivery(void *user, const tko_completion *c) {
+  racer *r = user;
+  (void)c;
+  atomic_fetch_add(r->delivered, 1);
+}
+
+static void *race_rounds(void *arg) {
+  racer *r = arg;
+  for (long round = 1; round <= r->rounds; round++) {
+    while (atomic_load(r->go) < round) sched_yield();
+    if (r->use_take) {
+      tko_completion c[2];
+      long n = tko_cq_take(r->cq, c, 2);
+      cr_assert_geq(n, 0);
+      if (n) cr_assert_eq(c[0].id, (uint64_t)round);
+      atomic_fetch_add(r->delivered, n);
+    } else {
+      cr_assert_geq(tko_cq_drain(r->cq, count_delivery, r, 0), 0);
+    }
+    atomic_fetch_add(r->done, 1);
+  }
+  return NULL;
+}
+
+Test(completion, two_drains_racing_for_one_completion_deliver_it_once) {
+  long rounds = TT_SCALE(20000, 2000);
+  tko_cq *cq = make_cq(4);
+  atomic_long go = 0, done = 0, delivered = 0;
+  racer rs[2];
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    rs[i] = (racer){.cq = cq, .go = &go, .done = &done, .delivered = &delivered,
+                    .rounds = rounds, .use_take = i == 1};
+    cr_assert_eq(pthread_create(&t[i], NULL, race_rounds, &rs[i]), 0);
+  }
+  for (long round = 1; round <= rounds; round++) {
+    cr_assert_eq(tko_cq_post(cq, (uint64_t)round, 0, NULL), 0);
+    atomic_store(&go, round);
+    while (atomic_load(&done) < 2 * round) sched_yield();
+    long n = atomic_exchange(&delivered, 0);
+    cr_assert_eq(n, 1, "round %ld: the completion was delivered %ld times", round, n);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   cr_assert_eq(tko_cq_destroy(cq), 0);
 }
 

@@ -8,8 +8,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 #include <taskorch.h>
+#include <unistd.h>
 
 #include "tko_test.h"
 #include "tko_test_sync.h"
@@ -141,6 +143,40 @@ Test(placement, workers_get_the_stack_size_asked_for) {
   o.stack_size = 0;
   run_reports(&o, &rs);
   for (unsigned i = 0; i < 4; i++) cr_assert_geq(rs.r[i].stack, want + ((size_t)64 << 10));
+}
+
+/* A size that is not a whole number of pages is rounded up to one, never
+ * down: every worker gets at least what was asked. */
+Test(placement, a_stack_size_is_rounded_up_to_whole_pages) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t want = ((size_t)1 << 20) + 1; /* 1 MiB and one byte */
+  size_t rounded = (want + page - 1) / page * page;
+  tko_options o = tko_elastic_options(2, 2, 60000);
+  o.stack_size = want;
+  reports rs;
+  run_reports(&o, &rs);
+  for (unsigned i = 0; i < 4; i++)
+    cr_assert_geq(rs.r[i].stack, rounded, "worker %u got a %zu-byte stack for %zu asked", i,
+                  rs.r[i].stack, want);
+}
+
+/* A stack the system cannot give fails create with -EAGAIN (the header's
+ * "a thread could not be started"), whole: no pool, nothing started. */
+Test(placement, a_stack_size_the_system_cannot_give_is_eagain) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t sizes[] = {
+      SIZE_MAX,                   /* whole pages of it overflow size_t */
+      SIZE_MAX - page + 2,        /* so do these */
+      SIZE_MAX / 2 + 1,           /* whole pages, beyond any address space */
+      (size_t)1 << (sizeof(size_t) * 8 - 2),
+  };
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    tko_options o = tko_elastic_options(1, 1, 60000);
+    o.stack_size = sizes[i];
+    tko_pool *pool = (tko_pool *)&o;
+    cr_assert_eq(tko_pool_create(&pool, &o), -EAGAIN, "stack_size %zu", sizes[i]);
+    cr_assert_null(pool);
+  }
 }
 
 Test(placement, bad_values_are_einval) {
