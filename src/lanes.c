@@ -114,6 +114,7 @@ typedef struct lane {
   lane_meta *meta, *scratch_meta; /* beside ring and scratch: the keyed table only */
   size_t cap, head, count;
   bool scheduled; /* a runner for this lane is out */
+  bool used;      /* a ring was ever allocated (stats: lanes_used; a cancel detaches it) */
   unsigned index;
   struct tko_lanes *owner;
   uint64_t submitted, completed, failed, cancelled, visits, max_batch;
@@ -355,6 +356,7 @@ static int ring_grow(tko_lanes *l, lane *ln) {
   ln->meta = nm;
   ln->cap = ncap;
   ln->head = 0;
+  ln->used = true;
   return 0;
 }
 
@@ -776,28 +778,32 @@ int tko__lanes_create_keyed(tko_lanes **out, tko_pool *pool, const tko_allocator
   return lanes_create(out, pool, &o, true);
 }
 
-/* Hands every task queued on ln to on_cancel, one at a time with the lane
- * unlocked. If `unschedule`, the lane's runner was dropped by the pool and
- * this caller owns its runner count: it clears the flag and returns the
- * count. Returns whether it did. */
+/* Hands every task queued on ln to on_cancel. The whole ring is detached
+ * under the mutex at once (the lane starts a new one at its next push,
+ * ring_grow), then its tasks go to on_cancel in order with the lane
+ * unlocked. So a runner in the middle of a visit finds the lane empty when
+ * it looks again and takes nothing more: per key, the tasks that ran are a
+ * prefix and the cancelled ones the rest, never a task run after an
+ * earlier one was cancelled. If `unschedule`, the lane's runner was dropped
+ * by the pool and this caller owns its runner count: it clears the flag
+ * and returns the count. Returns whether it did. */
 static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
   tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
   bool owned = unschedule && ln->scheduled;
   if (owned) ln->scheduled = false;
-  uint64_t n = 0;
-  while (ln->count) {
-    tko_lane_task t;
-    lane_meta m = {0, 0};
-    ring_pop(ln, &t, &m);
-    ln->cancelled++;
-    n++;
-    if (l->keyed || l->opts.on_cancel) {
-      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-      cancel_task(l, &t, &m);
-      tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
-    }
+  size_t n = ln->count, head = ln->head, cap = ln->cap;
+  ring_old gone = {NULL, NULL};
+  if (n) {
+    gone = (ring_old){ln->ring, ln->meta};
+    ln->ring = NULL;
+    ln->meta = NULL;
+    ln->cap = ln->head = ln->count = 0;
+    ln->cancelled += n;
   }
   tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+  for (size_t i = 0, at = head; i < n; i++, at = at + 1 == cap ? 0 : at + 1)
+    cancel_task(l, &gone.ring[at], gone.meta ? &gone.meta[at] : NULL);
+  ring_free(l, &gone);
   pending_sub(l, n);
   if (owned) runner_done(l);
   return owned;
@@ -957,7 +963,7 @@ void tko_lanes_stats(tko_lanes *l, tko_lane_stats *out) {
     out->queued += ln->count;
     out->visits += ln->visits;
     if (ln->max_batch > out->max_batch) out->max_batch = ln->max_batch;
-    if (ln->ring) out->lanes_used++;
+    if (ln->used) out->lanes_used++;
     tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
   }
 }
