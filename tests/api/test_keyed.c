@@ -343,7 +343,8 @@ static void *po_submit(void *arg) {
       po_task *t = &s->tasks[me->sub][key][seq];
       *t = (po_task){s, me->sub, key, seq};
       uint64_t k = 100 + (uint64_t)key;
-      int rc = s->l ? tko_lanes_submit(s->l, k, po_run, t, 0) : tko_submit_keyed(s->p, k, po_run, t, 0);
+      int rc = s->l ? tko_lanes_submit(s->l, k, po_run, t, 0)
+                    : tko_submit_keyed(s->p, k, po_run, t, 0);
       if (rc) atomic_fetch_add(&s->refused, 1);
     }
   return NULL;
@@ -372,7 +373,8 @@ static void per_key_order_under_submitters(bool lanes) {
   cr_assert_eq(tko_pool_wait_idle(s->p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&s->refused), 0);
   cr_assert_eq(atomic_load(&s->ran), PO_SUBMITTERS * PO_KEYS * PO_EACH);
-  cr_assert_eq(atomic_load(&s->out_of_order), 0, "a key's tasks ran out of their submitter's order");
+  cr_assert_eq(atomic_load(&s->out_of_order), 0,
+               "a key's tasks ran out of their submitter's order");
   if (s->l) cr_assert_eq(tko_lanes_destroy(s->l), 0);
   cr_assert_eq(tko_pool_destroy(s->p), 0);
   free(s);
