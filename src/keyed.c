@@ -14,6 +14,10 @@ uint64_t tko__keyed_accept(tko_pool *pool, uint64_t *enq_ns) {
   return tko__side_task(pool); /* counted submitted: seq_cst */
 }
 
+bool tko__pool_caller_runs(const tko_pool *pool) {
+  return pool->opts.full_policy == TKO_FULL_CALLER_RUNS;
+}
+
 /* The worker slot that counts a task run on this thread: the thread's own
  * if it is one of the pool's workers, else the shared caller slot. */
 static tko__worker *counting_slot(tko_pool *pool) {

@@ -33,6 +33,11 @@ int tko__keyed_run(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint6
  * with its id, counted as cancelled. */
 void tko__keyed_cancel(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint64_t enq_ns);
 
+/* Whether the pool's full policy is TKO_FULL_CALLER_RUNS: a lane table's
+ * submit that finds a full queue then runs its lane's first visit itself
+ * (lanes.c: tko_lanes_submit), with the lane unlocked. */
+bool tko__pool_caller_runs(const tko_pool *pool);
+
 /* lanes.c, for keyed.c. */
 
 /* Makes the pool's keyed table (the default options, alloc its allocator):

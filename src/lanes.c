@@ -30,15 +30,21 @@
  * If the pool refuses the resubmission (it is shutting down, or a bounded
  * queue is full and this is its worker), the runner keeps draining on the
  * spot; the pool waits for running tasks, so the lane is finished before
- * shutdown returns. A bounded pool with TKO_FULL_CALLER_RUNS may run a
- * lane's first runner at once on the thread that submits it, which holds
- * the lane's mutex: that runner sees the thread-local starting_lane, does
- * nothing but say so, and the submitting thread, still owning the lane,
- * drives its first visit itself (drive()). So the mutex is never taken
- * twice by one thread, and still at most one thread drives a lane. The
- * requeue after a visit never runs on the caller (else the submitter would
- * drain its lane for as long as others append): a full queue makes
- * that thread wait for room with the lane unlocked (start_unlocked). A queued runner that the pool cancels is reported through
+ * shutdown returns. A runner is never submitted under a lane's mutex in a
+ * way that lets the pool run it on the spot: the pool would run it through
+ * its hooks, the host's code, with the mutex held (a hook's submit to the
+ * lane then waited for its own thread). A full queue of a bounded pool
+ * makes the first submit keep the runner token, accept its task, unlock,
+ * and only then submit the runner (start_unlocked): TKO_FULL_BLOCK waits
+ * for room there, and TKO_FULL_CALLER_RUNS runs the runner at once on that
+ * thread; the runner sees the thread-local starting_lane and does nothing
+ * but say so, and the submitting thread, still owning the lane, locks it
+ * and runs its first visit itself - one task, its own - (drive_first). So
+ * the mutex is never taken twice by one thread, and still at most one
+ * thread drives a lane. The requeue after a visit never runs on the
+ * caller (else the submitter would drain its lane for as long as others
+ * append): a full queue makes that thread wait for room with the lane
+ * unlocked (start_unlocked). A queued runner that the pool cancels is reported through
  * tko_lanes_pool_cancelled, or found by destroy once the pool is idle;
  * either way the one party that clears `scheduled` under the mutex hands
  * the ring's tasks to on_cancel.
@@ -109,6 +115,7 @@ typedef struct lane {
   lane_meta *meta, *scratch_meta; /* beside ring and scratch: the keyed table only */
   size_t cap, head, count;
   bool scheduled; /* a runner for this lane is out */
+  bool used;      /* a ring was ever allocated (stats: lanes_used; a cancel detaches it) */
   unsigned index;
   struct tko_lanes *owner;
   uint64_t submitted, completed, failed, cancelled, visits, max_batch;
@@ -350,6 +357,7 @@ static int ring_grow(tko_lanes *l, lane *ln) {
   ln->meta = nm;
   ln->cap = ncap;
   ln->head = 0;
+  ln->used = true;
   return 0;
 }
 
@@ -445,6 +453,7 @@ typedef struct visit {
 static void run_visit(visit *v) {
   tko_lanes *l = v->l;
   lane *ln = v->ln;
+  tko__witness_assert_none_held(); /* the host's code follows */
   current_lanes = l;
   if (l->opts.batch) {
     tko_lane_batch b = {.lane = ln->index, .count = v->n, .tasks = ln->scratch};
@@ -473,17 +482,18 @@ static void count_visit(tko_lanes *l, lane *ln, size_t n, uint64_t failed) {
   pending_sub(l, n); /* lane mu, then idle_mu: the documented order */
 }
 
-static void start_unlocked(tko_lanes *l, lane *ln, int weight);
+static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here);
 static bool hand_on(tko_lanes *l, lane *ln);
 static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule);
 static void visit_exited(void *arg);
 
 /* Drives the lane: entered with ln->mu held by the owner of the runner
  * token; returns with the mutex released and the token either passed to a
- * new runner in the pool or given back (scheduled cleared, runner_done). */
-static void drive(tko_lanes *l, lane *ln) {
-  for (;;) {
-    size_t n = ln->count < l->opts.max_drain ? ln->count : l->opts.max_drain;
+ * new runner in the pool or given back (scheduled cleared, runner_done).
+ * The first visit takes at most `first` tasks, later ones max_drain. */
+static void drive_first(tko_lanes *l, lane *ln, size_t first) {
+  for (size_t most = first;; most = l->opts.max_drain) {
+    size_t n = ln->count < most ? ln->count : most;
     for (size_t i = 0; i < n; i++)
       ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
     tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
@@ -500,6 +510,8 @@ static void drive(tko_lanes *l, lane *ln) {
     if (hand_on(l, ln)) return;
   }
 }
+
+static void drive(tko_lanes *l, lane *ln) { drive_first(l, ln, l->opts.max_drain); }
 
 /* Under ln->mu, owning the runner token, after a visit: gives the token
  * back when the lane is empty, or passes it to a new runner, and returns
@@ -536,7 +548,7 @@ static bool hand_on(tko_lanes *l, lane *ln) {
     /* A full queue, on a thread that may wait for room (a caller-runs
      * submitter, not a worker): wait with the lane unlocked. */
     tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-    start_unlocked(l, ln, weight);
+    start_unlocked(l, ln, weight, false);
     return true;
   }
   /* The pool refused (shutting down, or full and this is its worker):
@@ -564,6 +576,7 @@ static bool hand_on(tko_lanes *l, lane *ln) {
 
 /* Hands a task taken from the ring to on_cancel; no lock held. */
 static void cancel_task(tko_lanes *l, const tko_lane_task *t, const lane_meta *m) {
+  tko__witness_assert_none_held(); /* the host's on_cancel follows */
   if (l->keyed) { /* the pool's on_cancel, with the task's id */
     tko__keyed_cancel(l->pool, t, m->id, m->enq_ns);
   } else if (l->opts.on_cancel) {
@@ -624,13 +637,20 @@ static int lane_runner(void *arg) {
 }
 
 /* Starts ln's runner with the lane unlocked, waiting for room; the caller
- * owns the runner token and its task is accepted. If the pool refuses
- * (shut down meanwhile), this thread drives the lane itself, as a runner
- * whose requeue was refused does, so the accepted tasks still run. */
-static void start_unlocked(tko_lanes *l, lane *ln, int weight) {
-  if (submit_runner(l, ln, weight, -1, false) == 0) return;
+ * owns the runner token and its task is accepted. With may_run_here, a
+ * full TKO_FULL_CALLER_RUNS queue makes the pool run the runner here at
+ * once, through its hooks - host code, so the lane must be unlocked - and
+ * this thread then runs the lane's first visit itself: one task, its own
+ * (the lane was idle when it was accepted, and nothing takes from a lane
+ * whose token this thread holds but a cancel), never what others appended
+ * meanwhile. If the pool refuses (shut down meanwhile), this thread drives
+ * the lane itself, as a runner whose requeue was refused does, so the
+ * accepted tasks still run. */
+static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here) {
+  int rc = submit_runner(l, ln, weight, -1, may_run_here);
+  if (rc == 0) return;
   tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
-  drive(l, ln);
+  drive_first(l, ln, rc == 1 ? 1 : l->opts.max_drain);
 }
 
 /* A submit that will drive its lane, or wait for room for its runner, on
@@ -678,22 +698,25 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
     tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
     return rc;
   }
-  int started = 0;
   if (!ln->scheduled) {
     /* Relaxed: destroy reads runners only after close_table has taken this
      * lane's mutex, and the decrement comes after a later lock of ln->mu. */
     tko__add_relaxed(&l->runners, 1);
     ln->scheduled = true;
-    started = submit_runner(l, ln, weight, 0, true);
-    if (started == -ETIMEDOUT) {
-      /* A full TKO_FULL_BLOCK queue: accept the task and wait for room with
-       * the lane unlocked. Others append behind it meanwhile (they see
+    /* Under the lock the pool must never run the runner here: it would run
+     * it through its hooks, the host's code, with ln->mu held. */
+    int started = submit_runner(l, ln, weight, 0, false);
+    if (started == -ETIMEDOUT || (started == -EAGAIN && tko__pool_caller_runs(l->pool))) {
+      /* A full queue that this thread waits for (TKO_FULL_BLOCK) or runs
+       * the lane on (TKO_FULL_CALLER_RUNS; on a worker of the pool, where
+       * a wait would be -EAGAIN): accept the task and go on with the lane
+       * unlocked. Others append behind it meanwhile (they see
        * `scheduled`); the runner, once out, finds them all. */
       tko__add_relaxed(&l->pending, 1); /* relaxed: see below */
       ln->submitted++;
       bool gated = enter_gate(l);
       tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-      start_unlocked(l, ln, weight);
+      start_unlocked(l, ln, weight, true);
       if (gated) tko__gate_leave(l->pool);
       return 0;
     }
@@ -711,12 +734,6 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
    * follows this point; zero is only acted on under idle_mu. */
   tko__add_relaxed(&l->pending, 1);
   ln->submitted++;
-  if (started == 1) { /* the pool ran our runner here: this thread runs the lane */
-    bool gated = enter_gate(l);
-    drive(l, ln);
-    if (gated) tko__gate_leave(l->pool);
-    return 0;
-  }
   tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
   return 0;
 }
@@ -761,28 +778,32 @@ int tko__lanes_create_keyed(tko_lanes **out, tko_pool *pool, const tko_allocator
   return lanes_create(out, pool, &o, true);
 }
 
-/* Hands every task queued on ln to on_cancel, one at a time with the lane
- * unlocked. If `unschedule`, the lane's runner was dropped by the pool and
- * this caller owns its runner count: it clears the flag and returns the
- * count. Returns whether it did. */
+/* Hands every task queued on ln to on_cancel. The whole ring is detached
+ * under the mutex at once (the lane starts a new one at its next push,
+ * ring_grow), then its tasks go to on_cancel in order with the lane
+ * unlocked. So a runner in the middle of a visit finds the lane empty when
+ * it looks again and takes nothing more: per key, the tasks that ran are a
+ * prefix and the cancelled ones the rest, never a task run after an
+ * earlier one was cancelled. If `unschedule`, the lane's runner was dropped
+ * by the pool and this caller owns its runner count: it clears the flag
+ * and returns the count. Returns whether it did. */
 static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
   tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
   bool owned = unschedule && ln->scheduled;
   if (owned) ln->scheduled = false;
-  uint64_t n = 0;
-  while (ln->count) {
-    tko_lane_task t;
-    lane_meta m = {0, 0};
-    ring_pop(ln, &t, &m);
-    ln->cancelled++;
-    n++;
-    if (l->keyed || l->opts.on_cancel) {
-      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
-      cancel_task(l, &t, &m);
-      tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
-    }
+  size_t n = ln->count, head = ln->head, cap = ln->cap;
+  ring_old gone = {NULL, NULL};
+  if (n) {
+    gone = (ring_old){ln->ring, ln->meta};
+    ln->ring = NULL;
+    ln->meta = NULL;
+    ln->cap = ln->head = ln->count = 0;
+    ln->cancelled += n;
   }
   tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+  for (size_t i = 0, at = head; i < n; i++, at = at + 1 == cap ? 0 : at + 1)
+    cancel_task(l, &gone.ring[at], gone.meta ? &gone.meta[at] : NULL);
+  ring_free(l, &gone);
   pending_sub(l, n);
   if (owned) runner_done(l);
   return owned;
@@ -942,7 +963,7 @@ void tko_lanes_stats(tko_lanes *l, tko_lane_stats *out) {
     out->queued += ln->count;
     out->visits += ln->visits;
     if (ln->max_batch > out->max_batch) out->max_batch = ln->max_batch;
-    if (ln->ring) out->lanes_used++;
+    if (ln->used) out->lanes_used++;
     tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
   }
 }

@@ -55,7 +55,10 @@ static void violation(int what, tko__rank had, tko__rank r) {
     return;
   }
   fprintf(stderr, "taskorch: lock order violation (see src/witness.h): a thread ");
-  if (what == TKO__WITNESS_NOT_HELD)
+  if (what == TKO__WITNESS_HOST_UNDER_LOCK)
+    fprintf(stderr, "runs the host's code while holding %s (rank %d)\n", tko__rank_name(had),
+            (int)had);
+  else if (what == TKO__WITNESS_NOT_HELD)
     fprintf(stderr, "releases or waits with %s (rank %d), which it does not hold\n",
             tko__rank_name(r), (int)r);
   else
@@ -95,5 +98,9 @@ void tko__witness_wait(tko__rank r) {
     else violation(TKO__WITNESS_WAIT_HOLDING, held.rank[i], r);
   }
   if (!holds) violation(TKO__WITNESS_NOT_HELD, TKO__RANK_NONE, r);
+}
+
+void tko__witness_assert_none_held(void) {
+  if (held.n) violation(TKO__WITNESS_HOST_UNDER_LOCK, highest_held(), TKO__RANK_NONE);
 }
 #endif

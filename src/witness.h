@@ -68,14 +68,23 @@ void tko__witness_acquire(tko__rank r);
 void tko__witness_release(tko__rank r);
 /* The calling thread waits on a condition with the mutex of rank r. */
 void tko__witness_wait(tko__rank r);
+/* The calling thread is about to run the host's code (a task, a hook, a
+ * batch callback, on_cancel): checks that it holds no lock. */
+void tko__witness_assert_none_held(void);
 /* A rank's name, for reports ("spawn_mu"). */
 const char *tko__rank_name(tko__rank r);
 
 /* What a report found. */
-enum { TKO__WITNESS_ORDER = 1, TKO__WITNESS_NOT_HELD, TKO__WITNESS_WAIT_HOLDING };
+enum {
+  TKO__WITNESS_ORDER = 1,
+  TKO__WITNESS_NOT_HELD,
+  TKO__WITNESS_WAIT_HOLDING,
+  TKO__WITNESS_HOST_UNDER_LOCK /* host code about to run with a lock held */
+};
 /* Test seam: when set, a violation calls it instead of printing and
  * aborting (tests/unit/test_witness.c); held is TKO__RANK_NONE for
- * NOT_HELD. Never set by the library. */
+ * NOT_HELD, r is TKO__RANK_NONE for HOST_UNDER_LOCK. Never set by the
+ * library. */
 typedef void (*tko__witness_fn)(int what, tko__rank held, tko__rank r);
 #ifdef TKO_TEST_SEAMS
 extern _Atomic(tko__witness_fn) tko__test_witness_hook;
@@ -84,6 +93,7 @@ extern _Atomic(tko__witness_fn) tko__test_witness_hook;
 static inline void tko__witness_acquire(tko__rank r) { (void)r; }
 static inline void tko__witness_release(tko__rank r) { (void)r; }
 static inline void tko__witness_wait(tko__rank r) { (void)r; }
+static inline void tko__witness_assert_none_held(void) {}
 #endif
 
 static inline void tko__mutex_lock(pthread_mutex_t *mu, tko__rank r) {

@@ -4,16 +4,19 @@
  * back into the pool), and the pool's first keyed submits racing. These are
  * regressions of issue 14; each test names the defect. Calls that used to
  * hang run on a helper thread that the test joins with a deadline, so a
- * hang fails an assertion instead of the suite. */
+ * hang fails an assertion instead of the suite. Also: each submitter's tasks
+ * of a key run in its submit order, for keyed tasks and lane tables alike. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <taskorch.h>
+#include <taskorch/lanes.h>
 
 #include "tko_test.h"
 #include "tko_test_fault.h"
@@ -294,3 +297,93 @@ Test(keyed, a_submit_waiting_for_room_holds_no_lane_lock) { lockstep_run(false);
 /* The same through a lane table of the host's own (tko_lanes_submit), whose
  * first runner of a lane waits for room with the lane unlocked. */
 Test(keyed, a_lanes_submit_waiting_for_room_holds_no_lane_lock) { lockstep_run(true); }
+
+/* ---- per-key submit order, with several submitters ---------------------- */
+
+/* Submitters each queue tasks for a few keys, all while the pool is paused
+ * (so a key's tasks pile up before its lane runs), then the pool runs
+ * them: each submitter's tasks of a key run in the order it submitted
+ * them, whatever the other submitters interleaved. A task checks that it
+ * follows its submitter's previous task of its key (the key's tasks run
+ * one at a time, so the check needs no lock of its own). */
+enum { PO_SUBMITTERS = 4, PO_KEYS = 3, PO_EACH = 200 };
+
+typedef struct po_task {
+  struct po_scene *s;
+  int sub, key, seq;
+} po_task;
+
+typedef struct po_scene {
+  tko_pool *p;
+  tko_lanes *l; /* NULL: tko_submit_keyed */
+  po_task tasks[PO_SUBMITTERS][PO_KEYS][PO_EACH];
+  atomic_int next[PO_SUBMITTERS][PO_KEYS]; /* the seq each (submitter, key) expects */
+  atomic_int out_of_order, ran, refused;
+} po_scene;
+
+static int po_run(void *arg) {
+  po_task *t = arg;
+  po_scene *s = t->s;
+  if (atomic_load(&s->next[t->sub][t->key]) != t->seq) atomic_fetch_add(&s->out_of_order, 1);
+  atomic_store(&s->next[t->sub][t->key], t->seq + 1);
+  atomic_fetch_add(&s->ran, 1);
+  return 0;
+}
+
+typedef struct po_submitter {
+  po_scene *s;
+  int sub;
+} po_submitter;
+
+static void *po_submit(void *arg) {
+  po_submitter *me = arg;
+  po_scene *s = me->s;
+  for (int seq = 0; seq < PO_EACH; seq++)
+    for (int key = 0; key < PO_KEYS; key++) {
+      po_task *t = &s->tasks[me->sub][key][seq];
+      *t = (po_task){s, me->sub, key, seq};
+      uint64_t k = 100 + (uint64_t)key;
+      int rc = s->l ? tko_lanes_submit(s->l, k, po_run, t, 0)
+                    : tko_submit_keyed(s->p, k, po_run, t, 0);
+      if (rc) atomic_fetch_add(&s->refused, 1);
+    }
+  return NULL;
+}
+
+static void per_key_order_under_submitters(bool lanes) {
+  po_scene *s = calloc(1, sizeof *s);
+  cr_assert_not_null(s);
+  tko_options o = tko_basic_options(2);
+  cr_assert_eq(tko_pool_create(&s->p, &o), 0);
+  if (lanes) {
+    tko_lane_options lo = tko_lane_default_options();
+    lo.max_drain = 8; /* many visits, each a batch */
+    cr_assert_eq(tko_lanes_create(&s->l, s->p, &lo), 0);
+  }
+  cr_assert_eq(tko_pool_pause(s->p), 0);
+  pthread_t th[PO_SUBMITTERS];
+  po_submitter who[PO_SUBMITTERS];
+  for (int i = 0; i < PO_SUBMITTERS; i++) {
+    who[i] = (po_submitter){s, i};
+    cr_assert_eq(pthread_create(&th[i], NULL, po_submit, &who[i]), 0);
+  }
+  for (int i = 0; i < PO_SUBMITTERS; i++) cr_assert_eq(pthread_join(th[i], NULL), 0);
+  cr_assert_eq(tko_pool_resume(s->p), 0);
+  if (s->l) cr_assert_eq(tko_lanes_wait_idle(s->l, TT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(s->p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&s->refused), 0);
+  cr_assert_eq(atomic_load(&s->ran), PO_SUBMITTERS * PO_KEYS * PO_EACH);
+  cr_assert_eq(atomic_load(&s->out_of_order), 0,
+               "a key's tasks ran out of their submitter's order");
+  if (s->l) cr_assert_eq(tko_lanes_destroy(s->l), 0);
+  cr_assert_eq(tko_pool_destroy(s->p), 0);
+  free(s);
+}
+
+Test(keyed, each_submitters_keyed_tasks_of_a_key_run_in_its_order) {
+  per_key_order_under_submitters(false);
+}
+
+Test(keyed, each_submitters_lane_tasks_of_a_key_run_in_its_order) {
+  per_key_order_under_submitters(true);
+}

@@ -3,13 +3,15 @@
  * 14, defect 19): hooks and stats see them, not the library's lane runners;
  * different keys run in parallel whatever a worker's take size; a bounded
  * queue counts them and its full policy applies to them; a caller-runs
- * submitter runs its own task only. Public headers only. */
+ * submitter runs its own task only; a cancel shutdown splits each key into
+ * a run prefix and a cancelled rest. Public headers only. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <taskorch.h>
@@ -560,4 +562,138 @@ Test(keyed_tasks, cancelled_lane_runners_count_as_cancelled) {
   cr_assert_eq(s.cancelled, (uint64_t)(2 * K), "cancelled %llu", (unsigned long long)s.cancelled);
   cr_assert_eq(s.submitted, s.completed + s.cancelled);
   cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- a cancel splits each key into a run prefix and a cancelled rest ------- */
+
+/* As for lane tables (test_lanes.c): once a TKO_CANCEL or TKO_CANCEL_NOWAIT
+ * shutdown begins, each key's tasks that ran are a prefix of its stream
+ * and the rest went to on_cancel, never a task run after an earlier one
+ * was cancelled. Key 0's first task holds its runner in the middle of its
+ * first visit (the table's max_drain, 32 by default) until the shutdown's
+ * on_cancel reaches key 0, which opens the gate and waits for that visit's
+ * last task: so the cancel always meets a running runner. */
+enum { KS_KEYS = 3, KS_DRAIN = 32, KS_PER_KEY = 3 * KS_DRAIN };
+
+typedef struct ks_item {
+  int key, i;
+} ks_item;
+
+typedef struct ks_scene {
+  uint64_t keys[KS_KEYS];
+  ks_item items[KS_KEYS][KS_PER_KEY];
+  _Atomic char outcome[KS_KEYS][KS_PER_KEY];
+  atomic_int twice, gate_open;
+  tt_count started, ran0, gate;
+} ks_scene;
+
+static ks_scene *ks_;
+
+static void ks_end(const ks_item *it, char how) {
+  char none = 0;
+  if (!atomic_compare_exchange_strong(&ks_->outcome[it->key][it->i], &none, how))
+    atomic_fetch_add(&ks_->twice, 1);
+}
+
+static int ks_task(void *arg) {
+  ks_item *it = arg;
+  if (it->key == 0 && it->i == 0) {
+    tt_count_add(&ks_->started, 1);
+    tt_count_wait_geq(&ks_->gate, 1);
+  }
+  ks_end(it, 'R');
+  if (it->key == 0) tt_count_add(&ks_->ran0, 1);
+  return 0;
+}
+
+static void ks_cancel(void *user, const tko_task_info *t) {
+  (void)user;
+  if (t->fn != ks_task) return;
+  const ks_item *it = t->arg;
+  ks_end(it, 'C');
+  if (it->key == 0 && !atomic_exchange(&ks_->gate_open, 1)) {
+    tt_count_add(&ks_->gate, 1);
+    tt_count_wait_geq(&ks_->ran0, KS_DRAIN);
+  }
+}
+
+static void keyed_cancel_splits_each_key(tko_shutdown_mode mode) {
+  ks_ = calloc(1, sizeof *ks_);
+  cr_assert_not_null(ks_);
+  ks_scene *s = ks_;
+  /* Keys on lanes of their own (see two_lanes). */
+  tko_pool *probe;
+  tko_options po = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&probe, &po), 0);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, probe, NULL), 0);
+  for (int k = 0, next = 1; k < KS_KEYS; k++) {
+    for (bool fresh = false; !fresh; next++) {
+      fresh = true;
+      for (int j = 0; j < k; j++)
+        if (tko_lanes_index(l, (uint64_t)next) == tko_lanes_index(l, s->keys[j])) fresh = false;
+      s->keys[k] = (uint64_t)next;
+    }
+  }
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(probe), 0);
+  int rounds = TT_SCALE(20, 5), mixed = 0;
+  for (int round = 0; round < rounds; round++) {
+    memset(s->outcome, 0, sizeof s->outcome);
+    atomic_store(&s->twice, 0);
+    atomic_store(&s->gate_open, 0);
+    tt_count_init(&s->started);
+    tt_count_init(&s->ran0);
+    tt_count_init(&s->gate);
+    tko_options o = tko_basic_options(KS_KEYS);
+    o.hooks.on_cancel = ks_cancel;
+    tko_pool *p;
+    cr_assert_eq(tko_pool_create(&p, &o), 0);
+    /* All queued before any runner starts: key 0's first visit is then its
+     * first KS_DRAIN tasks. */
+    cr_assert_eq(tko_pool_pause(p), 0);
+    for (int i = 0; i < KS_PER_KEY; i++)
+      for (int k = 0; k < KS_KEYS; k++) {
+        s->items[k][i] = (ks_item){k, i};
+        cr_assert_eq(tko_submit_keyed(p, s->keys[k], ks_task, &s->items[k][i], 0), 0);
+      }
+    cr_assert_eq(tko_pool_resume(p), 0);
+    cr_assert(tt_count_wait_geq(&s->started, 1));
+    cr_assert_eq(tko_pool_shutdown(p, mode), 0);
+    cr_assert_eq(tko_pool_destroy(p), 0); /* waits for the running tasks */
+    cr_assert_eq(atomic_load(&s->twice), 0, "round %d: a task ended twice", round);
+    for (int k = 0; k < KS_KEYS; k++) {
+      char line[KS_PER_KEY + 1] = {0};
+      for (int i = 0; i < KS_PER_KEY; i++) {
+        char c = atomic_load(&s->outcome[k][i]);
+        line[i] = c ? c : '-';
+      }
+      bool cancelled = false;
+      for (int i = 0; i < KS_PER_KEY; i++) {
+        cr_assert(line[i] == 'R' || line[i] == 'C', "round %d key %d task %d never ended",
+                  round, k, i);
+        cr_assert(!(cancelled && line[i] == 'R'),
+                  "round %d key %d: a task ran after an earlier one was cancelled: %s", round, k,
+                  line);
+        cancelled |= line[i] == 'C';
+      }
+      if (k == 0 && cancelled && line[0] == 'R') mixed++;
+    }
+    tt_count_fini(&s->started);
+    tt_count_fini(&s->ran0);
+    tt_count_fini(&s->gate);
+  }
+  /* The shutdown met key 0's runner in the middle of its lane every round:
+   * the check was not vacuous. */
+  cr_assert_eq(mixed, rounds);
+  free(s);
+  ks_ = NULL;
+}
+
+Test(keyed_tasks, a_cancel_shutdown_runs_a_prefix_of_each_key_and_cancels_the_rest) {
+  keyed_cancel_splits_each_key(TKO_CANCEL);
+}
+
+Test(keyed_tasks, a_nowait_shutdown_runs_a_prefix_of_each_key_and_cancels_the_rest) {
+  keyed_cancel_splits_each_key(TKO_CANCEL_NOWAIT);
 }

@@ -7,7 +7,9 @@
  *   runner not yet started stays available to an idle worker.
  * - A TKO_FULL_CALLER_RUNS submitter runs its own task at most, not the
  *   tasks others append to its lane meanwhile.
- * - A ring grown by a burst goes back to its first size once it drains. */
+ * - A ring grown by a burst goes back to its first size once it drains.
+ * - A hook around a runner that the pool runs on its submitter's thread
+ *   may submit to that very lane: no lane lock is held around it. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -159,6 +161,108 @@ Test(lane_tables, a_caller_runs_submitter_runs_only_its_own_task) {
   cr_assert_eq(atomic_load(&a.elsewhere), APPENDED);
   cr_assert_eq(tko_lanes_destroy(a.l), 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- hooks around a lane run on its submitter's thread -------------------- */
+
+/* A before_run hook that submits to the lane once it is armed. The pool
+ * runs a caller-run lane's runner through its hooks; the hook must find the
+ * lane unlocked (hooks never run under a library lock), so that its submit
+ * returns instead of waiting for a mutex its own thread holds. */
+typedef struct hook_scene {
+  tko_pool *p;
+  tko_lanes *l;
+  tt_pin pin;
+  atomic_int armed;   /* the next before_run call submits to the lane */
+  atomic_int hook_rc; /* what that submit returned */
+  tt_count hooked;    /* 1 once the hook's submit returned */
+  tt_count ran;       /* lane tasks run */
+  atomic_int order_ok; /* the lane's tasks ran in submit order */
+  int submit_rc;      /* the scene's own submit */
+} hook_scene;
+
+/* A lane task's arg is its place in the lane's order (1, 2). */
+static hook_scene hook_scene_;
+
+static int hook_lane_task(void *arg) {
+  long want = (long)(intptr_t)arg;
+  if (tt_count_add(&hook_scene_.ran, 1) != want) atomic_store(&hook_scene_.order_ok, 0);
+  return 0;
+}
+
+static void submitting_hook(void *user, const tko_task_info *task) {
+  (void)task;
+  hook_scene *s = user;
+  if (!atomic_exchange(&s->armed, 0)) return;
+  atomic_store(&s->hook_rc, tko_lanes_submit(s->l, 7, hook_lane_task, (void *)(intptr_t)2, 0));
+  tt_count_add(&s->hooked, 1);
+}
+
+/* The submit whose runner the pool cannot queue: from a worker it fills
+ * the queue's one slot first (the pool then runs the runner on that worker). */
+static int hook_scene_submit(void *arg) {
+  hook_scene *s = arg;
+  if (tko_pool_wait_idle(s->p, 0) == -EDEADLK) /* on the worker */
+    cr_assert_eq(tko_submit(s->p, tt_nop_fn, NULL, 0), 0);
+  atomic_store(&s->armed, 1);
+  s->submit_rc = tko_lanes_submit(s->l, 7, hook_lane_task, (void *)(intptr_t)1, 0);
+  return 0;
+}
+
+static void *hook_scene_thread(void *arg) {
+  hook_scene_submit(arg);
+  return NULL;
+}
+
+static void hook_submits_to_a_caller_run_lane(bool on_worker) {
+  hook_scene *s = &hook_scene_;
+  memset(s, 0, sizeof *s);
+  s->pin = (tt_pin)TT_PIN_INIT;
+  tt_count_init(&s->hooked);
+  tt_count_init(&s->ran);
+  atomic_init(&s->order_ok, 1);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  o.hooks.before_run = submitting_hook;
+  o.hooks.user = s;
+  cr_assert_eq(tko_pool_create(&s->p, &o), 0);
+  cr_assert_eq(tko_lanes_create(&s->l, s->p, NULL), 0);
+  pthread_t th;
+  if (on_worker) {
+    cr_assert_eq(tko_submit(s->p, hook_scene_submit, s, 0), 0);
+  } else {
+    /* Pin the only worker, fill the one queue slot, then submit from a
+     * thread of its own: a hang there is a failed wait here. */
+    cr_assert_eq(tko_submit(s->p, tt_pin_fn, &s->pin, 0), 0);
+    cr_assert(tt_count_wait_geq(&s->pin.started, 1));
+    cr_assert_eq(tko_submit(s->p, tt_nop_fn, NULL, 0), 0);
+    cr_assert_eq(pthread_create(&th, NULL, hook_scene_thread, s), 0);
+  }
+  /* A bound on a hang, not a timing: the hook's submit waits forever on a
+   * lane mutex held by its own thread if the runner ran under it. */
+  cr_assert(tt_count_wait_geq_within(&s->hooked, 1, 30000),
+            "the hook's submit to the lane its thread was running never returned");
+  cr_assert_eq(atomic_load(&s->hook_rc), 0);
+  tt_gate_open(&s->pin.gate);
+  if (!on_worker) cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_assert_eq(tko_lanes_wait_idle(s->l, 30000), 0);
+  cr_assert_eq(tko_pool_wait_idle(s->p, 30000), 0);
+  cr_assert_eq(s->submit_rc, 0);
+  cr_assert_eq(tt_count_get(&s->ran), 2);
+  cr_assert(atomic_load(&s->order_ok), "the lane's tasks ran out of submit order");
+  cr_assert_eq(tko_lanes_destroy(s->l), 0);
+  cr_assert_eq(tko_pool_destroy(s->p), 0);
+  tt_count_fini(&s->hooked);
+  tt_count_fini(&s->ran);
+}
+
+Test(lane_tables, a_hook_may_submit_to_the_lane_a_caller_runs_submitter_runs) {
+  hook_submits_to_a_caller_run_lane(false);
+}
+
+Test(lane_tables, a_hook_may_submit_to_the_lane_a_caller_runs_worker_runs) {
+  hook_submits_to_a_caller_run_lane(true);
 }
 
 /* ---- issue 14, defect 18, for lane rings ----------------------------------- */

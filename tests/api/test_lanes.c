@@ -4,8 +4,9 @@
  * lost or run twice, parallelism across lanes, the weight rule, max_drain
  * and the batch callback, the per-lane limit, every cancel path (lanes
  * cancel, a pool TKO_CANCEL shutdown with and without forwarding), a pool
- * DRAIN shutdown with runners in flight, a caller-runs bounded pool, and
- * -EDEADLK / -ETIMEDOUT from wait_idle. Tasks never assert themselves: they
+ * DRAIN shutdown with runners in flight, a caller-runs bounded pool,
+ * -EDEADLK / -ETIMEDOUT from wait_idle, a cancel that splits each key
+ * into a run prefix and a cancelled rest. Tasks never assert themselves: they
  * count violations in atomics that the test thread checks. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -821,4 +822,165 @@ Test(lanes, cancel_without_on_cancel_drops_the_queued_tasks) {
   cr_assert_eq(tko_lanes_destroy(l), 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
   pin_fini(&g);
+}
+
+/* ---- a cancel splits each key into a run prefix and a cancelled rest ------- */
+
+/* Each key's tasks, in submit order, record how they ended: 'R' when run,
+ * 'C' when handed to on_cancel. Once a cancel begins, a key's tasks that
+ * ran are a prefix of its stream and the cancelled ones the rest: the
+ * stream reads R*C*, never a task run after an earlier one was cancelled.
+ * Key 0's first task holds its runner in the middle of a visit until the
+ * cancel reaches key 0 (its on_cancel opens the gate and waits for that
+ * visit's last task), so the cancel always meets a running runner. */
+enum { SP_KEYS = 4, SP_DRAIN = 8, SP_PER_KEY = 5 * SP_DRAIN };
+
+typedef struct sp_item {
+  struct sp_scene *s;
+  int key, i;
+} sp_item;
+
+typedef struct sp_scene {
+  tko_lanes *l;
+  uint64_t keys[SP_KEYS];
+  sp_item items[SP_KEYS][SP_PER_KEY];
+  _Atomic char outcome[SP_KEYS][SP_PER_KEY];
+  atomic_int twice;     /* a task that ended twice */
+  atomic_int gate_open; /* key 0's first task may return */
+  lt_count started;     /* key 0's first task began */
+  lt_count ran0;        /* key 0's tasks run */
+  lt_count gate;        /* 1 once the gate opened */
+} sp_scene;
+
+static void sp_end(sp_item *it, char how) {
+  char none = 0;
+  if (!atomic_compare_exchange_strong(&it->s->outcome[it->key][it->i], &none, how))
+    atomic_fetch_add(&it->s->twice, 1);
+}
+
+static int sp_task(void *arg) {
+  sp_item *it = arg;
+  sp_scene *s = it->s;
+  if (it->key == 0 && it->i == 0) {
+    lt_count_add(&s->started, 1);
+    lt_count_wait(&s->gate, 1);
+  }
+  sp_end(it, 'R');
+  if (it->key == 0) lt_count_add(&s->ran0, 1);
+  return 0;
+}
+
+static void sp_open(sp_scene *s) {
+  if (!atomic_exchange(&s->gate_open, 1)) lt_count_add(&s->gate, 1);
+}
+
+static void sp_cancel(void *user, const tko_lane_task *t) {
+  sp_item *it = t->arg;
+  sp_scene *s = user;
+  sp_end(it, 'C');
+  /* The first cancel met on key 0: its runner is held inside its first
+   * visit (tasks 0 .. SP_DRAIN - 1); let that visit finish first. */
+  if (it->key == 0 && !atomic_load(&s->gate_open)) {
+    sp_open(s);
+    lt_count_wait(&s->ran0, SP_DRAIN);
+  }
+}
+
+typedef enum { SP_LANES_CANCEL, SP_SHUTDOWN_CANCEL, SP_SHUTDOWN_NOWAIT } sp_how;
+
+/* Checks every key's stream: each task ended once, as R*C*. Returns how
+ * many keys had both (the cancel met them in the middle). */
+static int sp_check(sp_scene *s, int round) {
+  cr_assert_eq(atomic_load(&s->twice), 0, "round %d: a task ended twice", round);
+  int mixed = 0;
+  for (int k = 0; k < SP_KEYS; k++) {
+    char line[SP_PER_KEY + 1];
+    for (int i = 0; i < SP_PER_KEY; i++) {
+      char c = atomic_load(&s->outcome[k][i]);
+      line[i] = c ? c : '-';
+    }
+    bool cancelled = false;
+    for (int i = 0; i < SP_PER_KEY; i++) {
+      char c = line[i];
+      cr_assert(c == 'R' || c == 'C', "round %d key %d task %d never ended", round, k, i);
+      cr_assert(!(cancelled && c == 'R'),
+                "round %d key %d: a task ran after an earlier one was cancelled: %.*s", round,
+                k, SP_PER_KEY, line);
+      cancelled |= c == 'C';
+    }
+    if (cancelled && atomic_load(&s->outcome[k][0]) == 'R') mixed++;
+  }
+  return mixed;
+}
+
+static void cancel_splits_each_key(sp_how how) {
+  sp_scene *s = calloc(1, sizeof *s);
+  cr_assert_not_null(s);
+  int rounds = LT_SCALE(20, 5), mixed = 0;
+  for (int round = 0; round < rounds; round++) {
+    memset(s, 0, sizeof *s);
+    lt_count_init(&s->started);
+    lt_count_init(&s->ran0);
+    lt_count_init(&s->gate);
+    tko_pool *p = make_pool(SP_KEYS);
+    tko_lane_options o = tko_lane_default_options();
+    o.max_drain = SP_DRAIN;
+    o.on_cancel = sp_cancel;
+    o.user = s;
+    cr_assert_eq(tko_lanes_create(&s->l, p, &o), 0);
+    /* Keys on lanes of their own. */
+    for (int k = 0, next = 1; k < SP_KEYS; k++) {
+      for (bool fresh = false; !fresh; next++) {
+        fresh = true;
+        for (int j = 0; j < k; j++)
+          if (tko_lanes_index(s->l, (uint64_t)next) == tko_lanes_index(s->l, s->keys[j]))
+            fresh = false;
+        s->keys[k] = (uint64_t)next;
+      }
+    }
+    /* All queued before any runner starts: a runner's first visit is
+     * then its key's first SP_DRAIN tasks. Keys interleaved per task. */
+    cr_assert_eq(tko_pool_pause(p), 0);
+    for (int i = 0; i < SP_PER_KEY; i++)
+      for (int k = 0; k < SP_KEYS; k++) {
+        s->items[k][i] = (sp_item){s, k, i};
+        cr_assert_eq(tko_lanes_submit(s->l, s->keys[k], sp_task, &s->items[k][i], 0), 0);
+      }
+    cr_assert_eq(tko_pool_resume(p), 0);
+    cr_assert(lt_count_wait(&s->started, 1));
+    if (how == SP_LANES_CANCEL) {
+      cr_assert_eq(tko_lanes_cancel(s->l), 0);
+      sp_open(s); /* key 0's tasks may all have been taken by its runner */
+      cr_assert_eq(tko_lanes_wait_idle(s->l, LT_LONG_MS), 0);
+    } else {
+      /* A runner running when the pool shuts down finishes its lane: the
+       * gate must open for the shutdown to return. */
+      sp_open(s);
+      cr_assert_eq(tko_pool_shutdown(p, how == SP_SHUTDOWN_CANCEL ? TKO_CANCEL
+                                                                  : TKO_CANCEL_NOWAIT), 0);
+      cr_assert_eq(tko_lanes_wait_idle(s->l, LT_LONG_MS), 0);
+    }
+    mixed += sp_check(s, round);
+    cr_assert_eq(tko_lanes_destroy(s->l), 0);
+    cr_assert_eq(tko_pool_destroy(p), 0);
+    lt_count_fini(&s->started);
+    lt_count_fini(&s->ran0);
+    lt_count_fini(&s->gate);
+  }
+  /* tko_lanes_cancel met key 0's runner in the middle of its lane in every
+   * round: the check above was not vacuous. */
+  if (how == SP_LANES_CANCEL) cr_assert_geq(mixed, rounds);
+  free(s);
+}
+
+Test(lanes, a_lanes_cancel_runs_a_prefix_of_each_key_and_cancels_the_rest) {
+  cancel_splits_each_key(SP_LANES_CANCEL);
+}
+
+Test(lanes, a_cancel_shutdown_runs_a_prefix_of_each_key_and_cancels_the_rest) {
+  cancel_splits_each_key(SP_SHUTDOWN_CANCEL);
+}
+
+Test(lanes, a_nowait_shutdown_runs_a_prefix_of_each_key_and_cancels_the_rest) {
+  cancel_splits_each_key(SP_SHUTDOWN_NOWAIT);
 }
