@@ -493,12 +493,15 @@ TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, v
                              int weight);
 /** Blocks until every member has finished or been cancelled, or until
  * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT. A
- * pool task that waits runs queued tasks meanwhile, so it cannot deadlock
- * the pool.
- * @details Called from a task of the group's pool, the waiting worker runs
- * queued tasks itself while it waits, so waiting on a group from inside the
- * pool cannot deadlock it; it starts no task once timeout_ms has passed (0: none
- * at all), though one it started may run past the deadline. Such helping
+ * pool task that waits, on a group of any pool, runs its own pool's queued
+ * tasks meanwhile, by weight, the group's own members before other tasks
+ * of their weight (newest first).
+ * @details So waiting from inside a pool cannot deadlock it, two pools whose
+ * tasks wait on each other's groups keep running, and a fork-join tree
+ * (each task waits for the children it submitted) nests its waits only as
+ * deep as the tree. The waiting worker starts no task once timeout_ms has
+ * passed (0: none at all), though one it started may run past the
+ * deadline. Such helping
  * waits nest (a task run by a waiting worker waits in turn) at most
  * TKO_MAX_HELP_DEPTH deep on one worker: deeper, the wait runs nothing and
  * returns -EDEADLK at once if members are pending (waiting without helping

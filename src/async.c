@@ -126,7 +126,7 @@ static void finish(struct tko_async *op, int status) {
   tko__leave_pool(prev);
   uintptr_t ctx = op->ctx;
   give_record(pool, op);
-  if (ctx & ~TKO__CTX_TAGS) tko__group_finished((void *)(ctx & ~TKO__CTX_TAGS), status);
+  if (ctx & ~TKO__CTX_TAGS) tko__group_finished((void *)(ctx & ~TKO__CTX_TAGS), status, false);
   tko__async_release_slot(pool);
   if (status) tko__add_seq(&c->failed, 1);
   tko__add_seq(&c->finished, 1); /* seq_cst: before notify_idle's load */

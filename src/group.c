@@ -7,13 +7,26 @@
  * broadcast - inside the group's mutex, and the waiter reads "pending == 0"
  * under that same mutex: once the waiter has seen it, the member has let go.
  *
- * Helping: a worker that waits on a group of its own pool runs tasks
- * instead of blocking - the rest of the batch it took first (a member may be
- * there, where no other worker can reach it), then queued ones - so a task
- * can wait for tasks it submitted even on a one-worker pool. It blocks only
- * when nothing is runnable, on the pool's helper condition, which every
- * path that makes work runnable signals (submit, resume, a freed async
- * slot: all through tko__signal_work) and every finished member too. */
+ * Helping: a pool worker that waits on a group, of any pool, runs its own
+ * pool's tasks instead of blocking: first the group's queued members,
+ * newest first, where no heavier task is queued (a member goes before the
+ * tasks of its weight, never before a heavier one); then the rest of the
+ * batch it took (a member may be there, where no other worker can reach
+ * it); then any queued task. So a task can
+ * wait for tasks it submitted even on a one-worker pool; a fork-join tree
+ * nests its waits only as deep as the tree, since each wait runs its own
+ * children before anything else; and two pools whose tasks wait on each
+ * other's groups keep running, since each worker runs its own pool's work.
+ *
+ * A helper that finds nothing to run sleeps on a parker of its own (a
+ * binary semaphore, tko_signal.h), so that two events can wake it without a
+ * shared lock: the group's end unparks every helper the group lists (each
+ * lists itself for its whole wait, under g->mu, and the last member
+ * unparks them under that mutex, so a listed helper is alive while it is
+ * unparked); new work in the helper's pool unparks every helper the pool
+ * lists (tko__wake_helpers, under help_mu). A parker keeps a wake-up that
+ * comes before the park, so neither can be lost between a helper's last
+ * look and its sleep. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +42,12 @@ typedef struct tko__group {
   uint64_t pending;
   int status;         /* first failure, or 0 */
   tko_pool *pool;     /* set by the first member */
+  struct tko__helper *helpers; /* the helping waits on this group */
+  /* Plain members submitted and neither started nor cancelled: a hint
+   * (relaxed) that tells a helping wait whether to look for one in the
+   * queues, so a wait whose members all run elsewhere does not scan a
+   * long backlog at each step. */
+  atomic_uint_fast64_t unstarted;
   uint32_t magic;
   unsigned fork_gen; /* I: tko__fork_generation() at init */
 } tko__group;
@@ -81,23 +100,35 @@ int tko_group_destroy(tko_group *group) {
   return 0;
 }
 
+/* A helping wait (help_until_done), on the waiting thread's stack. */
+typedef struct tko__helper {
+  tko__parker parker;              /* the wait sleeps here */
+  struct tko__helper *group_next;  /* the group's helpers: under g->mu */
+  struct tko__helper *pool_next;   /* the pool's sleeping helpers: under help_mu */
+} tko__helper;
+
 void tko__wake_helpers(tko_pool *pool) {
   tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
-  pthread_cond_broadcast(&pool->help_cv);
+  for (tko__helper *h = pool->help_list; h; h = h->pool_next) tko__parker_unpark(&h->parker);
   tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
 }
 
-void tko__group_finished(void *group, int status) {
+void tko__group_started(void *group) {
+  tko__sub_relaxed(&((tko__group *)group)->unstarted, 1);
+}
+
+void tko__group_finished(void *group, int status, bool unstarted) {
   tko__group *g = group;
+  if (unstarted) tko__sub_relaxed(&g->unstarted, 1);
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   if (status && !g->status) g->status = status;
-  tko_pool *pool = g->pool; /* read now: g may be freed once mu is released */
   TKO__INVARIANT(g->pending > 0); /* each member finishes once */
-  if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
+  if (--g->pending == 0) {
+    pthread_cond_broadcast(&g->cv);
+    /* Under g->mu: a helper leaves the list under it before it returns. */
+    for (tko__helper *h = g->helpers; h; h = h->group_next) tko__parker_unpark(&h->parker);
+  }
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
-  /* seq_cst: a helper counts itself, then reads pending under g->mu; we
-   * changed pending under g->mu, then look for helpers. */
-  if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
 }
 
 int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg, int weight) {
@@ -119,8 +150,10 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
   g->pool = pool;
   g->pending++;
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  if (!tag) tko__add_relaxed(&g->unstarted, 1); /* before the member can start */
   int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP | tag, weight, -1);
   if (rc) {
+    if (!tag) tko__sub_relaxed(&g->unstarted, 1);
     tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
     if (--g->pending == 0) {
       g->pool = NULL; /* no member anywhere: not bound to that pool */
@@ -155,29 +188,6 @@ int tko_group_status(tko_group *group) {
 /* Caller holds g->mu. */
 static bool group_done(void *g) { return ((tko__group *)g)->pending == 0; }
 
-/* Waits on pool->help_cv until new work or a finished member, or the
- * deadline; false once the deadline has passed. Caller holds help_mu. */
-static bool helper_wait(tko_pool *pool, long timeout_ms, const struct timespec *deadline) {
-  if (timeout_ms == 0) return false;
-  if (timeout_ms < 0) {
-    tko__cond_wait(&pool->help_cv, &pool->help_mu, TKO__RANK_HELP);
-    return true;
-  }
-  return tko__cond_timedwait(&pool->help_cv, &pool->help_mu, TKO__RANK_HELP, deadline) != ETIMEDOUT;
-}
-
-/* helper_wait beside a hole (tko__look_seq): for TKO__HOLE_POLL_MS at
- * most, or less if the deadline comes first. */
-static bool helper_wait_hole(tko_pool *pool, long timeout_ms, const struct timespec *deadline) {
-  if (timeout_ms == 0) return false;
-  struct timespec poll;
-  tko__deadline_after(&poll, TKO__HOLE_POLL_MS);
-  if (timeout_ms > 0 && tko__time_before(deadline, &poll))
-    return helper_wait(pool, timeout_ms, deadline);
-  (void)tko__cond_timedwait(&pool->help_cv, &pool->help_mu, TKO__RANK_HELP, &poll);
-  return true;
-}
-
 static uint64_t pending_now(tko__group *g) {
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   uint64_t n = g->pending;
@@ -197,29 +207,88 @@ static bool deadline_passed(long timeout_ms, const struct timespec *deadline) {
   return !tko__time_before(&now, deadline);
 }
 
-/* A worker of the group's pool waits by running tasks - its own batch's
- * remaining ones first, then queued ones - and sleeps only when nothing is
- * runnable, on the pool's helper condition, which new work and finished
- * members signal. It starts no task once the deadline has passed (a task
- * it started may still run past it: a wait cannot stop a task). */
-static int help_until_done(tko__group *g, tko_pool *pool, tko__worker *self, long timeout_ms,
-                           const struct timespec *deadline) {
-  while (pending_now(g) > 0) {
-    if (deadline_passed(timeout_ms, deadline)) return -ETIMEDOUT;
-    if (tko__help_one(pool, self)) continue;
-    tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
-    tko__add_seq(&pool->helpers, 1); /* seq_cst: see tko__group_finished */
-    bool timed_out = false;
-    enum tko__look look = tko__look_seq(pool);
-    if (pending_now(g) > 0 && look == TKO__LOOK_HOLE) /* its publish may not wake us */
-      timed_out = !helper_wait_hole(pool, timeout_ms, deadline);
-    else if (pending_now(g) > 0 && look == TKO__LOOK_NOTHING)
-      timed_out = !helper_wait(pool, timeout_ms, deadline);
-    tko__sub_seq(&pool->helpers, 1);
-    tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
-    if (timed_out && pending_now(g) > 0) return -ETIMEDOUT;
+/* How long a helper may sleep: until the deadline, and beside a hole
+ * (tko__look_seq: a publish that may not wake it) for TKO__HOLE_POLL_MS at
+ * most. UINT64_MAX: no limit. */
+static uint64_t sleep_ns(long timeout_ms, const struct timespec *deadline, bool hole) {
+  uint64_t ns = UINT64_MAX;
+  if (timeout_ms >= 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* tko__deadline_after's clock */
+    ns = tko__time_before(&now, deadline)
+             ? (uint64_t)(deadline->tv_sec - now.tv_sec) * 1000000000u +
+                   (uint64_t)(deadline->tv_nsec - now.tv_nsec)
+             : 0;
   }
-  return 0;
+  uint64_t poll = (uint64_t)TKO__HOLE_POLL_MS * 1000000u;
+  return hole && poll < ns ? poll : ns;
+}
+
+/* Sleeps on h's parker unless work is runnable in pool or the group is
+ * done; listed in the pool meanwhile, so that new work unparks it. */
+static void helper_sleep(tko__group *g, tko_pool *pool, tko__helper *h, long timeout_ms,
+                         const struct timespec *deadline) {
+  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
+  h->pool_next = pool->help_list;
+  pool->help_list = h;
+  /* seq_cst: the Dekker pair with tko__signal_work's load, after the
+   * work's publication; our look below comes after this increment. */
+  tko__add_seq(&pool->helpers, 1);
+  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
+  enum tko__look look = tko__look_seq(pool);
+  if (look != TKO__LOOK_WORK && pending_now(g) > 0)
+    (void)tko__parker_park(&h->parker, sleep_ns(timeout_ms, deadline, look == TKO__LOOK_HOLE));
+  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
+  tko__helper **p = &pool->help_list;
+  while (*p != h) p = &(*p)->pool_next;
+  *p = h->pool_next;
+  tko__sub_seq(&pool->helpers, 1);
+  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
+}
+
+/* 0 once the group is done, -ETIMEDOUT once the deadline has passed with
+ * members pending, each after taking h off the group's list in the same
+ * hold of g->mu that read the count (the last member unparks the listed
+ * helpers under it, and a group seen done may be freed at once, so after
+ * this nobody touches h and we touch g no more); 1 to go on waiting. */
+static int leave_if_done(tko__group *g, tko__helper *h, long timeout_ms,
+                         const struct timespec *deadline) {
+  bool expired = deadline_passed(timeout_ms, deadline);
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  int rc = g->pending == 0 ? 0 : expired ? -ETIMEDOUT : 1;
+  if (rc <= 0) {
+    tko__helper **p = &g->helpers;
+    while (*p != h) p = &(*p)->group_next;
+    *p = h->group_next;
+  }
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  return rc;
+}
+
+/* A pool worker waits by running its own pool's tasks - the group's queued
+ * members first, newest first, when the group is of its pool; then its own
+ * batch's remaining ones; then any queued one - and sleeps only when
+ * nothing is runnable. It starts no task once the deadline has passed (a
+ * task it started may still run past it: a wait cannot stop a task). */
+static int help_until_done(tko__group *g, tko_pool *group_pool, tko__worker *self,
+                           long timeout_ms, const struct timespec *deadline) {
+  tko_pool *pool = self->pool;
+  uintptr_t members = group_pool == pool ? (uintptr_t)g | TKO__CTX_GROUP : 0;
+  tko__helper h = {.group_next = NULL};
+  if (tko__parker_init(&h.parker)) return -ENOMEM;
+  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  h.group_next = g->helpers;
+  g->helpers = &h;
+  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  int rc;
+  while ((rc = leave_if_done(g, &h, timeout_ms, deadline)) > 0) {
+    if (members && tko__load_relaxed(&g->unstarted) && tko__help_member(pool, self, members))
+      continue;
+    if (tko__help_one(pool, self)) continue;
+    helper_sleep(g, pool, &h, timeout_ms, deadline);
+  }
+  tko__parker_fini(&h.parker);
+  return rc;
 }
 
 /* Whether the calling thread is itself a pending member of g: inside the
@@ -258,7 +327,7 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
   /* A forked child's copy: the members live in the parent; running them
    * here would run them twice, and nothing here can finish them. */
   if (tko__pool_forked(pool)) return -ECHILD;
-  if (self && self->pool == pool) {
+  if (self && !tko__pool_forked(self->pool)) {
     /* Too deep: another level could overflow the stack, and waiting
      * without helping could wait on a task queued behind this one. */
     if (help_depth >= TKO_MAX_HELP_DEPTH) return pending_now(g) ? -EDEADLK : 0;

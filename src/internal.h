@@ -266,11 +266,13 @@ struct tko_pool {
   atomic_uint async_inflight; /* async_running, readable lock-free */
   atomic_uint completers;     /* threads inside tko_async_complete */
 
-  /* Workers helping in tko_group_wait with nothing to run wait here; any
-   * new runnable work (tko__signal_work) or a finished group member wakes
-   * them. helpers: seq_cst, a Dekker pair with the work's publication. */
-  pthread_mutex_t help_mu; /* guards nothing but the wait on help_cv */
-  pthread_cond_t help_cv;
+  /* Workers helping in tko_group_wait with nothing to run list themselves
+   * here before they sleep on their own parker; new runnable work
+   * (tko__signal_work) unparks every one listed (their group's end unparks
+   * them too, through the group). helpers: how many are listed, seq_cst, a
+   * Dekker pair with the work's publication. */
+  pthread_mutex_t help_mu; /* guards help_list */
+  struct tko__helper *help_list; /* helping waits about to sleep (group.c) */
   atomic_uint helpers;
 
   atomic_uint_fast64_t cancelled;
@@ -381,8 +383,11 @@ static inline size_t tko__item_room(const tko__item *item) {
   return !tko__item_internal(item);
 }
 
-/* group.c: a member finished (or was cancelled, status -ECANCELED). */
-void tko__group_finished(void *group, int status);
+/* group.c: a member finished (or was cancelled, status -ECANCELED);
+ * unstarted: a plain member cancelled before it started. */
+void tko__group_finished(void *group, int status, bool unstarted);
+/* group.c: a plain member (not async) starts: it is no longer queued. */
+void tko__group_started(void *group);
 /* Submits a group member whose ctx also carries tag (TKO__CTX_ASYNC). */
 int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_task_fn fn,
                           void *arg, int weight);
@@ -460,6 +465,10 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item);
  * given back; returns how many (0: none left). O(queued). */
 size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t max);
 void tko__cancel_item(tko_pool *pool, const tko__item *item);
+/* Takes the newest queued task whose ctx is ctx (a member of the group a
+ * helping wait waits for) and runs it on worker w; false if none is queued
+ * or the pool is paused. */
+bool tko__help_member(tko_pool *pool, tko__worker *w, uintptr_t ctx);
 /* Takes one queued task and runs it on worker w (a helping group wait);
  * false if none could be taken. */
 bool tko__help_one(tko_pool *pool, tko__worker *w);

@@ -150,7 +150,6 @@ static void free_pool(tko_pool *pool) {
   pthread_mutex_destroy(&pool->spawn_mu);
   pthread_cond_destroy(&pool->spawn_cv);
   pthread_mutex_destroy(&pool->help_mu);
-  pthread_cond_destroy(&pool->help_cv);
   pthread_mutex_destroy(&pool->idle_mu);
   pthread_cond_destroy(&pool->idle_cv);
   pthread_mutex_destroy(&pool->gate_mu);
@@ -174,7 +173,7 @@ static int init_sync(tko_pool *pool) {
             pthread_cond_init(&pool->space_cv, &ca) | pthread_mutex_init(&pool->timer_mu, NULL) |
             pthread_cond_init(&pool->timer_cv, &ca) | pthread_mutex_init(&pool->async_mu, NULL) |
             pthread_cond_init(&pool->spawn_cv, &ca) |
-            pthread_mutex_init(&pool->help_mu, NULL) | pthread_cond_init(&pool->help_cv, &ca);
+            pthread_mutex_init(&pool->help_mu, NULL);
   pthread_condattr_destroy(&ca);
   if (bad) return -ENOMEM;
   return tko__idle_init(&pool->idle);

@@ -443,6 +443,33 @@ static size_t remove_from_bucket(tko__queue *q, uint32_t b, uintptr_t ctx, tko__
   return n;
 }
 
+bool tko__queue_remove_newest_top(tko__queue *q, uintptr_t ctx, tko__item *out) {
+  if (!q->heap_len) return false;
+  uint32_t b = q->heap[0], best = TKO__NIL, best_prev = TKO__NIL, best_pos = 0, prev = TKO__NIL;
+  for (uint32_t slot = q->buckets[b].head, pos = 0; slot != TKO__NIL;
+       prev = slot, slot = q->items[slot].next, pos++) {
+    const tko__item *it = &q->items[slot];
+    if (it->ctx != ctx || (best != TKO__NIL && it->id < q->items[best].id)) continue;
+    best = slot;
+    best_prev = prev;
+    best_pos = pos;
+  }
+  if (best == TKO__NIL) return false;
+  uint32_t best_b = b;
+  tko__bucket *bk = &q->buckets[best_b];
+  *out = q->items[best];
+  if (best_pos < bk->returned) bk->returned--; /* one of the pushed-back ones */
+  if (best_prev == TKO__NIL) bk->head = q->items[best].next;
+  else q->items[best_prev].next = q->items[best].next;
+  if (bk->tail == best) bk->tail = best_prev;
+  free_slot(q, best);
+  if (bk->head == TKO__NIL) heap_remove(q, best_b);
+  else if (best_prev == TKO__NIL && q->aging_ns) heap_sift_down(q, bk->heap_pos);
+  TKO__INVARIANT(q->len > 0);
+  if (--q->len == 0) forget_free_slots(q);
+  return true;
+}
+
 size_t tko__queue_remove_ctx(tko__queue *q, uintptr_t ctx, tko__item *out, size_t max) {
   size_t n = 0;
   /* Removing reshapes the heap under the scan, so rescan until a pass finds

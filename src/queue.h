@@ -160,5 +160,9 @@ bool tko__queue_swap_slab(tko__queue *q, void **fresh, size_t *bytes);
 /* Moves up to max items whose ctx equals ctx into out, wherever they are
  * queued (cancelling a group); returns how many. O(queued). */
 size_t tko__queue_remove_ctx(tko__queue *q, uintptr_t ctx, tko__item *out, size_t max);
+/* Moves the item with ctx and the largest id (the newest of a submitting
+ * thread's) from the bucket that pops next into *out; false if that
+ * bucket holds none. O(that bucket). */
+bool tko__queue_remove_newest_top(tko__queue *q, uintptr_t ctx, tko__item *out);
 
 #endif

@@ -41,14 +41,16 @@ typedef enum tko__rank {
   TKO__RANK_SPAWN,
   /* internal.h: lock, the queue's spinlock (lock.h). */
   TKO__RANK_QUEUE,
-  /* internal.h: help_mu, the helping waiters' sleep (group.c); a helper
-   * reads its group's count under it before it sleeps. */
+  /* internal.h: help_mu, the helping waits listed to sleep (group.c); a
+   * waker unparks them under it (a parker's fallback mutex). */
   TKO__RANK_HELP,
+  /* group.c: a group's mu, its count, status and helpers; the last member
+   * unparks the helpers under it (a parker's fallback mutex). */
+  TKO__RANK_GROUP,
   /* Leaves: nothing is taken while one is held. */
   TKO__RANK_LEAF,
   TKO__RANK_GATE = TKO__RANK_LEAF, /* internal.h: gate_mu, the lifecycle (lifecycle.c) */
   TKO__RANK_IDLE_LIST,  /* tko_signal.h: idle.mu, the sleeping workers (signal.c) */
-  TKO__RANK_GROUP,      /* group.c: a group's mu, its count and status */
   TKO__RANK_SPACE,      /* internal.h: space_mu, bounded queues' blocked submitters */
   TKO__RANK_IDLE_WAIT,  /* internal.h: idle_mu, wait_idle's and shutdown's waiters */
   TKO__RANK_TIMER,      /* internal.h: timer_mu, the timers' heap and records */

@@ -50,7 +50,9 @@ static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item
 static void ctx_done(const tko__item *item, int status, bool cancelled) {
   if (!(item->ctx & ~TKO__CTX_TAGS) || tko__item_owner(item)) return;
   if (item->ctx & TKO__CTX_TIMER) tko__timer_firing_done(item, cancelled);
-  else tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status);
+  else
+    tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status,
+                        cancelled && !(item->ctx & TKO__CTX_ASYNC));
 }
 
 /* An internal task (the keyed table's runner) is the library's own: no hooks, no
@@ -82,6 +84,8 @@ static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, ui
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (item->ctx & TKO__CTX_ASYNC) return tko__async_start(pool, w, item);
   if (tko__item_internal(item)) return run_runner(pool, item);
+  void *group = tko__item_group(item);
+  if (group) tko__group_started(group);
   const tko_hooks *h = &pool->opts.hooks;
   tko__count(pool, w, &w->started);
   if (!pool->timing) {
@@ -666,6 +670,32 @@ int tko_blocking_end(void) {
   if (w->blocking_depth <= base) return -EPERM; /* no begin of this task's */
   if (--w->blocking_depth == 0) tko__sub_relaxed(&w->pool->blocking, 1);
   return 0;
+}
+
+/* Only from a queue's next bucket, and only where no other queue's top is
+ * heavier, after the look at the other queues' submissions that a take
+ * makes once the recheck period has passed: a member goes before the
+ * tasks of its own weight, never before a heavier one, so the weight order
+ * and the recheck bound hold. */
+bool tko__help_member(tko_pool *pool, tko__worker *w, uintptr_t ctx) {
+  if (pool->nshards > 1) (void)pick_for_take(pool, w, true);
+  for (unsigned i = 0; i < pool->nshards; i++) {
+    tko__shard *sh = &pool->shards[(w->home + i) % pool->nshards];
+    tko__item item;
+    tko__lock_acquire(&sh->lock);
+    bool paused = drain_for_take(pool, sh);
+    bool found = !paused && sh->queue.len &&
+                 !tko__shards_outrank(pool, tko__queue_top_weight(&sh->queue)) &&
+                 tko__queue_remove_newest_top(&sh->queue, ctx, &item);
+    if (found) tko__refresh_backlog(pool, sh);
+    tko__unlock(&sh->lock);
+    if (paused) return false;
+    if (found) {
+      run_batch(pool, w, &item, 1, sh, false);
+      return true;
+    }
+  }
+  return false;
 }
 
 bool tko__help_one(tko_pool *pool, tko__worker *w) {

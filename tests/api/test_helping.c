@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/* Tests of the helping wait's rule: a pool task that waits on a group, of
+ * any pool, runs its own pool's queued work meanwhile, the group's own
+ * queued members first, newest first. So a fork-join tree nests its waits
+ * only as deep as the tree (a depth-8, fan-out-4 tree completes on one
+ * worker), and two pools whose tasks wait on each other's groups do not
+ * deadlock. No test sleeps to wait for something; waits that a broken
+ * rule would hang carry a long bound, and a timeout there is a failure. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_sync.h"
+
+/* ---- a fork-join tree on one worker ---------------------------------------- */
+
+#define TREE_DEPTH 8
+#define TREE_FANOUT 4
+
+typedef struct tree {
+  tko_pool *pool;
+  atomic_long ran;       /* nodes that ran */
+  atomic_int nesting;    /* nodes running on the worker's stack now */
+  atomic_int max_nesting;
+  atomic_int bad;        /* a wait or a submit that failed */
+} tree;
+
+typedef struct node {
+  tree *t;
+  int depth;
+} node;
+
+static int node_fn(void *arg) {
+  node *n = arg;
+  tree *t = n->t;
+  int now = atomic_fetch_add(&t->nesting, 1) + 1;
+  for (int m = atomic_load(&t->max_nesting); now > m;)
+    if (atomic_compare_exchange_weak(&t->max_nesting, &m, now)) break;
+  atomic_fetch_add(&t->ran, 1);
+  if (n->depth < TREE_DEPTH) {
+    node kids[TREE_FANOUT];
+    tko_group g;
+    if (tko_group_init(&g)) atomic_store(&t->bad, 1);
+    for (int i = 0; i < TREE_FANOUT; i++) {
+      kids[i] = (node){t, n->depth + 1};
+      if (tko_group_submit(t->pool, &g, node_fn, &kids[i], 0)) atomic_store(&t->bad, 1);
+    }
+    /* -1: a wait that cannot finish hangs here, and the test's bounded
+     * wait_idle reports it. */
+    int rc = tko_group_wait(&g, -1);
+    if (rc) atomic_store(&t->bad, rc);
+    if (rc == 0 && tko_group_destroy(&g)) atomic_store(&t->bad, 1);
+  }
+  atomic_fetch_sub(&t->nesting, 1);
+  return 0;
+}
+
+/* Each wait runs its own children before anything else, so the stack
+ * holds one node per level: the tree's depth + 1, far below
+ * TKO_MAX_HELP_DEPTH, and every wait succeeds. */
+Test(helping, a_fork_join_tree_of_depth_8_completes_on_one_worker) {
+  tree t;
+  memset(&t, 0, sizeof t);
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&t.pool, &o), 0);
+  node root = {&t, 0};
+  cr_assert_eq(tko_submit(t.pool, node_fn, &root, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(t.pool, TT_LONG_MS), 0, "the tree did not finish");
+  long nodes = 0;
+  for (long level = 1, d = 0; d <= TREE_DEPTH; d++, level *= TREE_FANOUT) nodes += level;
+  cr_assert_eq(atomic_load(&t.bad), 0, "a wait or submit failed: %d", atomic_load(&t.bad));
+  cr_assert_eq(atomic_load(&t.ran), nodes);
+  cr_assert_eq(atomic_load(&t.max_nesting), TREE_DEPTH + 1);
+  cr_assert_eq(tko_pool_destroy(t.pool), 0);
+}
+
+/* ---- the group's own members first, newest first --------------------------- */
+
+typedef struct order {
+  tko_pool *pool;
+  atomic_int next;
+  int seen[8]; /* what ran, in order: 1..4 the members, 8 and 9 the others */
+  atomic_int rc;
+} order;
+
+typedef struct tagged {
+  order *o;
+  int tag;
+} tagged;
+
+static int record_fn(void *arg) {
+  tagged *t = arg;
+  int i = atomic_fetch_add(&t->o->next, 1);
+  if (i < 8) t->o->seen[i] = t->tag;
+  return 0;
+}
+
+static int parent_fn(void *arg) {
+  order *o = arg;
+  static tagged heavy, peer, members[4];
+  heavy = (tagged){o, 9};
+  peer = (tagged){o, 8};
+  tko_group g;
+  tko_group_init(&g);
+  /* Two tasks queued first, not in the group: the heavier one still runs
+   * first (weight order holds), the one of the members' weight after them
+   * (the wait runs its own members first, newest first). */
+  if (tko_submit(o->pool, record_fn, &heavy, 100)) atomic_store(&o->rc, -1);
+  if (tko_submit(o->pool, record_fn, &peer, 0)) atomic_store(&o->rc, -1);
+  for (int i = 0; i < 4; i++) {
+    members[i] = (tagged){o, i + 1};
+    if (tko_group_submit(o->pool, &g, record_fn, &members[i], 0)) atomic_store(&o->rc, -1);
+  }
+  int rc = tko_group_wait(&g, -1);
+  if (rc) atomic_store(&o->rc, rc);
+  tko_group_destroy(&g);
+  return 0;
+}
+
+Test(helping, a_wait_runs_its_groups_queued_members_first_newest_first) {
+  order o;
+  memset(&o, 0, sizeof o);
+  tko_options opts = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&o.pool, &opts), 0);
+  cr_assert_eq(tko_submit(o.pool, parent_fn, &o, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(o.pool, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&o.rc), 0);
+  cr_assert_eq(atomic_load(&o.next), 6);
+  int want[6] = {9, 4, 3, 2, 1, 8};
+  for (int i = 0; i < 6; i++) cr_assert_eq(o.seen[i], want[i], "run %d was %d", i, o.seen[i]);
+  cr_assert_eq(tko_pool_destroy(o.pool), 0);
+}
+
+/* ---- waits across pools ------------------------------------------------------ */
+
+/* A task of pool A (one worker) waits on a group of pool B; B's member
+ * (B has one worker) waits on a group of pool A whose member is queued in
+ * A. A's worker, waiting, must run A's queued member. */
+typedef struct cross {
+  tko_pool *a, *b;
+  tko_group ga, gb;
+  atomic_int inner_ran, rc_a, rc_b;
+} cross;
+
+static int inner_fn(void *arg) {
+  atomic_store(&((cross *)arg)->inner_ran, 1);
+  return 0;
+}
+
+static int b_member_fn(void *arg) {
+  cross *x = arg;
+  int rc = tko_group_submit(x->a, &x->ga, inner_fn, x, 0);
+  if (rc == 0) rc = tko_group_wait(&x->ga, -1);
+  atomic_store(&x->rc_b, rc);
+  return 0;
+}
+
+static int a_task_fn(void *arg) {
+  cross *x = arg;
+  int rc = tko_group_submit(x->b, &x->gb, b_member_fn, x, 0);
+  if (rc == 0) rc = tko_group_wait(&x->gb, -1);
+  atomic_store(&x->rc_a, rc);
+  return 0;
+}
+
+Test(helping, tasks_of_two_pools_waiting_on_each_others_groups_finish) {
+  cross x;
+  memset(&x, 0, sizeof x);
+  atomic_store(&x.rc_a, 1);
+  atomic_store(&x.rc_b, 1);
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&x.a, &o), 0);
+  cr_assert_eq(tko_pool_create(&x.b, &o), 0);
+  cr_assert_eq(tko_group_init(&x.ga), 0);
+  cr_assert_eq(tko_group_init(&x.gb), 0);
+  cr_assert_eq(tko_submit(x.a, a_task_fn, &x, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(x.a, TT_LONG_MS), 0, "pool A deadlocked");
+  cr_assert_eq(tko_pool_wait_idle(x.b, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&x.inner_ran), 1);
+  cr_assert_eq(atomic_load(&x.rc_a), 0);
+  cr_assert_eq(atomic_load(&x.rc_b), 0);
+  cr_assert_eq(tko_group_destroy(&x.ga), 0);
+  cr_assert_eq(tko_group_destroy(&x.gb), 0);
+  cr_assert_eq(tko_pool_destroy(x.a), 0);
+  cr_assert_eq(tko_pool_destroy(x.b), 0);
+}
+
+/* A cross-pool wait with nothing to run in its own pool sleeps until the
+ * other pool's member ends it: the group's end wakes a helper of another
+ * pool. Pool B's member waits for the test's gate; A has nothing queued. */
+typedef struct sleeper {
+  tko_pool *a, *b;
+  tko_group gb;
+  tt_gate gate;
+  tt_count waiting;
+  atomic_int rc;
+} sleeper;
+
+static int gated_fn(void *arg) {
+  sleeper *s = arg;
+  tt_gate_wait(&s->gate);
+  return 0;
+}
+
+static int cross_waiter_fn(void *arg) {
+  sleeper *s = arg;
+  int rc = tko_group_submit(s->b, &s->gb, gated_fn, s, 0);
+  tt_count_add(&s->waiting, 1);
+  if (rc == 0) rc = tko_group_wait(&s->gb, -1);
+  atomic_store(&s->rc, rc);
+  return 0;
+}
+
+Test(helping, the_end_of_another_pools_group_wakes_a_sleeping_helper) {
+  sleeper s;
+  memset(&s, 0, sizeof s);
+  tt_count_init(&s.waiting);
+  s.gate = (tt_gate)TT_GATE_INIT;
+  atomic_store(&s.rc, 1);
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&s.a, &o), 0);
+  cr_assert_eq(tko_pool_create(&s.b, &o), 0);
+  cr_assert_eq(tko_group_init(&s.gb), 0);
+  cr_assert_eq(tko_submit(s.a, cross_waiter_fn, &s, 0), 0);
+  cr_assert(tt_count_wait_geq(&s.waiting, 1));
+  tt_gate_open(&s.gate);
+  cr_assert_eq(tko_pool_wait_idle(s.a, TT_LONG_MS), 0, "the helper was never woken");
+  cr_assert_eq(atomic_load(&s.rc), 0);
+  cr_assert_eq(tko_pool_wait_idle(s.b, TT_LONG_MS), 0);
+  cr_assert_eq(tko_group_destroy(&s.gb), 0);
+  cr_assert_eq(tko_pool_destroy(s.a), 0);
+  cr_assert_eq(tko_pool_destroy(s.b), 0);
+  tt_count_fini(&s.waiting);
+}
