@@ -114,6 +114,7 @@ static void finish(struct tko_async *op, int status) {
   /* The completer thread runs this task's hooks and still counts it in
    * flight: waiting on the pool from here would wait on itself. */
   tko_pool *prev = tko__enter_pool(pool);
+  tko__witness_assert_none_held(); /* the hooks are the host's */
   if (pool->timing) {
     tko_task_info info = {.id = op->id, .fn = AS_TASK(op->fn), .arg = op->arg,
                           .weight = op->weight, .status = status, .worker = op->worker,
@@ -165,6 +166,7 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
                            .ctx = item->ctx, .id = item->id, .enq_ns = item->enq_ns,
                            .weight = item->weight, .worker = w->index, .kind = w->kind};
   atomic_init(&op->in_flight, 1);
+  tko__witness_assert_none_held(); /* the start function and hooks are the host's */
   if (pool->timing) {
     op->start_ns = tko__now_ns();
     if (h->before_run) {

@@ -204,6 +204,7 @@ static void sweep(tko_coalescer *c) {
   if (n) {
     tko_coalescer *saved = current_flush;
     current_flush = c;
+    tko__witness_assert_none_held(); /* the host's flush */
     c->flush(c->user, s->entries, n);
     current_flush = saved;
     set_clear(s);

@@ -171,6 +171,7 @@ static int resolve_attachments(tko_pool *pool, tko_shutdown_mode mode,
     if (!a) break;
     pool->resolving = a;
     tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+    tko__witness_assert_none_held(); /* an attachment's close may call the host's */
     rc = a->close(a, mode, nowait ? 0 : ms_left(deadline));
     tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
     pool->resolving = NULL;

@@ -97,6 +97,7 @@ static void hand_to_cancel(tko_pool *pool, tko_task_fn fn, void *arg, int weight
                         .worker = UINT32_MAX};
   if (h->on_cancel) {
     tko_pool *prev = tko__enter_pool(pool);
+    tko__witness_assert_none_held();
     h->on_cancel(h->user, &info);
     tko__leave_pool(prev);
   }

@@ -60,6 +60,7 @@ static void ctx_done(const tko__item *item, int status, bool cancelled) {
  * runners_done. seq_cst: with the finished counts, wait_idle's half of the
  * Dekker pair (see tko__notify_idle). */
 static int run_runner(tko_pool *pool, const tko__item *item) {
+  tko__witness_assert_none_held(); /* the keyed tasks it runs are the host's */
   item->fn(item->arg);
   tko__add_seq(&pool->runners_done, 1);
   return 0;
@@ -88,6 +89,7 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (group) tko__group_started(group);
   const tko_hooks *h = &pool->opts.hooks;
   tko__count(pool, w, &w->started);
+  tko__witness_assert_none_held(); /* the task and its hooks are the host's */
   if (!pool->timing) {
     int status = item->fn(item->arg);
     if (status) tko__count(pool, w, &w->failed);
@@ -155,6 +157,7 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
    * destroy may free the record (test
    * attack_lanes2/lanes_destroy_waiting_then_cancel_shutdown). */
   bool internal = owner && owner->internal;
+  tko__witness_assert_none_held(); /* on_cancel, or an owner's, which calls the host's */
   if (owner) owner->cancelled(owner, item->arg);
   if (internal) { /* its keyed tasks counted as cancelled, one by one */
     tko__add_seq(&pool->runners_done, 1); /* seq_cst: as cancelled, below */
@@ -447,6 +450,7 @@ static void task_exited(void *arg) {
   const tko_hooks *h = &pool->opts.hooks;
   finish_started(pool, w);
   requeue_taken(pool, w);
+  tko__witness_assert_none_held();
   if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
   bool unstaffed = w->kind == TKO_WORKER_BASIC && !replace_basic(pool, w);
   if (w->kind != TKO_WORKER_BASIC) retire_elastic(pool, w);
@@ -930,6 +934,7 @@ void *tko__worker_main(void *arg) {
    * higher priority needs CAP_SYS_NICE). */
   tko__thread_set_nice(pool->creator_nice);
   if (w->kind == TKO_WORKER_ELASTIC) tko__elastic_started(pool);
+  tko__witness_assert_none_held();
   if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
   enum loop_end end;
 restart:
@@ -945,12 +950,14 @@ restart:
   bool retired = end == RETIRED;
   bool stop_hook_spawns = retired && h->thread_stop; /* it may submit, and so spawn */
   if (stop_hook_spawns) tko__elastic_set_stopping(pool, w, true);
+  tko__witness_assert_none_held();
   if (h->thread_stop) h->thread_stop(h->user, w->index, w->kind);
   if (stop_hook_spawns) tko__elastic_set_stopping(pool, w, false);
   /* Start over when the stop hook left work no one else may pick up
    * (elastic), or a grow handed this basic slot back meanwhile. */
   if ((stop_hook_spawns && tko__elastic_resurrect(pool, w)) ||
       (end == LEFT && tko__resize_left(pool, w))) {
+    tko__witness_assert_none_held();
     if (h->thread_start) h->thread_start(h->user, w->index, w->kind);
     tko__idle_search_begin(&pool->idle);
     goto restart;

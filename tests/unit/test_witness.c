@@ -112,6 +112,21 @@ Test(witness, nothing_is_taken_under_a_leaf) {
 #endif
 }
 
+/* Host code (a task, a hook, on_cancel, a flush) runs with no library lock
+ * held: the checker reports a call made under one, naming the lock, and
+ * stays quiet once it is released. Kills witness-host-call-unchecked. */
+Test(witness, host_code_under_a_lock_is_reported) {
+  CHECKER_ON();
+  tko__witness_assert_none_held();
+  tko__mutex_lock(&help_mu, TKO__RANK_HELP);
+  tko__witness_assert_none_held();
+  tko__mutex_unlock(&help_mu, TKO__RANK_HELP);
+  tko__witness_assert_none_held();
+#ifdef TKO_LOCK_ORDER_CHECK
+  assert_one_report(TKO__WITNESS_HOST_UNDER_LOCK, TKO__RANK_HELP, TKO__RANK_NONE);
+#endif
+}
+
 /* Kills witness-equal-rank-allowed. */
 Test(witness, two_locks_of_one_rank_are_reported) {
   CHECKER_ON();
