@@ -161,8 +161,9 @@ unsigned wb_cpu_count(void);
 /* interrupt.c: Ctrl-C during a run. wb_interrupt_block blocks SIGINT in
  * the calling thread (threads started later inherit it) unless SIGINT is
  * ignored; wb_interrupt_watch starts the thread that calls fn(arg) on the
- * first Ctrl-C; wb_interrupt_stop stops it and says whether fn was called;
- * wb_interrupt_unblock restores the signal mask. */
+ * first Ctrl-C and absorbs the later ones; wb_interrupt_stop stops it and
+ * says whether fn was called; wb_interrupt_unblock restores the signal
+ * mask, first dropping a pending SIGINT when fn was called. */
 typedef struct wb_interrupt {
   bool active;            /* SIGINT was not ignored: it is blocked and watched */
   bool started;           /* the watcher thread runs */
@@ -170,8 +171,7 @@ typedef struct wb_interrupt {
   pthread_t thread;
   void (*fn)(void *);
   void *arg;
-  pthread_mutex_t mu;     /* guards stop and fired */
-  pthread_cond_t cv;      /* signalled when stop is set after fired */
+  pthread_mutex_t mu;     /* guards stop and fired while the watcher runs */
   bool stop, fired;
 } wb_interrupt;
 void wb_interrupt_block(wb_interrupt *w);
@@ -217,8 +217,14 @@ bool wb_allocs_read(uint64_t *total); /* false when not built with jemalloc */
 const char *wb_allocs_source(void);
 
 /* stats.c. wb_weight_classes cuts r into at most WB_MAX_CLASSES classes
- * of one width (the highest may be narrower), highest first; returns how many. */
+ * of one width (the highest may be narrower), highest first; returns how many.
+ * wb_dist_describe fills d from v[0..n), which it reorders.
+ * wb_summarize_capped is wb_summarize taking percentiles from at most cap
+ * values per distribution (WB_PERCENTILE_SAMPLE in wb_summarize). */
+#define WB_PERCENTILE_SAMPLE (1u << 20)
 int wb_summarize(wb_result *res);
+int wb_summarize_capped(wb_result *res, size_t cap);
+void wb_dist_describe(uint64_t *v, size_t n, wb_dist *d);
 unsigned wb_weight_classes(wb_range r, wb_class out[WB_MAX_CLASSES]);
 
 /* report.c */
