@@ -622,7 +622,7 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
   tko_options o = cfg->pool == WB_POOL_ELASTIC
                       ? tko_elastic_options(cfg->workers, cfg->max_elastic, cfg->idle_ms)
                       : tko_basic_options(cfg->workers);
-  o.name = "wb";
+  o.name = cfg->thread_name ? cfg->thread_name : "wb";
   o.hooks.user = &st;
   o.hooks.before_run = before_run; /* hooks also turn on wait/run timing */
   o.hooks.after_run = after_run;

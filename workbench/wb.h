@@ -20,6 +20,9 @@
 #define WB_MAX_PRODUCERS 256u
 #define WB_MAX_BURSTS 100000u
 #define WB_MAX_CLASSES 8u        /* weight classes in the latency table */
+/* Longest --io-ms (and --task-us / 1000): a task's work, up to 1.5 times
+ * this in microseconds, fits wb_task's uint32_t. */
+#define WB_MAX_WORK_MS 1000000u
 #define WB_SAMPLE_MIN_NS 1000000u      /* first timeline period: 1 ms, doubled as it fills */
 #define WB_SAMPLE_MAX_STEP_NS 100000000u /* the sampler wakes at least every 100 ms */
 #define WB_TIMELINE_CAP 2048u            /* samples kept: half to all of it in a long run */
@@ -68,6 +71,7 @@ typedef struct wb_config {
                              completer thread when their sleep would end */
   unsigned max_async;     /* max_async_inflight (with async) */
   wb_resize resize;       /* resize the pool halfway through the submissions */
+  const char *thread_name; /* tko_options.name; NULL = "wb" */
   bool quiet;             /* no progress bar */
   const char *json_path;
   const char *timeline_path;
@@ -207,6 +211,15 @@ typedef struct wb_rate {
   uint64_t t[WB_RATE_HISTORY], c[WB_RATE_HISTORY];
 } wb_rate;
 double wb_rate_push(wb_rate *r, uint64_t t_ns, uint64_t count);
+/* What one draw shows; wb_progress_format lays it out in cols - 1
+ * columns at most (the bar and the fields that fit; see progress.c) and
+ * returns its length, 0 when nothing fits. No \r, no escapes. */
+typedef struct wb_progress_view {
+  uint64_t done, total, queued, running;
+  unsigned basic, elastic;
+  double rate; /* tasks/s; 0 = not known yet */
+} wb_progress_view;
+size_t wb_progress_format(char *buf, size_t len, unsigned cols, const wb_progress_view *v);
 wb_progress *wb_progress_new(uint64_t total); /* NULL when off or on error */
 void wb_progress_update(wb_progress *p, const wb_sample *s);
 void wb_progress_clear(wb_progress *p);
