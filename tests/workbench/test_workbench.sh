@@ -36,6 +36,20 @@ expect_usage_error() {
   fi
 }
 
+# watchdog TARGET: kills TARGET (a pid, or -pgid) after 120 s; stop it with
+# `kill $dog`, which also ends its sleep (it must not hold CTest's pipe).
+watchdog() {
+  (
+    trap - EXIT # the script's: it would remove $tmp when this ends
+    trap 'kill $s 2>/dev/null; exit 0' TERM
+    sleep 120 &
+    s=$!
+    wait $s
+    kill -KILL -- "$1" 2>/dev/null
+  ) >/dev/null 2>&1 &
+  dog=$!
+}
+
 expect_ok() {
   "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
   local rc=$?
@@ -495,9 +509,7 @@ outputs)
       n=$((n + 1))
     done
     kill -INT $pid
-    # A watchdog: the run is killed (exit 137) if it outlives the bound.
-    (sleep 120 && kill -KILL $pid 2>/dev/null) &
-    dog=$!
+    watchdog $pid # kills the run (exit 137) if it outlives the bound
     wait $pid
     rc=$?
     kill $dog 2>/dev/null
@@ -535,6 +547,7 @@ outputs)
       # What timeout does when its time is up: the child, then the group.
       kill -INT "$pid"
       kill -INT -- "-$tpid" 2>/dev/null
+      watchdog "-$tpid"
       wait $tpid
       rc=$?
     else
@@ -550,9 +563,12 @@ outputs)
       done
       kill -INT $pid
       kill -INT $pid
+      watchdog $pid
       wait $pid
       rc=$?
     fi
+    kill $dog 2>/dev/null
+    wait $dog 2>/dev/null
     [ $rc -eq 130 ] || { fail "two SIGINTs ($how): exit $rc, expected 130"; cat "$tmp/err"; }
     grep -q "^interrupted by Ctrl-C" "$tmp/out" || fail "two SIGINTs ($how): no summary"
     [ "$(cat "$tmp/k.json")" = keep ] || fail "two SIGINTs ($how): the existing JSON was changed"
