@@ -29,7 +29,8 @@ typedef enum wb_opt_type {
   OPT_PATH,      /* const char *, an output file */
   OPT_SCENARIO,  /* const wb_scenario *, by name */
   OPT_FULL,      /* tko_full_policy, "block", "reject" or "caller" */
-  OPT_RESIZE     /* wb_resize, "B:E" */
+  OPT_RESIZE,    /* wb_resize, "B:E" */
+  OPT_NAME       /* const char *, a thread name prefix */
 } wb_opt_type;
 
 typedef struct wb_option {
@@ -59,9 +60,9 @@ static const wb_option options[] = {
      "threads submitting tasks"},
     {"weights", "LO:HI", OPT_RANGE, FIELD(weights), 0, 0,
      "task weights, uniform in LO..HI (higher runs first)"},
-    {"task-us", "US", OPT_UINT, FIELD(task_us), 0, 10000000,
+    {"task-us", "US", OPT_UINT, FIELD(task_us), 0, WB_MAX_WORK_MS * 1000u,
      "CPU work per CPU-bound task, microseconds (varies 0.5x-1.5x)"},
-    {"io-ms", "MS", OPT_UINT, FIELD(io_ms), 0, 60000,
+    {"io-ms", "MS", OPT_UINT, FIELD(io_ms), 0, WB_MAX_WORK_MS,
      "sleep per blocking task, milliseconds (varies 0.5x-1.5x)"},
     {"io-pct", "P", OPT_PCT, FIELD(io_pct), 0, 0, "percent of tasks that block"},
     {"fail-pct", "P", OPT_PCT, FIELD(fail_pct), 0, 0,
@@ -94,6 +95,8 @@ static const wb_option options[] = {
      "most async tasks in flight at once (needs --async)"},
     {"resize", "B:E", OPT_RESIZE, FIELD(resize), 0, 0,
      "halfway through the submissions, resize the pool to B basic + up to E elastic"},
+    {"thread-name", "PREFIX", OPT_NAME, FIELD(thread_name), 0, 0,
+     "pool thread name prefix (tko_options.name; default wb)"},
     {"quiet", NULL, OPT_FLAG, FIELD(quiet), 0, 0, "no progress bar"},
     {"json", "FILE", OPT_PATH, FIELD(json_path), 0, 0,
      "write the summary as JSON (- = stdout; the table then goes to stderr)"},
@@ -124,6 +127,7 @@ static size_t size_of(wb_opt_type t) {
     case OPT_SCENARIO: return sizeof(const wb_scenario *);
     case OPT_FULL: return sizeof(tko_full_policy);
     case OPT_RESIZE: return sizeof(wb_resize);
+    case OPT_NAME: return sizeof(const char *);
   }
   return 0;
 }
@@ -234,6 +238,12 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
       if (!*v) return usage_error("--%s needs a file name", o->name);
       *(const char **)field = v;
       return 0;
+    case OPT_NAME:
+      /* The library takes "" and names its threads "-b0", "-e1": refused
+       * here, so a name is either given or left to the default. */
+      if (!*v) return usage_error("--%s must not be empty", o->name);
+      *(const char **)field = v;
+      return 0;
     case OPT_SCENARIO: {
       const wb_scenario *s = wb_scenario_find(v);
       if (!s)
@@ -314,8 +324,15 @@ int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
 
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
-    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) return -1;
     char q[WB_QUOTE_MAX];
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      /* Options before it are left unchecked, as with most tools; anything
+       * after it is a mistake the help would hide. */
+      if (i + 1 < argc)
+        return usage_error("%s takes no arguments (got '%s')", arg,
+                           wb_quote(q, sizeof q, argv[i + 1]));
+      return -1;
+    }
     if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
       if (arg[0] == '-') return usage_error("unknown option '%s'", wb_quote(q, sizeof q, arg));
       return usage_error("unexpected argument '%s'", wb_quote(q, sizeof q, arg));

@@ -149,11 +149,18 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   char q[WB_QUOTE_MAX];
-  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+  bool help = !strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help");
+  bool version = !strcmp(cmd, "--version") || !strcmp(cmd, "-V");
+  if ((help || version) && argc > 2) {
+    fprintf(stderr, "%s: %s takes no arguments (got '%s'); see '%s --help'\n", WB_PROG, cmd,
+            wb_quote(q, sizeof q, argv[2]), WB_PROG);
+    return WB_EXIT_USAGE;
+  }
+  if (help) {
     wb_cli_usage(stdout);
     return 0;
   }
-  if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
+  if (version) {
     printf("%s %s\n", WB_PROG, tko_version_string());
     return 0;
   }

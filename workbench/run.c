@@ -23,10 +23,15 @@
  * ended, so no worker blocks. A full reject queue makes the producer yield
  * and try again (counted as `rejected`).
  *
- * Ctrl-C (interrupt.c) stops the run: the producers stop submitting, the
- * main thread's waits and idle gaps end, and the pool is shut down with
- * TKO_CANCEL, so the queued tasks never run and the running ones finish;
- * the summary then covers what ran. */
+ * Ctrl-C (interrupt.c) stops the run, promptly whatever is queued or
+ * running: the producers stop submitting, the main thread's waits and idle
+ * gaps end, the pool is shut down with TKO_CANCEL_NOWAIT, so the queued
+ * tasks never run, and then the running tasks are cut short - a blocking
+ * task's sleep is a wait on the run's halt signal, which the Ctrl-C
+ * raises; a CPU task's spin looks at it between rounds; the async
+ * completer completes everything it holds at once. The summary then covers
+ * what ran. The queue is cancelled before the halt, so no queued task
+ * starts already halted and passes for one that ran. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -49,6 +54,55 @@ void wb_sleep_ns(uint64_t ns) {
   }
 }
 
+/* The run's halt signal, raised once by a Ctrl-C: the workbench's own tasks
+ * stop their work at it. Set up before the pool starts and torn down after
+ * it is destroyed, like the statics below. */
+static struct {
+  pthread_mutex_t mu; /* pairs a sleeper's look at raised with its wait */
+  pthread_cond_t cv;  /* (CLOCK_MONOTONIC) broadcast when raised is set */
+  /* Written under mu; read without it by the spin, where a late look costs
+   * one more round of spinning and nothing else (relaxed). */
+  atomic_bool raised;
+} halt;
+
+static void halt_init(void) {
+  pthread_mutex_init(&halt.mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&halt.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  atomic_init(&halt.raised, false);
+}
+
+static void halt_fini(void) {
+  pthread_cond_destroy(&halt.cv);
+  pthread_mutex_destroy(&halt.mu);
+}
+
+static bool halted(void) {
+  return atomic_load_explicit(&halt.raised, memory_order_relaxed);
+}
+
+static void halt_raise(void) {
+  pthread_mutex_lock(&halt.mu);
+  atomic_store_explicit(&halt.raised, true, memory_order_relaxed);
+  pthread_cond_broadcast(&halt.cv);
+  pthread_mutex_unlock(&halt.mu);
+}
+
+/* A blocking task's "I/O": sleeps ns, or until the halt. raised is looked
+ * at under mu and halt_raise sets it under mu before broadcasting, so the
+ * broadcast cannot fall between the look and the wait. */
+static void halt_sleep_ns(uint64_t ns) {
+  uint64_t due = wb_now_ns() + ns;
+  struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+  pthread_mutex_lock(&halt.mu);
+  while (!halted() && pthread_cond_timedwait(&halt.cv, &halt.mu, &ts) != ETIMEDOUT) {
+  }
+  pthread_mutex_unlock(&halt.mu);
+}
+
 /* CPU work is a register-only loop run for a calibrated number of rounds
  * (so the amount of work per task does not depend on preemption). Set once
  * before any worker starts; thread creation orders it before their reads. */
@@ -64,6 +118,17 @@ static uint64_t spin(uint64_t rounds) {
     __asm__ volatile("" : "+r"(x));
   }
   return x;
+}
+
+/* A CPU task's work: spin in slices of SPIN_SLICE rounds (tens of
+ * microseconds), looking at the halt between them. */
+#define SPIN_SLICE 65536u
+static void spin_work(uint64_t rounds) {
+  while (rounds > 0 && !halted()) {
+    uint64_t r = rounds < SPIN_SLICE ? rounds : SPIN_SLICE;
+    spin(r);
+    rounds -= r;
+  }
 }
 
 static void spin_calibrate(void) {
@@ -89,10 +154,10 @@ static int task_fn(void *arg) {
     if (t->kind == WB_TASK_IO) {
       /* -EPERM (ignored) when a caller-runs task runs on a producer. */
       if (blocking_hint) tko_blocking_begin();
-      wb_sleep_ns((uint64_t)t->work_us * 1000u);
+      halt_sleep_ns((uint64_t)t->work_us * 1000u);
       if (blocking_hint) tko_blocking_end();
     } else {
-      spin((uint64_t)((double)t->work_us * spin_rounds_per_us));
+      spin_work((uint64_t)((double)t->work_us * spin_rounds_per_us));
     }
   }
   return t->fail ? 1 : 0;
@@ -110,11 +175,12 @@ typedef struct pending_op {
 
 typedef struct completer {
   pthread_t thread;
-  pthread_mutex_t mu; /* guards heap, len and stop */
-  pthread_cond_t cv;  /* (CLOCK_MONOTONIC) signalled on a new earliest entry or stop */
+  pthread_mutex_t mu; /* guards heap, len, stop and hurry */
+  pthread_cond_t cv;  /* (CLOCK_MONOTONIC) signalled on a new earliest entry, stop or hurry */
   pending_op *heap;
   size_t len, cap;
   bool stop;
+  bool hurry; /* a Ctrl-C: complete every operation at once, now and later */
 } completer;
 
 /* The run's completer; set before the pool starts, like blocking_hint. */
@@ -155,7 +221,7 @@ static void *completer_main(void *arg) {
       continue;
     }
     uint64_t now = wb_now_ns(), due = c->heap[0].due_ns;
-    if (due > now && !c->stop) {
+    if (due > now && !c->stop && !c->hurry) {
       struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
       pthread_cond_timedwait(&c->cv, &c->mu, &ts);
       continue;
@@ -197,6 +263,14 @@ static int completer_start(completer *c, size_t cap) {
     return -rc;
   }
   return 0;
+}
+
+/* From a Ctrl-C on, every operation is completed as soon as it arrives. */
+static void completer_hurry(completer *c) {
+  pthread_mutex_lock(&c->mu);
+  c->hurry = true;
+  pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* Completes whatever is left at once, then joins. */
@@ -438,7 +512,11 @@ static void gate_sleep(run_state *st, uint64_t ns) {
   pthread_mutex_unlock(&st->mu);
 }
 
-/* The first Ctrl-C (on interrupt.c's watcher thread). */
+/* The first Ctrl-C (on interrupt.c's watcher thread). It waits for
+ * nothing: the cancel does not wait for the running tasks (the main
+ * thread's shutdown does, after the halt has cut them short), and with a
+ * timeout of 0 it does not wait for the main thread's own shutdown either,
+ * which starts only when nothing is queued. */
 static void on_interrupt(void *arg) {
   run_state *st = arg;
   atomic_store_explicit(&st->interrupted, true, memory_order_relaxed);
@@ -446,7 +524,9 @@ static void on_interrupt(void *arg) {
   pthread_mutex_lock(&st->done_mu); /* wakes wait_done, which checks the flag under it */
   pthread_cond_broadcast(&st->done_cv);
   pthread_mutex_unlock(&st->done_mu);
-  tko_pool_shutdown(st->pool, TKO_CANCEL);
+  tko_pool_shutdown_timed(st->pool, TKO_CANCEL_NOWAIT, 0);
+  halt_raise();
+  if (the_completer) completer_hurry(the_completer);
 }
 
 static int fail(const char *what, int err) {
@@ -472,6 +552,7 @@ static void features_free(run_state *st, producer *prods, unsigned nprods, compl
   st->timers = NULL;
   pthread_cond_destroy(&st->done_cv);
   pthread_mutex_destroy(&st->done_mu);
+  halt_fini();
 }
 
 /* --delay-ms: waits until `target` tasks have finished (the pool is not
@@ -480,6 +561,16 @@ static void wait_done(run_state *st, uint64_t target) {
   pthread_mutex_lock(&st->done_mu);
   while (st->done < target && !interrupted(st)) pthread_cond_wait(&st->done_cv, &st->done_mu);
   pthread_mutex_unlock(&st->done_mu);
+}
+
+/* Waits for the pool to go idle, or for a Ctrl-C. The wait is cut into
+ * WAIT_SLICE_MS pieces rather than left to a Ctrl-C's cancel to end: the
+ * pool wakes an idle waiter at every task it cancels, so cancelling a
+ * long queue goes several times faster without one. */
+#define WAIT_SLICE_MS 20
+static void wait_idle(run_state *st) {
+  while (!interrupted(st) && tko_pool_wait_idle(st->pool, WAIT_SLICE_MS) == -ETIMEDOUT) {
+  }
 }
 
 int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
@@ -512,6 +603,7 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
   pthread_mutex_init(&st.done_mu, NULL);
   pthread_cond_init(&st.done_cv, NULL);
   st.count_done = cfg->delay_ms > 0;
+  halt_init();
   completer comp_storage, *comp = NULL;
   int rc = 0;
   if (cfg->delay_ms && !(st.timers = calloc(n, sizeof *st.timers))) rc = -ENOMEM;
@@ -530,7 +622,7 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
   tko_options o = cfg->pool == WB_POOL_ELASTIC
                       ? tko_elastic_options(cfg->workers, cfg->max_elastic, cfg->idle_ms)
                       : tko_basic_options(cfg->workers);
-  o.name = "wb";
+  o.name = cfg->thread_name ? cfg->thread_name : "wb";
   o.hooks.user = &st;
   o.hooks.before_run = before_run; /* hooks also turn on wait/run timing */
   o.hooks.after_run = after_run;
@@ -604,7 +696,7 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
       for (unsigned i = 0; i < cfg->producers; i++) refused += prods[i].errors;
       wait_done(&st, cfg->tasks * (b + 1) / cfg->bursts - refused);
     }
-    tko_pool_wait_idle(st.pool, -1); /* after a Ctrl-C: once the running tasks end */
+    wait_idle(&st);
     last = wb_now_ns();
     active += last - start;
   }
@@ -629,8 +721,9 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
   wb_progress_free(progress);
   tko_pool_stats(st.pool, &res->before_shutdown);
   /* Shutdown waits for async tasks in flight: the completer still runs.
-   * After a Ctrl-C it waits for the watcher's TKO_CANCEL to finish. */
-  tko_pool_shutdown(st.pool, TKO_DRAIN);
+   * After a Ctrl-C it waits for the running tasks the halt cut short, and
+   * cancels anything a submit racing with the watcher's cancel queued. */
+  tko_pool_shutdown(st.pool, interrupted(&st) ? TKO_CANCEL : TKO_DRAIN);
   res->interrupted = wb_interrupt_stop(intr);
   tko_pool_stats(st.pool, &res->stats);
   tko_pool_destroy(st.pool);

@@ -20,6 +20,9 @@
 #define WB_MAX_PRODUCERS 256u
 #define WB_MAX_BURSTS 100000u
 #define WB_MAX_CLASSES 8u        /* weight classes in the latency table */
+/* Longest --io-ms (and --task-us / 1000): a task's work, up to 1.5 times
+ * this in microseconds, fits wb_task's uint32_t. */
+#define WB_MAX_WORK_MS 1000000u
 #define WB_SAMPLE_MIN_NS 1000000u      /* first timeline period: 1 ms, doubled as it fills */
 #define WB_SAMPLE_MAX_STEP_NS 100000000u /* the sampler wakes at least every 100 ms */
 #define WB_TIMELINE_CAP 2048u            /* samples kept: half to all of it in a long run */
@@ -68,6 +71,7 @@ typedef struct wb_config {
                              completer thread when their sleep would end */
   unsigned max_async;     /* max_async_inflight (with async) */
   wb_resize resize;       /* resize the pool halfway through the submissions */
+  const char *thread_name; /* tko_options.name; NULL = "wb" */
   bool quiet;             /* no progress bar */
   const char *json_path;
   const char *timeline_path;
@@ -161,8 +165,9 @@ unsigned wb_cpu_count(void);
 /* interrupt.c: Ctrl-C during a run. wb_interrupt_block blocks SIGINT in
  * the calling thread (threads started later inherit it) unless SIGINT is
  * ignored; wb_interrupt_watch starts the thread that calls fn(arg) on the
- * first Ctrl-C; wb_interrupt_stop stops it and says whether fn was called;
- * wb_interrupt_unblock restores the signal mask. */
+ * first Ctrl-C and absorbs the later ones; wb_interrupt_stop stops it and
+ * says whether fn was called; wb_interrupt_unblock restores the signal
+ * mask, first dropping a pending SIGINT when fn was called. */
 typedef struct wb_interrupt {
   bool active;            /* SIGINT was not ignored: it is blocked and watched */
   bool started;           /* the watcher thread runs */
@@ -170,8 +175,7 @@ typedef struct wb_interrupt {
   pthread_t thread;
   void (*fn)(void *);
   void *arg;
-  pthread_mutex_t mu;     /* guards stop and fired */
-  pthread_cond_t cv;      /* signalled when stop is set after fired */
+  pthread_mutex_t mu;     /* guards stop and fired while the watcher runs */
   bool stop, fired;
 } wb_interrupt;
 void wb_interrupt_block(wb_interrupt *w);
@@ -207,6 +211,15 @@ typedef struct wb_rate {
   uint64_t t[WB_RATE_HISTORY], c[WB_RATE_HISTORY];
 } wb_rate;
 double wb_rate_push(wb_rate *r, uint64_t t_ns, uint64_t count);
+/* What one draw shows; wb_progress_format lays it out in cols - 1
+ * columns at most (the bar and the fields that fit; see progress.c) and
+ * returns its length, 0 when nothing fits. No \r, no escapes. */
+typedef struct wb_progress_view {
+  uint64_t done, total, queued, running;
+  unsigned basic, elastic;
+  double rate; /* tasks/s; 0 = not known yet */
+} wb_progress_view;
+size_t wb_progress_format(char *buf, size_t len, unsigned cols, const wb_progress_view *v);
 wb_progress *wb_progress_new(uint64_t total); /* NULL when off or on error */
 void wb_progress_update(wb_progress *p, const wb_sample *s);
 void wb_progress_clear(wb_progress *p);
@@ -217,8 +230,14 @@ bool wb_allocs_read(uint64_t *total); /* false when not built with jemalloc */
 const char *wb_allocs_source(void);
 
 /* stats.c. wb_weight_classes cuts r into at most WB_MAX_CLASSES classes
- * of one width (the highest may be narrower), highest first; returns how many. */
+ * of one width (the highest may be narrower), highest first; returns how many.
+ * wb_dist_describe fills d from v[0..n), which it reorders.
+ * wb_summarize_capped is wb_summarize taking percentiles from at most cap
+ * values per distribution (WB_PERCENTILE_SAMPLE in wb_summarize). */
+#define WB_PERCENTILE_SAMPLE (1u << 20)
 int wb_summarize(wb_result *res);
+int wb_summarize_capped(wb_result *res, size_t cap);
+void wb_dist_describe(uint64_t *v, size_t n, wb_dist *d);
 unsigned wb_weight_classes(wb_range r, wb_class out[WB_MAX_CLASSES]);
 
 /* report.c */

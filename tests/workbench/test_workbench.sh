@@ -36,6 +36,20 @@ expect_usage_error() {
   fi
 }
 
+# watchdog TARGET: kills TARGET (a pid, or -pgid) after 120 s; stop it with
+# `kill $dog`, which also ends its sleep (it must not hold CTest's pipe).
+watchdog() {
+  (
+    trap - EXIT # the script's: it would remove $tmp when this ends
+    trap 'kill $s 2>/dev/null; exit 0' TERM
+    sleep 120 &
+    s=$!
+    wait $s
+    kill -KILL -- "$1" 2>/dev/null
+  ) >/dev/null 2>&1 &
+  dog=$!
+}
+
 expect_ok() {
   "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
   local rc=$?
@@ -89,6 +103,17 @@ args)
   expect_usage_error run --scenario demo --weights 1:99999999999
   expect_usage_error run --scenario demo --tasks 10 --bursts 11
   expect_usage_error run --scenario demo --json "$tmp/no/such/dir/out.json"
+  # Help and version take nothing after them.
+  expect_usage_error --help extra
+  expect_usage_error -h extra
+  expect_usage_error help extra
+  expect_usage_error --version extra
+  expect_usage_error -V extra
+  expect_usage_error run --help extra
+  expect_usage_error run --scenario demo --help --tasks 5
+  # An empty thread name is refused (the library would name threads "-b0").
+  expect_usage_error run --scenario demo --thread-name ""
+  expect_usage_error run --scenario demo --thread-name=
   # Raw values are echoed escaped: a newline in one still gives one line
   # (issue 17, defect 10); expect_usage_error counts the lines.
   nl=$(printf 'a\nb')
@@ -125,6 +150,7 @@ args)
   # Forms that must be accepted: --name=VALUE, negative weights, hex seeds.
   expect_ok run --scenario cpu $small --weights=-3:-1 --seed 0x2a --workers=2 &&
     grep -q "weights -3..-1\|weight -1" "$tmp/out" || fail "--weights=-3:-1 not applied"
+  expect_ok run --scenario cpu $small --workers 2 --thread-name pool || fail "--thread-name pool"
   ;;
 json)
   if expect_ok run --scenario mixed $small --json "$tmp/out.json"; then
@@ -284,7 +310,7 @@ progress)
   # Only stderr goes to the terminal; script(1) copies what it shows to $tmp/tty.
   script -qec "'$bin' run --scenario io --tasks 60 --io-ms 5 --max-elastic 2 --tail-ms 0 >'$tmp/out'" \
     /dev/null >"$tmp/tty" </dev/null
-  grep -q "tasks/s" "$tmp/tty" || fail "no progress line on a terminal"
+  grep -qE '\] +[0-9]+% [0-9.]+k?/' "$tmp/tty" || fail "no progress line on a terminal"
   grep -q "queue wait" "$tmp/out" || fail "no summary under script(1)"
   "$py" - "$tmp/tty" <<'PY' || fail "progress line not erased at the end"
 import sys
@@ -292,6 +318,27 @@ tty = open(sys.argv[1], "rb").read()
 assert tty.endswith(b"\r\x1b[K"), tty[-40:]
 assert b"\n" not in tty, "the progress line must stay on one line"
 PY
+  # Every redraw fits the width, less its last column, and at 80 columns
+  # keeps its bar; narrower, it degrades (script(1)'s terminal has no size,
+  # so COLUMNS sets it). 2,000 tasks of 1 ms on two workers give a second
+  # of redraws whose figures have grown past their first widths.
+  for cols in 80 40 12; do
+    COLUMNS=$cols script -qec "'$bin' run --scenario io --tasks 2000 --io-ms 1 --workers 2 \
+      --max-elastic 0 --pool basic --tail-ms 0 >'$tmp/out'" /dev/null >"$tmp/tty" </dev/null
+    "$py" - "$tmp/tty" "$cols" <<'PY' || fail "progress line at $cols columns"
+import re, sys
+tty = open(sys.argv[1], "rb").read().decode()
+cols = int(sys.argv[2])
+draws = [d for d in re.sub(r"\x1b\[K", "", tty).split("\r") if d]
+assert len(draws) >= 2, f"{len(draws)} draws"
+for d in draws:
+    assert len(d) <= cols - 1, (cols, len(d), d)
+    assert "%" in d, d
+    if cols >= 80:
+        assert d.startswith("[") and "]" in d, d
+print(cols, "columns:", len(draws), "draws, widest", max(map(len, draws)))
+PY
+  done
   script -qec "'$bin' run --scenario io --tasks 60 --io-ms 5 --max-elastic 2 --tail-ms 0 --quiet >'$tmp/out'" \
     /dev/null >"$tmp/tty" </dev/null
   [ -s "$tmp/tty" ] && fail "progress drawn on a terminal despite --quiet"
@@ -439,6 +486,102 @@ outputs)
       grep -q "^tasks  *0 completed" "$tmp/out" && fail "Ctrl-C ($opts): nothing completed"
     fi
     echo "ok: Ctrl-C ($opts) -> $(grep -o "after [0-9]* of [0-9]* tasks" "$tmp/out"), $(grep "^tasks" "$tmp/out")"
+  done
+  # Ctrl-C cuts the running tasks short. Their work is 500 to 1,500 s
+  # (--io-ms / --task-us 1,000 s), far beyond the 120 s this test gives the
+  # run to end after the signal, so exit 130 within that means the tasks
+  # were woken, not waited for; the summary counts them as completed. The
+  # run waits for its 9 threads (2 basic, 4 elastic workers busy, with
+  # 100,000 tasks queued; producer, sampler, watcher) before the signal.
+  long="--scenario io --tasks 100000 --max-elastic 4 --tail-ms 0 --quiet"
+  # A run signalled before any task started proves nothing: it is rerun,
+  # up to 5 times (the async case's thread count does not show a started
+  # task, and a slow sanitizer build may start none in time).
+  for opts in "$long --io-ms 1000000" "$long --io-pct 0 --task-us 1000000000" \
+      "$long --io-ms 1000000 --async --max-async 4" "$long --io-ms 1000000 --groups 50"; do
+    threads=9
+    case $opts in *--async*) threads=6 ;; esac # async tasks leave the workers free
+    for try in 1 2 3 4 5; do
+      set -m
+      # shellcheck disable=SC2086 # opts is a list of words
+      "$bin" run $opts --json "$tmp/l.json" >"$tmp/out" 2>"$tmp/err" &
+      pid=$!
+      set +m
+      n=0
+      until [ "$(ls /proc/$pid/task 2>/dev/null | wc -l)" -ge "$threads" ] || [ $n -ge 3000 ]; do
+        sleep 0.01
+        n=$((n + 1))
+      done
+      kill -INT $pid
+      watchdog $pid # kills the run (exit 137) if it outlives the bound
+      wait $pid
+      rc=$?
+      kill $dog 2>/dev/null
+      wait $dog 2>/dev/null
+      [ $rc -eq 130 ] && ! grep -q "^tasks  *[1-9][0-9]* completed" "$tmp/out" || break
+    done
+    if [ $rc -ne 130 ]; then
+      fail "Ctrl-C with long tasks ($opts): exit $rc, expected 130"; cat "$tmp/err"
+      continue
+    fi
+    grep -q "^tasks  *[1-9][0-9]* completed" "$tmp/out" ||
+      fail "Ctrl-C with long tasks ($opts): no task had started in 5 tries"
+    [ -e "$tmp/l.json" ] && fail "Ctrl-C with long tasks ($opts): the JSON was written"
+    echo "ok: Ctrl-C with long tasks ($opts) -> $(grep "^tasks" "$tmp/out") (try $try)"
+  done
+  # Two SIGINTs, as a second Ctrl-C or timeout(1) (the child, then its
+  # group) sends them: the run ends as after one - summary, exit 130, the
+  # old file kept, no temporary file left.
+  for how in twice timeout; do
+    echo keep >"$tmp/k.json"
+    rm -f "$tmp/k.csv"
+    if [ $how = timeout ]; then
+      # timeout(1) starts the run in its own process group, so it can
+      # signal the group; the run is waited for after its 9 threads are up.
+      set -m
+      timeout -s INT 3600 "$bin" run $io --io-ms 1000000 --quiet --json "$tmp/k.json" \
+        --timeline "$tmp/k.csv" >"$tmp/out" 2>"$tmp/err" &
+      tpid=$!
+      set +m
+      n=0
+      pid=""
+      until [ -n "$pid" ] && [ "$(ls /proc/$pid/task 2>/dev/null | wc -l)" -ge 9 ] || [ $n -ge 3000 ]; do
+        sleep 0.01
+        pid=$(pgrep -P $tpid | head -1)
+        n=$((n + 1))
+      done
+      # What timeout does when its time is up: the child, then the group.
+      kill -INT "$pid"
+      kill -INT -- "-$tpid" 2>/dev/null
+      watchdog "-$tpid"
+      wait $tpid
+      rc=$?
+    else
+      set -m
+      "$bin" run $io --io-ms 1000000 --quiet --json "$tmp/k.json" --timeline "$tmp/k.csv" \
+        >"$tmp/out" 2>"$tmp/err" &
+      pid=$!
+      set +m
+      n=0
+      until [ "$(ls /proc/$pid/task 2>/dev/null | wc -l)" -ge 9 ] || [ $n -ge 3000 ]; do
+        sleep 0.01
+        n=$((n + 1))
+      done
+      kill -INT $pid
+      kill -INT $pid
+      watchdog $pid
+      wait $pid
+      rc=$?
+    fi
+    kill $dog 2>/dev/null
+    wait $dog 2>/dev/null
+    [ $rc -eq 130 ] || { fail "two SIGINTs ($how): exit $rc, expected 130"; cat "$tmp/err"; }
+    grep -q "^interrupted by Ctrl-C" "$tmp/out" || fail "two SIGINTs ($how): no summary"
+    [ "$(cat "$tmp/k.json")" = keep ] || fail "two SIGINTs ($how): the existing JSON was changed"
+    [ -e "$tmp/k.csv" ] && fail "two SIGINTs ($how): the CSV was written"
+    left=$(ls "$tmp" | grep -E '\.[A-Za-z0-9]{6}$')
+    [ -n "$left" ] && fail "two SIGINTs ($how): temporary files left: $left"
+    echo "ok: two SIGINTs ($how) -> exit $rc, $(grep "^tasks" "$tmp/out")"
   done
   ;;
 *)

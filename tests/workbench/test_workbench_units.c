@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* White-box tests of the workbench's pure parts, fed known inputs: the
- * progress line's rate, the weight classes, the timeline's period, and the
- * escaping of echoed values. Built with the stand-in runner of tko_test.h
+ * progress line's rate and layout, the weight classes, the timeline's
+ * period, the escaping of echoed values, and the summary's percentiles. Built with the stand-in runner of tko_test.h
  * (no Criterion needed) against the workbench's own object files. */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tko_test.h"
@@ -115,4 +117,119 @@ Test(workbench, quote) {
   cr_assert_str_eq(wb_quote(small, sizeof small, "a\n\n\n"), "a\\n...");
   char tiny[2];
   cr_assert_str_eq(wb_quote(tiny, sizeof tiny, "abc"), "");
+}
+
+static size_t visible(const char *s) {
+  return strlen(s); /* the formatter writes no escapes: every byte is a column */
+}
+
+/* The line fits cols - 1 columns whatever the figures, and at 80 columns
+ * keeps its bar even with the widest figures a run can show (a line whose
+ * text took the bar's room once drew no bar after its first redraw). */
+Test(workbench, progress_fits) {
+  const wb_progress_view views[] = {
+      {0, 2000, 0, 0, 2, 0, 0},
+      {123456, 10000000, 9876543, 6, 2, 4, 1234567.0},
+      {WB_MAX_TASKS, WB_MAX_TASKS, WB_MAX_TASKS, 2047, TKO_MAX_WORKERS, TKO_MAX_ELASTIC, 123456789.0},
+      {1, WB_MAX_TASKS, WB_MAX_TASKS - 1, 2047, TKO_MAX_WORKERS, TKO_MAX_ELASTIC, 0.001},
+  };
+  char buf[512];
+  for (size_t i = 0; i < sizeof views / sizeof views[0]; i++) {
+    for (unsigned cols = 0; cols <= 200; cols++) {
+      size_t n = wb_progress_format(buf, sizeof buf, cols, &views[i]);
+      cr_assert_eq(n, visible(buf));
+      cr_assert_leq(n, cols ? cols - 1 : 0, "view %zu, %u columns: %zu: '%s'", i, cols, n, buf);
+      if (cols >= 80) cr_assert_eq(buf[0], '[', "view %zu, %u columns: no bar: '%s'", i, cols, buf);
+      if (cols >= 6) cr_assert(strchr(buf, '%'), "view %zu, %u columns: no percentage", i, cols);
+    }
+    /* Wide terminals get the whole line; the bar stops at 30. */
+    wb_progress_format(buf, sizeof buf, 200, &views[i]);
+    cr_assert(strstr(buf, "busy ") && strstr(buf, "ETA "), "'%s'", buf);
+    cr_assert_eq(strspn(buf + 1, "#."), 30u, "'%s'", buf);
+  }
+  /* A small buffer cuts nothing in the middle of a character. */
+  char small[8];
+  size_t n = wb_progress_format(small, sizeof small, 80, &views[1]);
+  cr_assert_eq(n, strlen(small));
+  cr_assert_leq(n, sizeof small - 1);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Selection gives the same nearest-rank percentiles as a sort, with runs
+ * of equal values and in sorted and reversed input too. */
+Test(workbench, dist_matches_sort) {
+  static uint64_t v[20011], ref[20011];
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int shape = 0; shape < 5; shape++) {
+    for (size_t n = 1; n <= 20011; n = n * 3 + 1) {
+      for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        v[i] = shape == 0 ? x : shape == 1 ? x % 3 : shape == 2 ? i : shape == 3 ? n - i : 7;
+      }
+      memcpy(ref, v, n * sizeof *v);
+      qsort(ref, n, sizeof *ref, cmp_u64);
+      wb_dist d;
+      wb_dist_describe(v, n, &d);
+      size_t k50 = (n * 50 + 99) / 100 - 1, k90 = (n * 90 + 99) / 100 - 1,
+             k99 = (n * 99 + 99) / 100 - 1;
+      cr_assert_eq(d.count, n);
+      cr_assert_eq(d.p50, ref[k50], "shape %d n %zu", shape, n);
+      cr_assert_eq(d.p90, ref[k90], "shape %d n %zu", shape, n);
+      cr_assert_eq(d.p99, ref[k99], "shape %d n %zu", shape, n);
+      cr_assert_eq(d.max, ref[n - 1]);
+    }
+  }
+}
+
+/* Past the cap, the percentiles come from an even sample and count, mean
+ * and max stay exact; under it, every value counts. */
+Test(workbench, summary_sample) {
+  enum { N = 100000 };
+  static wb_scenario sc = {.name = "unit"};
+  wb_result r;
+  memset(&r, 0, sizeof r);
+  r.cfg.scenario = &sc;
+  r.cfg.tasks = N;
+  r.cfg.weights = (wb_range){0, 1};
+  r.tasks = calloc(N, sizeof *r.tasks);
+  r.wait_ns = malloc(N * sizeof *r.wait_ns);
+  r.run_ns = calloc(N, sizeof *r.run_ns);
+  r.on_elastic = calloc(N, 1);
+  cr_assert(r.tasks && r.wait_ns && r.run_ns && r.on_elastic);
+  /* Task i waited i ns, weight i % 2; every tenth never ran. */
+  for (size_t i = 0; i < N; i++) {
+    r.tasks[i].weight = (int32_t)(i % 2);
+    r.wait_ns[i] = i % 10 == 9 ? UINT64_MAX : i;
+  }
+  for (int capped = 0; capped < 2; capped++) {
+    cr_assert_eq(wb_summarize_capped(&r, capped ? 1000 : N), 0);
+    cr_assert_eq(r.wait.count, N / 10 * 9);
+    cr_assert_eq(r.wait.max, N - 2);
+    double mean = 0;
+    for (size_t i = 0; i < N; i++) mean += i % 10 == 9 ? 0 : (double)i;
+    mean /= N / 10 * 9;
+    cr_assert(r.wait.mean > mean - 0.01 && r.wait.mean < mean + 0.01, "%f", r.wait.mean);
+    /* Without the cap, the nearest ranks of the waits that ran: the k-th
+     * smallest is the k-th i with i % 10 != 9. With it, within 1%. */
+    size_t k50 = (size_t)(N / 10 * 9) / 2 - 1, k99 = (size_t)(N / 10 * 9) * 99 / 100 - 1;
+    uint64_t want50 = k50 / 9 * 10 + k50 % 9, want99 = k99 / 9 * 10 + k99 % 9;
+    double err = capped ? N * 0.01 : 0.5;
+    cr_assert(fabs((double)r.wait.p50 - (double)want50) < err, "p50 %llu, want %llu",
+              (unsigned long long)r.wait.p50, (unsigned long long)want50);
+    cr_assert(fabs((double)r.wait.p99 - (double)want99) < err, "p99 %llu, want %llu",
+              (unsigned long long)r.wait.p99, (unsigned long long)want99);
+    cr_assert_eq(r.nclasses, 2u);
+    cr_assert_eq(r.classes[0].wait.count + r.classes[1].wait.count, N / 10 * 9);
+    cr_assert_eq(r.classes[0].lo, 1); /* odd waits, highest first */
+    cr_assert_eq(r.classes[0].wait.max % 2, 1u);
+    cr_assert_eq(r.classes[1].wait.max % 2, 0u);
+  }
+  free(r.tasks);
+  free(r.wait_ns);
+  free(r.run_ns);
+  free(r.on_elastic);
 }
