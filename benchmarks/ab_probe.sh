@@ -46,14 +46,17 @@ build() { # $1 = library tree, $2 = output
   # CMakeLists says so (worker.c, and later keyed.c and lanes.c:
   # pthread_cleanup_push is then a cleanup attribute, not a sigsetjmp per
   # task).
-  local objs=() f o flags
-  for f in "$1"/src/*.c; do
+  # src/ is flat in older trees and one folder per layer since 0.3.
+  local objs=() f o flags incs=(-I "$1/include" -I "$1/src")
+  for f in "$1"/src/*/; do incs+=(-I "$f"); done
+  for f in "$1"/src/*.c "$1"/src/*/*.c; do
+    [ -e "$f" ] || continue
     o=$2.$(basename "$f" .c).o
     flags=
-    if grep -Eq "set_source_files_properties\(.*src/$(basename "$f")[ )].*COMPILE_OPTIONS -fexceptions" "$1/CMakeLists.txt"; then
+    if grep -Eq "set_source_files_properties\(.*src/([a-z]+/)?$(basename "$f")[ )].*COMPILE_OPTIONS -fexceptions" "$1/CMakeLists.txt"; then
       flags=-fexceptions
     fi
-    gcc -O3 -DNDEBUG $flags -I "$1/include" -I "$1/src" -c "$f" -o "$o"
+    gcc -O3 -DNDEBUG $flags "${incs[@]}" -c "$f" -o "$o"
     objs+=("$o")
   done
   gcc -O3 -DNDEBUG -I "$1/include" -I "$root/benchmarks/probes" "${objs[@]}" "$src" \

@@ -21,7 +21,7 @@
  * it by N: MODEL.md, "Several queues"). --self-check asserts that the instrumentation sees the
  * design as it is: each kind of record made (below). --capacity N makes
  * the pool bounded (queue_capacity N, full policy BLOCK): admission's
- * leases (src/admit.c) are then counted too. White-box: it
+ * leases (src/engine/admit.c) are then counted too. White-box: it
  * includes src/ to name the pool's lines. */
 #include <errno.h>
 #include <pthread.h>

@@ -22,8 +22,11 @@ if [[ -n $patch_file ]]; then
   patch -s -d "$tmp/old" -p1 <"$patch_file"
   label="$old + $(basename "$patch_file")"
 fi
-build() { # $1 = source tree, $2 = output
-  gcc -O3 -DNDEBUG -I "$1/include" "$1"/src/*.c "$root/benchmarks/compare_submit.c" \
+build() { # $1 = source tree, $2 = output (src/ flat in older trees, in layer folders since 0.3)
+  local srcs=() incs=(-I "$1/include") d
+  for d in "$1"/src/*/; do incs+=(-I "$d"); done
+  for d in "$1"/src/*.c "$1"/src/*/*.c; do [ -e "$d" ] && srcs+=("$d"); done
+  gcc -O3 -DNDEBUG "${incs[@]}" "${srcs[@]}" "$root/benchmarks/compare_submit.c" \
     -lpthread -o "$2"
 }
 build "$tmp/old" "$tmp/old_bin"

@@ -70,7 +70,7 @@ if [[ " $parts " == *" matrix "* ]]; then
   # 500k empty tasks a case (the default million would take twice as long
   # for a median that moves little); 200k tasks of 1 us.
   # Each case twice: one queue (the default) and a queue per worker
-  # (tko_options.queues; src/shard.c).
+  # (tko_options.queues; src/engine/shard.c).
   for workers in 1 2 4 8; do
     for weights in 4 1; do
       queue_counts=(1)

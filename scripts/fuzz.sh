@@ -45,13 +45,14 @@ targets=("$@")
 mkdir -p "$out"
 # The same library sources as CMakeLists.txt's TKO_SOURCES, instrumented
 # for coverage and the sanitizers along with the harness, with the
-# lock-order checker on (src/witness.h), as in every sanitizer build.
+# lock-order checker on (src/platform/witness.h), as in every sanitizer build.
 # Every library source but the sharing audit's (an option of its own): a
 # list written out here went stale when keyed.c and resize.c came.
-mapfile -t lib_sources < <(ls src/*.c | grep -v '^src/audit\.c$')
+mapfile -t lib_sources < <(ls src/*/*.c | grep -v '^src/platform/audit\.c$')
 flags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer -pthread
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -DTKO_LOCK_ORDER_CHECK=1 -Iinclude -Isrc ${FUZZ_EXTRA_CFLAGS:-})
+       -DTKO_LOCK_ORDER_CHECK=1 -Iinclude ${FUZZ_EXTRA_CFLAGS:-})
+for layer in src/*/; do flags+=(-I"$layer"); done
 
 build() {
   local name=$1

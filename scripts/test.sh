@@ -15,11 +15,11 @@ jobs=$(nproc)
 # flavour:sanitizer:queues. "queues" is what tko_options.queues = 0 means
 # in that build (TKO_DEFAULT_QUEUES; 0: a queue per basic worker, the
 # default): every flavour runs the suite on the default, and one plain
-# build on pools of one queue (src/shard.c).
+# build on pools of one queue (src/engine/shard.c).
 for spec in plain::0 onequeue::1 thread:thread:0 address:address:0; do
   IFS=: read -r flavour san queues <<<"$spec"
   dir=build-test-$flavour
-  witness=OFF # the sanitizer flavours run every test with the lock-order checker (src/witness.h)
+  witness=OFF # the sanitizer flavours run every test with the lock-order checker (src/platform/witness.h)
   [ -z "$san" ] || witness=ON
   echo "== $flavour: configure and build ($dir; $queues queues by default)"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_SANITIZE="$san" -DTKO_WERROR=ON \

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Usage: check_no_seams.sh RELEASE_LIB... TEST_LIB
 # Fails when a released library defines or references a test seam
-# (tko__test_*, src/seam.h), or when the test library has none (then the
+# (tko__test_*, src/platform/seam.h), or when the test library has none (then the
 # check itself would be blind).
 set -euo pipefail
 test_lib=${!#}

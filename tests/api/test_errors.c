@@ -349,7 +349,7 @@ Test(errors, submit_reports_enomem_when_the_queue_cannot_grow) {
 /* ---- tko_strerror and version -------------------------------------------- */
 
 /* Every code the library returns or reports (grep src/ for "-E"): a new
- * code gets its message in src/error.c and its line here. */
+ * code gets its message in src/engine/error.c and its line here. */
 Test(errors, strerror_names_every_code_distinctly) {
   const int codes[] = {0,          -EINVAL,    -ENOMEM, -EAGAIN,  -ETIMEDOUT, -ESHUTDOWN, -EDEADLK,
                        -ECANCELED, -EBUSY,     -ENOENT, -EPERM,   -EALREADY,  -ECHILD,

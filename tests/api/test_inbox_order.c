@@ -101,7 +101,7 @@ Test(inbox_order, full_moves_of_every_mix_keep_weight_and_fifo_order) {
  * read a slot of it still empty, skipped it as a hole, and then read the
  * next slot already published moved that one first (found by an attack
  * program: 8 of 15 runs out of order with 32 threads; fixed by reading
- * skipped holes again before each slot moved past them, src/inbox.c).
+ * skipped holes again before each slot moved past them, src/structures/inbox.c).
  * Every task checks, as it starts, that its thread's previous one started
  * before it. */
 enum { SUBMITTERS = 16, PER = 4 * 1024 + 300 };

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* White-box checks of admission's chunks (src/admit.c): a lease never
+/* White-box checks of admission's chunks (src/engine/admit.c): a lease never
  * takes room_taken past the capacity (chunks shrink near the bound, to
  * nothing at it); a full queue has taken every lease back; and once the
  * pool is idle, room_taken holds exactly the give-backs workers have

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for attachments (src/lifecycle.h): shutdown calls an
+/* Unit tests for attachments (src/engine/lifecycle.h): shutdown calls an
  * attachment's close with its mode until it returns 0, reporting
  * -ETIMEDOUT meanwhile while the pool still accepts submits (CLOSING); a
  * pool with an attachment cannot be freed (-EBUSY) and refuses new ones

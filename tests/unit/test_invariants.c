@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The internal invariants (src/invariant.h): in a build that checks them
+/* The internal invariants (src/platform/invariant.h): in a build that checks them
  * (TKO_LOCK_ORDER_CHECK: Debug, TSan, ASan, fuzzers, mutants) a broken one
  * names itself on stderr and aborts; every other suite running in those
  * builds shows that the library's own operation keeps them. Here a child

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the by-value weighted priority queue (src/queue.h): pop
+/* Unit tests for the by-value weighted priority queue (src/structures/queue.h): pop
  * order (weight desc, FIFO for ties) over the whole int range, growth, many
  * distinct weights checked against a reference sort, interleaved push/pop
  * against a reference model, no growth in a steady push/pop stream,

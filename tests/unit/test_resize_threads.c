@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tko_pool_resize when threads cannot start, through the library's test
- * seam (tko__test_thread_create_errno, src/prim.h): a grow that cannot
+ * seam (tko__test_thread_create_errno, src/platform/prim.h): a grow that cannot
  * start its threads is -EAGAIN, keeps the workers it had and can be
  * retried; a basic worker that a task's pthread_exit ended with no
  * replacement leaves its slot to the next grow, which joins the old thread

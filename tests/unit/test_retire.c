@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The elastic retirement window, through the library's test seam
- * (tko__test_retire_window in src/prim.h): a submit that lands after a
+ * (tko__test_retire_window in src/platform/prim.h): a submit that lands after a
  * retiring worker's last look at the queue and before it releases its
  * count finds nobody idle and no count free to spawn with, so only the
  * worker's re-check after the release can pick the task up (elastic.c's

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the sleep/wake signal (src/signal.h): the parker's permit
+/* Unit tests for the sleep/wake signal (src/structures/signal.h): the parker's permit
  * semantics within a thread and across threads, and the idle word's
  * searching/sleeping counts through search, sleep_prepare, sleep_cancel,
  * wake_one and wake_all, including the Dekker handshake that must never

@@ -7,7 +7,7 @@
  * wait for the next submit.
  *
  * The test holds the spawner inside thread creation (the library's test
- * seams in src/prim.h: a hook called first, then the failure), lets the
+ * seams in src/platform/prim.h: a hook called first, then the failure), lets the
  * basic worker finish and fall asleep, submits, then lets the spawn fail:
  * the task must run without another submit. Nothing sleeps to wait. */
 #define _GNU_SOURCE

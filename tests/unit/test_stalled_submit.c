@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* A submitter stopped between its inbox reservation and its publish
  * (preempted, or in a debugger) holds back only its own task (issue 15).
- * The library's seam tko__test_publish_window (src/inbox.h) parks one
+ * The library's seam tko__test_publish_window (src/structures/inbox.h) parks one
  * chosen submit there until the test releases it; meanwhile other threads
  * submit more tasks than the inbox holds, so the ring fills behind the
  * hole and the submits that find it full put their tasks straight into
@@ -436,7 +436,7 @@ Test(stalled_submit, one_threads_tasks_stay_fifo_around_a_parked_submit) {
 
 /* A worker asleep beside a hole looks again by itself. The hole's publish
  * is a release store, so its submitter may read idle.state before the
- * publish is seen and skip its wake-up (src/signal.c). Here the seam parks
+ * publish is seen and skip its wake-up (src/structures/signal.c). Here the seam parks
  * a submit before its publish, until the pool's only worker sleeps beside
  * the hole, then again after its publish, before its wake-up: the task
  * must run meanwhile. The worker waits either in its own sleep (a plain

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Thread-creation failure, injected through the library's test seam
- * (tko__test_thread_create_errno in src/prim.h: while it is set, every
+ * (tko__test_thread_create_errno in src/platform/prim.h: while it is set, every
  * thread the library starts fails as if pthread_create had returned
  * EAGAIN). Create fails with -EAGAIN, joins the workers it had started and
  * frees everything; an elastic spawn that fails leaves the queued work to

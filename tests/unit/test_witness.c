@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The lock-order checker (src/witness.h): the orders the ranks allow pass
+/* The lock-order checker (src/platform/witness.h): the orders the ranks allow pass
  * silently; a lock taken out of order, under a leaf or beside one of its
  * own rank, a release of a lock not held and a condition wait that holds
  * another lock are each reported once, with both ranks. The library's

@@ -54,7 +54,7 @@ static void violation(int what, tko__rank had, tko__rank r) {
     hook(what, had, r);
     return;
   }
-  fprintf(stderr, "taskorch: lock order violation (see src/witness.h): a thread ");
+  fprintf(stderr, "taskorch: lock order violation (see src/platform/witness.h): a thread ");
   if (what == TKO__WITNESS_HOST_UNDER_LOCK)
     fprintf(stderr, "runs the host's code while holding %s (rank %d)\n", tko__rank_name(had),
             (int)had);
