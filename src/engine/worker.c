@@ -210,9 +210,9 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
   bool paused = drain_for_take(pool, sh);
   size_t len = sh->queue.len, n = 0;
   unsigned max_async = pool->opts.max_async_inflight;
-  if (!paused && sh->index == 0 && pool->async_queue.len &&
-      (!max_async || pool->async_running < max_async) &&
-      (!len || tko__queue_top_before(&pool->async_queue, &sh->queue))) {
+  bool async_ready = !paused && sh->index == 0 && pool->async_queue.len &&
+                     (!max_async || pool->async_running < max_async);
+  if (async_ready && (!len || tko__queue_top_before(&pool->async_queue, &sh->queue))) {
     /* The best task is async: take it alone, inside the in-flight limit. */
     n = tko__queue_pop(&pool->async_queue, batch, 1);
     pool->async_running++;
@@ -227,7 +227,14 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
     size_t share = workers > 1 ? len / workers : len;
     if (share < 1) share = 1;
     if (share > max) share = max;
-    n = tko__queue_pop(&sh->queue, batch, share);
+    if (async_ready) {
+      /* The batch ends where an async task that may start comes first, so
+       * that equal weights start in submit order across the two queues. */
+      while (n < share && sh->queue.len && !tko__queue_top_before(&pool->async_queue, &sh->queue))
+        n += tko__queue_pop(&sh->queue, batch + n, 1);
+    } else {
+      n = tko__queue_pop(&sh->queue, batch, share);
+    }
     tko__refresh_backlog(pool, sh);
   }
   tko__unlock(&sh->lock);

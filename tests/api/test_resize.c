@@ -4,13 +4,15 @@
  * workers as they finish their current task - handing back the tasks they
  * had taken, in their order - and bounds how many tasks run at once;
  * resizes from inside a task; resizes racing submits and a shutdown (the
- * TSan case); and the errors. Every wait is bounded (tko_test_sync.h). */
+ * TSan case); a destroy racing resizes joins every thread; and the errors.
+ * Every wait is bounded (tko_test_sync.h). */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "taskorch.h"
 #include "tko_test.h"
+#include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
 /* Thread hooks, counted by worker kind. */
@@ -530,5 +532,299 @@ Test(resize, a_drain_after_a_shrink_runs_every_task_on_a_worker) {
     cr_assert_eq(atomic_load(&dr_ran), TASKS);
     cr_assert_eq(atomic_load(&dr_off_worker), 0, "round %d: %d tasks ran off the workers", r,
                  atomic_load(&dr_off_worker));
+  }
+}
+
+/* ---- a destroy racing resizes leaves no thread behind ------------------ */
+
+/* Each round lists the process's threads before the pool is created, then
+ * destroys the pool while resizes race it - from other threads, from
+ * tasks, from the thread hooks - and elastic workers spawn and retire under
+ * submit bursts, and checks that destroy joined every thread the pool
+ * started: once it returns, /proc lists no thread but those of the baseline
+ * and the test's own helpers. Where helper threads call in, a lanes table
+ * holds the pool, so destroy shuts it down and joins its threads but
+ * returns -EBUSY without freeing it: the helpers may go on calling until
+ * they see -ESHUTDOWN, which makes the race with destroy itself legal. The
+ * self-driven rounds have no helpers: their tasks resubmit themselves, and
+ * destroy frees the pool under them (ASan sees any thread that touched it
+ * after). A thread destroy joined leaves /proc a moment after its join
+ * returned (the kernel ends it after waking the joiner), so each check
+ * re-reads until the list settles, within ~10 s. */
+
+enum { GONE_EXTERNAL = 1, GONE_TASKS = 2, GONE_HOOKS = 4, GONE_CANCEL = 8, GONE_SELF = 16 };
+enum { GONE_RESIZERS = 2, GONE_SUBMITTERS = 2, GONE_HELPERS = GONE_RESIZERS + GONE_SUBMITTERS };
+enum { GONE_MAX_TIDS = 256, GONE_CHAINS = 32 };
+
+typedef struct gone {
+  tko_pool *pool;
+  _Atomic(tko_pool *) hooked; /* the pool, for the hooks, once create returned */
+  int flags;
+  tt_count resizes; /* resizes that took effect, from anywhere */
+  tt_count accepted;
+  tt_count helpers_in; /* helpers that recorded their tid */
+  pid_t helper_tid[GONE_HELPERS];
+  atomic_int next_helper;
+  atomic_int bad_rc;
+  atomic_int starts, stops;
+  atomic_uint hook_seed;
+} gone;
+
+/* Resizes p to a size drawn from seed; counts it if it took effect. */
+static int gone_resize(gone *g, tko_pool *p, uint64_t *seed) {
+  unsigned b, e;
+  next_size(seed, &b, &e);
+  int rc = tko_pool_resize(p, b, e);
+  if (rc == 0) tt_count_add(&g->resizes, 1);
+  else if (rc != -ESHUTDOWN) atomic_store(&g->bad_rc, rc);
+  return rc;
+}
+
+static void gone_hook(gone *g) {
+  tko_pool *p = atomic_load(&g->hooked); /* NULL while create runs */
+  if (!(g->flags & GONE_HOOKS) || !p) return;
+  uint64_t seed = (uint64_t)atomic_fetch_add(&g->hook_seed, 1) * 0x9E3779B97F4A7C15ull + 1;
+  gone_resize(g, p, &seed);
+}
+
+static void gone_start(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index, (void)kind;
+  atomic_fetch_add(&((gone *)user)->starts, 1);
+  gone_hook(user);
+}
+
+static void gone_stop(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index, (void)kind;
+  gone_hook(user);
+  atomic_fetch_add(&((gone *)user)->stops, 1);
+}
+
+static int gone_resize_task(void *arg) {
+  gone *g = arg;
+  uint64_t seed = (uint64_t)tt_count_get(&g->accepted) * 2654435761u + 7;
+  gone_resize(g, g->pool, &seed);
+  return 0;
+}
+
+static int gone_spin_task(void *arg) {
+  (void)arg;
+  tt_spin_ns(2000); /* long enough for a burst to back up and spawn elastic workers */
+  return 0;
+}
+
+/* A self-driven round's task: it submits its successor (until shutdown
+ * refuses it), and one in 32 resizes first when the round resizes from
+ * tasks. Submits from workers are what spawn elastic workers here. */
+static int gone_chain_task(void *arg) {
+  gone *g = arg;
+  long n = tt_count_add(&g->accepted, 1);
+  if ((g->flags & GONE_TASKS) && n % 32 == 31) gone_resize_task(g);
+  else gone_spin_task(g);
+  int rc = tko_submit(g->pool, gone_chain_task, g, (int)(n % 5));
+  if (rc && rc != -ESHUTDOWN) atomic_store(&g->bad_rc, rc);
+  return 0;
+}
+
+static void gone_helper_in(gone *g) {
+  g->helper_tid[atomic_fetch_add(&g->next_helper, 1)] = tf_gettid();
+  tt_count_add(&g->helpers_in, 1);
+}
+
+static void *gone_resizer(void *arg) {
+  gone *g = arg;
+  gone_helper_in(g);
+  uint64_t seed = (uint64_t)(uintptr_t)&seed | 1;
+  while (gone_resize(g, g->pool, &seed) == 0)
+    sched_yield(); /* let submits and workers in between */
+  return NULL;
+}
+
+/* Submits bursts (elastic workers spawn under them and retire between
+ * them, elastic_idle_ms being 1), a resizing task in every burst when the
+ * round resizes from tasks. */
+static void *gone_submitter(void *arg) {
+  gone *g = arg;
+  gone_helper_in(g);
+  for (long i = 0;; i++) {
+    bool resize = (g->flags & GONE_TASKS) && i % 32 == 31;
+    int rc = tko_submit(g->pool, resize ? gone_resize_task : gone_spin_task, g, (int)(i % 5));
+    if (rc == -ESHUTDOWN) break;
+    if (rc) {
+      atomic_store(&g->bad_rc, rc);
+      break;
+    }
+    tt_count_add(&g->accepted, 1);
+    /* Between bursts the pool may go idle, and its elastic workers retire
+     * as the next burst comes. */
+    if (i % 64 == 63) tko_pool_wait_idle(g->pool, 100);
+  }
+  return NULL;
+}
+
+/* This process's thread ids (at most max); their number. */
+static int gone_tids(pid_t *out, int max) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.' && n < max) out[n++] = (pid_t)atoi(e->d_name);
+  closedir(d);
+  return n;
+}
+
+static bool gone_listed(const pid_t *tids, int n, pid_t tid) {
+  for (int i = 0; i < n; i++)
+    if (tids[i] == tid) return true;
+  return false;
+}
+
+/* What /proc says of thread tid: false if it is gone; else its name, its
+ * state letter and whether the kernel is ending it (PF_EXITING in its
+ * flags: it runs no user code any more - a thread destroy joined may still
+ * be listed so for a moment, since the kernel wakes the joiner before it
+ * lets go of the thread's memory map, which may wait for the map's lock). */
+static bool gone_thread(pid_t tid, char comm[32], char *state, bool *exiting) {
+  char path[64], stat[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(stat, 1, sizeof stat - 1, f);
+  stat[n] = '\0';
+  fclose(f);
+  /* "tid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may
+   * hold spaces or parentheses, so the fields start after the last ')'. */
+  char *open = strchr(stat, '('), *p = strrchr(stat, ')');
+  if (!open || !p || p[1] != ' ') return false;
+  snprintf(comm, 32, "%.*s", (int)(p - open - 1), open + 1);
+  *state = p[2];
+  p += 2;
+  for (int field = 3; field < 9 && p; field++) p = strchr(p + 1, ' ');
+  *exiting = p && (strtoul(p + 1, NULL, 10) & 0x4u); /* PF_EXITING */
+  return true;
+}
+
+/* The threads listed that are neither in keep nor helpers of g: their
+ * number (-1 if /proc is unreadable), each as " tid:name:state" in names,
+ * and in *running those not exiting. Re-reads until there are none, or ms
+ * passed. */
+static int gone_strangers_within(const pid_t *keep, int nkeep, const gone *g, char *names,
+                                 size_t cap, long ms, int *running) {
+  uint64_t end = tt_now_ns() + (uint64_t)ms * 1000000u;
+  if (running) *running = 0;
+  for (;;) {
+    pid_t now[GONE_MAX_TIDS];
+    int n = gone_tids(now, GONE_MAX_TIDS), strangers = 0;
+    if (n < 0) return -1;
+    size_t used = 0;
+    names[0] = '\0';
+    if (running) *running = 0;
+    for (int i = 0; i < n; i++) {
+      if (gone_listed(keep, nkeep, now[i])) continue;
+      if (g && gone_listed(g->helper_tid, GONE_HELPERS, now[i])) continue;
+      char comm[32], state;
+      bool exiting;
+      if (!gone_thread(now[i], comm, &state, &exiting)) continue; /* gone since the listing */
+      strangers++;
+      if (!exiting && running) ++*running;
+      if (used < cap)
+        used += (size_t)snprintf(names + used, cap - used, " %d:%s:%c%s", (int)now[i], comm, state,
+                                 exiting ? "-exiting" : "");
+    }
+    if (strangers == 0 || tt_now_ns() >= end) return strangers;
+    sched_yield();
+  }
+}
+
+/* One round; the flags say which resizes race the destroy, keep lists the
+ * baseline's threads (NULL: a warm-up, nothing checked). */
+static void gone_round(int flags, const pid_t *keep, int nkeep, int round) {
+  gone g;
+  memset(&g, 0, sizeof g);
+  tt_count_init(&g.resizes);
+  tt_count_init(&g.accepted);
+  tt_count_init(&g.helpers_in);
+  g.flags = flags;
+  tko_options o = tko_elastic_options(2, 2, 1);
+  o.max_threads = 8;
+  o.name = "gone";
+  o.hooks.user = &g;
+  o.hooks.thread_start = gone_start;
+  o.hooks.thread_stop = gone_stop;
+  cr_assert_eq(tko_pool_create(&g.pool, &o), 0);
+  atomic_store(&g.hooked, g.pool);
+  tko_lanes *l = NULL;
+  pthread_t helper[GONE_HELPERS];
+  int nhelpers = 0;
+  if (flags & GONE_SELF) {
+    for (int i = 0; i < GONE_CHAINS; i++)
+      cr_assert_eq(tko_submit(g.pool, gone_chain_task, &g, i % 5), 0);
+  } else {
+    cr_assert_eq(tko_lanes_create(&l, g.pool, NULL), 0);
+    for (int i = 0; i < GONE_SUBMITTERS; i++)
+      cr_assert_eq(pthread_create(&helper[nhelpers++], NULL, gone_submitter, &g), 0);
+    if (flags & GONE_EXTERNAL)
+      for (int i = 0; i < GONE_RESIZERS; i++)
+        cr_assert_eq(pthread_create(&helper[nhelpers++], NULL, gone_resizer, &g), 0);
+  }
+  cr_assert(tt_count_wait_geq(&g.helpers_in, nhelpers));
+  cr_assert(tt_count_wait_geq(&g.accepted, 128));
+  cr_assert(tt_count_wait_geq(&g.resizes, 2), "round %d: resizes did not take effect", round);
+  if (flags & GONE_CANCEL) {
+    int rc = tko_pool_shutdown_timed(g.pool, TKO_CANCEL, 0); /* destroy completes it */
+    cr_assert(rc == 0 || rc == -ETIMEDOUT, "%s", tko_err_name(rc));
+  }
+  /* With the lanes: shut down, every thread joined, not freed. */
+  cr_assert_eq(tko_pool_destroy(g.pool), l ? -EBUSY : 0);
+  char names[512];
+  if (keep) {
+    /* Every thread destroy joined has ended its user code: one still
+     * listed is one the kernel is ending. */
+    int running;
+    gone_strangers_within(keep, nkeep, &g, names, sizeof names, 0, &running);
+    cr_assert_eq(running, 0, "round %d (flags %d): destroy returned while threads ran:%s", round,
+                 flags, names);
+    int strangers = gone_strangers_within(keep, nkeep, &g, names, sizeof names, 10000, NULL);
+    cr_assert_eq(strangers, 0, "round %d (flags %d): %d thread(s) outlived destroy:%s", round,
+                 flags, strangers, names);
+  }
+  for (int i = 0; i < nhelpers; i++)
+    pthread_join(helper[i], NULL);
+  int bad = atomic_load(&g.bad_rc);
+  cr_assert_eq(bad, 0, "round %d: %s", round, tko_err_name(bad));
+  cr_assert_eq(atomic_load(&g.starts), atomic_load(&g.stops), "round %d", round);
+  if (l) {
+    cr_assert_eq(tko_lanes_destroy(l), 0);
+    cr_assert_eq(tko_pool_destroy(g.pool), 0);
+  }
+  if (keep) { /* the helpers are joined too: the baseline's threads only */
+    int strangers = gone_strangers_within(keep, nkeep, NULL, names, sizeof names, 10000, NULL);
+    cr_assert_eq(strangers, 0, "round %d (flags %d): %d thread(s) left:%s", round, flags,
+                 strangers, names);
+  }
+  tt_count_fini(&g.resizes);
+  tt_count_fini(&g.accepted);
+  tt_count_fini(&g.helpers_in);
+}
+
+Test(resize, a_destroy_racing_resizes_joins_every_thread, .timeout = 240) {
+  /* A first round starts whatever threads a runtime starts lazily (a
+   * sanitizer's); the baseline is what is listed once its threads left. */
+  pid_t keep[GONE_MAX_TIDS];
+  int before = tt_thread_count();
+  gone_round(GONE_EXTERNAL | GONE_TASKS | GONE_HOOKS, NULL, 0, -1);
+  tt_wait_thread_count_leq_within(before, 1000);
+  int nkeep = gone_tids(keep, GONE_MAX_TIDS);
+  cr_assert_gt(nkeep, 0, "/proc/self/task is unreadable");
+  cr_assert_leq(nkeep, before + 1, "the first round left %d threads", nkeep - before);
+  /* 28 rounds: every mix of the three resize sources, with and without a
+   * cancelling shutdown begun before the destroy, driven by helper threads
+   * or by the tasks themselves. */
+  for (int round = 0; round < TT_SCALE(84, 28); round++) {
+    int flags = round % 7 + 1;
+    if (round / 7 % 2) flags |= GONE_CANCEL;
+    if (round / 14 % 2) /* no helpers: the tasks resize in place of the resizers */
+      flags = (flags & ~GONE_EXTERNAL) | GONE_SELF | (flags & GONE_EXTERNAL ? GONE_TASKS : 0);
+    gone_round(flags, keep, nkeep, round);
   }
 }
