@@ -9,6 +9,9 @@
  * worker's rechecks hand nothing back (nothing outranks while paused) and
  * it starts the lights it holds, each late; running, its recheck hands the
  * batch back and the heavy task starts first, and nothing is late.
+ * Variations: the heavy task async (counted while it may start, not while
+ * max_async_inflight holds it back), keyed lights (a runner's drain), and
+ * two queues each holding a heavy task (a late start counts once).
  * Public API only. */
 #include <pthread.h>
 #include <stdatomic.h>
