@@ -332,10 +332,16 @@ typedef struct tko_stats {
                                 submitter's ring, or not the oldest of the
                                 heaviest weight queued, is not counted; a
                                 start racing that task's take may be.
-                                Expected causes: a paused pool's taken tasks,
-                                async tasks and keyed lanes (outside the
-                                bound), a worker descheduled between its
-                                look and its start */
+                                Counted causes: a paused pool's taken tasks;
+                                a keyed lane's tasks, which a runner starts
+                                whatever their weights (a keyed start first
+                                moves the submitted tasks into the queue);
+                                a worker descheduled between its look and
+                                its start. Not counted: an async task held
+                                back by max_async_inflight is not queued in
+                                this sense (it cannot start), nor is a
+                                keyed task waiting in its lane behind its
+                                key's earlier tasks */
 } tko_stats;
 
 /** Options for a pool of `workers` threads (0 = CPU count), no elastic ones. */

@@ -16,6 +16,7 @@ was killed, 1 otherwise (a survivor, a stale or broken mutant, or a test
 that fails on the unmutated tree).
 
 Usage: scripts/mutants.sh [ID ...]       run all mutants, or the named ones
+                                         (an ID named n times runs n times)
 Environment:
   MUTANTS_LIST     the list (default scripts/mutants.list)
   MUTANTS_DIR      scratch directory (default build-mutants)
@@ -167,7 +168,10 @@ def main(argv):
         unknown = set(argv) - {m["id"] for m in mutants}
         if unknown:
             die("unknown mutant id(s): " + " ".join(sorted(unknown)))
-        mutants = [m for m in mutants if m["id"] in argv]
+        # In the order given; an id given n times runs n times (a kill
+        # must hold in every run: docs/TESTING.md).
+        by_id = {m["id"]: m for m in mutants}
+        mutants = [by_id[a] for a in argv]
     bad = check_applies(mutants)
     if bad:
         die("stale mutants (update scripts/mutants.list to the current source):\n  "

@@ -175,11 +175,14 @@ bool tko__elastic_try_retire(tko_pool *pool, tko__worker *w) {
     tko__idle_search_begin(&pool->idle);
     return false;
   }
-  void (*seam)(tko_pool *) = TKO__SEAM(tko__test_retire_window); /* prim.h, seam.h */
-  if (seam) seam(pool);
   /* Free the slot before the count: a spawner whose CAS reads the released
    * count then finds the slot free (release here, acquire in claim_slot). */
   tko__store_release(&w->slot_state, TKO__SLOT_RETIRING);
+  /* The window the re-check below covers: after the last look, with the
+   * slot freed and the count still held, a submit finds nobody idle and
+   * no count to spawn with. */
+  void (*seam)(tko_pool *) = TKO__SEAM(tko__test_retire_window); /* prim.h, seam.h */
+  if (seam) seam(pool);
   tko__sub_seq(&pool->elastic_count, 1);
   /* The re-check of the essay above: seq_cst, after the count's release. */
   if (tko__runnable_seq(pool) && take_slot_back(pool, w)) {

@@ -69,8 +69,16 @@ static int run_runner(tko_pool *pool, const tko__item *item) {
 /* tko_stats.late_inversions: a worker's start of *item at now is late if
  * some queue's heaviest queued task is heavier and its weight's oldest
  * submit is more than recheck_ns old (the queue's top and top_since,
- * stored under its lock when they change, read here as hints). */
+ * stored under its lock when they change, read here as hints). An async
+ * task held back by max_async_inflight is not in shard 0's top (it cannot
+ * start: tko__refresh_backlog), so starts past it are not late.
+ * A keyed task (a side task: id with the top bit set) runs inside its
+ * lane's runner, which never looks at the queue, so a heavier task
+ * submitted meanwhile would stay in its submitter's ring, unseen, for the
+ * whole drain: the start first moves the submissions into the queues
+ * (cheap when there are none), as a take or a look would. */
 static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, uint64_t now) {
+  if (item->id >> 63) tko__shards_sweep(pool, NULL);
   for (unsigned i = 0; i < pool->nshards; i++) {
     const tko__shard *sh = &pool->shards[i];
     if (tko__load_relaxed(&sh->top) <= item->weight) continue;

@@ -375,3 +375,60 @@ Test(promises, group_cancel_takes_its_members_from_between_other_tasks) {
   cr_assert_eq(tko_group_destroy(&g), 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
+
+/* ---- periodic timers: deadlines are whole periods from the arming -------- */
+
+enum { SCHED_FIRINGS = 12, SCHED_FROM = 9 };
+
+/* One try. A periodic timer (period P) on an idle pool; the test notes
+ * the clock just before and just after arming it, so firing k's deadline
+ * lies in [before + k*P, after + k*P]. A firing never starts before its
+ * deadline: checked for each. Lateness does not accumulate on an absolute
+ * schedule, so each firing's phase on that grid is just its own wake-up
+ * delay; a schedule that drifts (each deadline counted from the previous
+ * firing, or a little past it) moves the phase by its drift every period,
+ * and by firing SCHED_FROM it is (SCHED_FROM - 1) drifts off. Returns 1 if
+ * a firing from SCHED_FROM on started within P / 8 of its grid point, -1
+ * if the arming call was held up or none did (every one of them delayed
+ * by the machine, or the schedule drifting: the caller tries again). */
+static int schedule_try(ticks *tk, long period_ms) {
+  const uint64_t P = (uint64_t)period_ms * MS;
+  tko_options o = tko_basic_options(1);
+  tko_pool *p = make(&o);
+  tko_timer timer;
+  tko_timer_init(&timer);
+  pthread_mutex_lock(&tk->mu);
+  tk->n = 0;
+  pthread_mutex_unlock(&tk->mu);
+  uint64_t before = tt_now_ns();
+  cr_assert_eq(tko_submit_every(p, &timer, period_ms, tick_fn, tk, 0), 0);
+  uint64_t after = tt_now_ns();
+  cr_assert(ticks_wait(tk, SCHED_FIRINGS));
+  cr_assert_eq(tko_timer_cancel(&timer), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  pthread_mutex_lock(&tk->mu);
+  uint64_t least_phase = UINT64_MAX;
+  for (int k = 1; k <= SCHED_FIRINGS; k++) {
+    uint64_t at = tk->at[k - 1];
+    /* Missed periods are skipped, so firing k serves deadline k or later. */
+    cr_assert_geq(at, before + (uint64_t)k * P, "firing %d started before its deadline", k);
+    if (k >= SCHED_FROM && (at - before) % P < least_phase) least_phase = (at - before) % P;
+  }
+  pthread_mutex_unlock(&tk->mu);
+  if (after - before > P / 32) return -1;
+  return least_phase < P / 8 ? 1 : -1;
+}
+
+/* Kills timer-drifts-a-little: firing k is due at arming + k * period, not
+ * at the previous firing + period (a 10 ms timer that drifts 0.2 ms a
+ * period is 1.6 ms, past P / 8, off by its ninth firing). */
+Test(promises, periodic_timer_fires_on_whole_periods_from_its_arming) {
+  ticks tk = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {0}};
+  int r = -1;
+  for (int i = 0; i < TT_ATTEMPTS && r < 0; i++) r = schedule_try(&tk, 10);
+  cr_assert_eq(r, 1,
+               "in each of %d tries, every firing from the %dth on started P / 8 or more "
+               "past its whole-period deadline (a drifting schedule), or the arming call "
+               "was held up",
+               TT_ATTEMPTS, SCHED_FROM);
+}

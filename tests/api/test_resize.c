@@ -828,3 +828,47 @@ Test(resize, a_destroy_racing_resizes_joins_every_thread, .timeout = 240) {
     gone_round(flags, keep, nkeep, round);
   }
 }
+
+/* A shrink retires sleeping workers at once, with no submit to wake them:
+ * four basic workers, each seen asleep (its thread's tid, noted by its
+ * thread_start hook), then a shrink to one; three thread_stop hooks must
+ * run with nothing more submitted. */
+static pid_t sleeper_tids[4];
+static tt_count sleepers_started;
+
+static void note_tid(void *user, unsigned index, tko_worker_kind kind) {
+  (void)user, (void)kind;
+  if (index < 4) sleeper_tids[index] = tf_gettid();
+  tt_count_add(&sleepers_started, 1);
+}
+
+static tt_count sleepers_stopped;
+
+static void count_stop(void *user, unsigned index, tko_worker_kind kind) {
+  (void)user, (void)index, (void)kind;
+  tt_count_add(&sleepers_stopped, 1);
+}
+
+static bool one_basic_worker(const tko_stats *s) { return s->basic_workers == 1; }
+
+Test(resize, shrink_retires_sleeping_workers_without_a_submit) {
+  tt_count_init(&sleepers_started);
+  tt_count_init(&sleepers_stopped);
+  tko_options o = tko_basic_options(4);
+  o.hooks.thread_start = note_tid;
+  o.hooks.thread_stop = count_stop;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert(tt_count_wait_eq(&sleepers_started, 4));
+  for (int i = 0; i < 4; i++) cr_assert(tf_wait_thread_sleeping(sleeper_tids[i]));
+  cr_assert_eq(tko_pool_resize(p, 1, 0), 0);
+  cr_assert(tt_count_wait_geq_within(&sleepers_stopped, 3, 20000),
+            "%ld of 3 sleeping workers retired",
+            tt_count_get(&sleepers_stopped));
+  tko_stats s;
+  cr_assert(tf_stats_wait(p, &s, one_basic_worker), "%u basic workers", s.basic_workers);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(tt_count_get(&sleepers_stopped), 4);
+  tt_count_fini(&sleepers_started);
+  tt_count_fini(&sleepers_stopped);
+}

@@ -5,6 +5,7 @@
  * hears -ECANCELED, the tasks its worker had taken run on, a basic worker
  * is replaced, and the pool keeps working and shuts down. Bounded waits
  * turn a wedge into a failed assertion. */
+#define _GNU_SOURCE /* pthread_getattr_np */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -437,4 +438,53 @@ Test(thread_exit, exits_inside_a_closed_lanes_helping_wait_end_everything) {
   cr_assert_eq(tko_pool_shutdown_timed(helping_pool, TKO_DRAIN, TT_LONG_MS), 0);
   cr_assert_eq(tko_pool_destroy(helping_pool), 0);
   cr_assert_eq(tt_count_get(&c.starts), tt_count_get(&c.stops), "every thread's hooks paired");
+}
+
+/* The replacement of a basic worker whose task called pthread_exit is
+ * placed as every worker is: it gets the stack asked for (rounded up to
+ * whole pages; pthread_getattr_np reads it inside a task on it), not the
+ * platform's default. One worker, so the second task runs on the
+ * replacement. */
+static size_t stack_seen;
+
+static int read_stack(void *arg) {
+  (void)arg;
+  pthread_attr_t a;
+  if (pthread_getattr_np(pthread_self(), &a)) return -1;
+  int rc = pthread_attr_getstacksize(&a, &stack_seen);
+  pthread_attr_destroy(&a);
+  return rc;
+}
+
+Test(thread_exit, the_replacement_gets_the_stack_asked_for) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  /* Far below the default (8 MiB), above the smallest stack the
+   * sanitizers' runtimes let a thread have (they raise smaller ones). */
+  size_t want = ((size_t)1 << 20) + 1;
+  size_t rounded = (want + page - 1) / page * page;
+  ctx c;
+  memset(&c, 0, sizeof c);
+  tt_count_init(&c.runs);
+  tt_count_init(&c.starts);
+  tt_count_init(&c.stops);
+  tko_options o = tko_basic_options(1);
+  o.stack_size = want;
+  o.hooks.user = &c;
+  o.hooks.thread_start = on_start;
+  o.hooks.thread_stop = on_stop;
+  tko_pool *pool = NULL;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  cr_assert_eq(tko_submit(pool, exit_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0, "the pool wedged");
+  stack_seen = 0;
+  cr_assert_eq(tko_submit(pool, read_stack, NULL, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  tko_stats s = tf_stats(pool);
+  cr_assert_eq(s.failed, 1, "the stack could not be read"); /* the exit only */
+  cr_assert_eq(tt_count_get(&c.starts), 2, "no replacement started");
+  cr_assert_geq(stack_seen, rounded, "the replacement got a %zu-byte stack for %zu asked",
+                stack_seen, want);
+  cr_assert_lt(stack_seen, rounded + ((size_t)64 << 10), "the replacement got a %zu-byte stack "
+               "for %zu asked", stack_seen, want);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
 }
