@@ -349,6 +349,36 @@ Test(handle, shutdown_cancel_hands_queued_handles_to_on_cancel) {
   tt_count_fini(&s.cancels);
 }
 
+/* A full TKO_FULL_CALLER_RUNS queue runs the task on the submitter: it
+ * has ended when the submit returns, and has no id (as its hooks see). */
+Test(handle, a_task_run_on_its_submitter_has_ended_when_the_submit_returns) {
+  seen s;
+  memset(&s, 0, sizeof s);
+  tt_count_init(&s.cancels);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  o.hooks.user = &s;
+  o.hooks.before_run = before_run;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  atomic_int ran = 0, mine = 0;
+  cr_assert_eq(tko_pool_pause(p), 0);
+  cr_assert_eq(tko_submit(p, count_fn, &ran, 0), 0); /* the queue is full */
+  atomic_store(&s.started_id, 99);
+  tko_handle h;
+  cr_assert_eq(tko_submit_handle(p, &h, count_fn, &mine, 0), 0);
+  cr_assert_eq(atomic_load(&mine), 1, "it ran before the submit returned");
+  cr_assert_eq(tko_handle_status(&h), 7);
+  cr_assert_eq(tko_handle_wait(&h, 0), 0);
+  cr_assert_eq(tko_handle_id(&h), 0);
+  cr_assert_eq(atomic_load(&s.started_id), 0);
+  cr_assert_eq(tko_pool_resume(p), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  cr_assert_eq(atomic_load(&ran), 1);
+  tt_count_fini(&s.cancels);
+}
+
 Test(handle, bad_arguments_are_refused) {
   tko_pool *p = make_pool(1, NULL);
   atomic_int ran = 0;
