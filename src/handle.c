@@ -100,9 +100,7 @@ static bool finished(unsigned s) {
 static bool claim(tko__handle *h, unsigned to) {
   unsigned s = tko__load_relaxed(&h->state);
   while ((s & STATE_MASK) == QUEUED)
-    if (atomic_compare_exchange_weak_explicit(&h->state, &s, to | (s & WAITERS),
-                                              memory_order_acq_rel, memory_order_relaxed))
-      return true;
+    if (tko__cas_acq_rel(&h->state, &s, to | (s & WAITERS))) return true;
   return false;
 }
 
@@ -110,7 +108,7 @@ static bool claim(tko__handle *h, unsigned to) {
  * the acquire loads of status and wait, so status is seen with it. */
 static void end(tko__handle *h, unsigned final) {
   atomic_uint *word = &h->state;
-  unsigned old = atomic_exchange_explicit(word, final, memory_order_acq_rel);
+  unsigned old = tko__exchange_acq_rel(word, final);
   if (old & WAITERS) tko__word_wake_all(word); /* by address: h may be gone */
 }
 
@@ -173,10 +171,9 @@ int tko_handle_cancel(tko_handle *handle) {
 static void sleep_on(tko__handle *h, unsigned s, uint64_t ns) {
   if (!(s & WAITERS)) {
     /* Relaxed: the word's own order decides (the essay); a failed CAS
-     * means it changed, and the caller looks again. */
-    if (!atomic_compare_exchange_strong_explicit(&h->state, &s, s | WAITERS,
-                                                 memory_order_relaxed, memory_order_relaxed))
-      return;
+     * (the word changed, or a spurious failure) sends the caller to look
+     * again. */
+    if (!tko__cas_relaxed(&h->state, &s, s | WAITERS)) return;
     s |= WAITERS;
   }
   tko__word_wait(&h->state, s, ns);
