@@ -210,14 +210,18 @@ Test(handle, wait_times_out_while_the_task_is_held) {
 
 typedef struct waiter {
   tko_handle *h;
-  atomic_int tid; /* the waiting thread's, once known */
+  tt_count *returned; /* counts the waits that returned */
+  atomic_int tid;     /* the waiting thread's, once known */
   int rc;
 } waiter;
 
+/* Waits with no limit: a wake-up it missed leaves it asleep for good, and
+ * the test's bounded wait for it reports that. */
 static void *wait_thread(void *arg) {
   waiter *w = arg;
   atomic_store(&w->tid, (int)syscall(SYS_gettid));
-  w->rc = tko_handle_wait(w->h, TT_LONG_MS);
+  w->rc = tko_handle_wait(w->h, -1);
+  tt_count_add(w->returned, 1);
   return NULL;
 }
 
@@ -235,14 +239,15 @@ static bool asleep(int tid) {
 }
 
 /* Two threads are asleep in tko_handle_wait (the kernel says so) when the
- * task ends: both wake at once and return 0, far before their bound. */
+ * task ends: both wake and return 0. */
 Test(handle, waiters_asleep_when_the_task_ends_are_woken) {
   tko_pool *p = make_pool(1, NULL);
   tt_pin pin = TT_PIN_INIT;
   tko_handle h;
   cr_assert_eq(tko_submit_handle(p, &h, tt_pin_fn, &pin, 0), 0);
   cr_assert(tt_count_wait_geq(&pin.started, 1));
-  waiter w[2] = {{.h = &h}, {.h = &h}};
+  tt_count returned = TT_COUNT_INIT;
+  waiter w[2] = {{.h = &h, .returned = &returned}, {.h = &h, .returned = &returned}};
   pthread_t t[2];
   for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&t[i], NULL, wait_thread, &w[i]), 0);
   /* Waiting on the kernel, as tt_wait_thread_count does: the threads
@@ -252,6 +257,7 @@ Test(handle, waiters_asleep_when_the_task_ends_are_woken) {
     while ((!atomic_load(&w[i].tid) || !asleep(atomic_load(&w[i].tid))) && tt_now_ns() < end)
       sched_yield();
   tt_gate_open(&pin.gate);
+  cr_assert(tt_count_wait_geq(&returned, 2), "a waiter missed the end");
   for (int i = 0; i < 2; i++) {
     cr_assert_eq(pthread_join(t[i], NULL), 0);
     cr_assert_eq(w[i].rc, 0, "a waiter missed the end");
