@@ -253,9 +253,11 @@ Test(handle, waiters_asleep_when_the_task_ends_are_woken) {
   /* Waiting on the kernel, as tt_wait_thread_count does: the threads
    * report their ids, then fall asleep in the wait. */
   uint64_t end = tt_now_ns() + 10000000000ull;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     while ((!atomic_load(&w[i].tid) || !asleep(atomic_load(&w[i].tid))) && tt_now_ns() < end)
       sched_yield();
+    cr_assert(asleep(atomic_load(&w[i].tid)), "waiter %d never fell asleep", i);
+  }
   tt_gate_open(&pin.gate);
   cr_assert(tt_count_wait_geq(&returned, 2), "a waiter missed the end");
   for (int i = 0; i < 2; i++) {
