@@ -88,7 +88,9 @@ static tko__handle *get(const tko_handle *handle) {
   return h && h->magic == HANDLE_MAGIC ? h : NULL;
 }
 
-static uintptr_t ctx_of(const tko__handle *h) { return (uintptr_t)h | TKO__CTX_KIND; }
+static uintptr_t ctx_of(const tko__handle *h) {
+  return (uintptr_t)h | TKO__CTX_KIND;
+}
 
 static bool finished(unsigned s) {
   return (s & STATE_MASK) == DONE || (s & STATE_MASK) == CANCELLED;
@@ -112,7 +114,9 @@ static void end(tko__handle *h, unsigned final) {
   if (old & WAITERS) tko__word_wake_all(word); /* by address: h may be gone */
 }
 
-static bool handle_start(const tko__item *item) { return claim(of_item(item), RUNNING); }
+static bool handle_start(const tko__item *item) {
+  return claim(of_item(item), RUNNING);
+}
 
 static void handle_done(const tko__item *item, int status) {
   tko__handle *h = of_item(item);
@@ -120,13 +124,14 @@ static void handle_done(const tko__item *item, int status) {
   end(h, DONE);
 }
 
-static void handle_cancelled(const tko__item *item) { end(of_item(item), CANCELLED); }
+static void handle_cancelled(const tko__item *item) {
+  end(of_item(item), CANCELLED);
+}
 
 static const tko__task_kind handle_kind = {
     .start = handle_start, .done = handle_done, .cancelled = handle_cancelled};
 
-int tko_submit_handle(tko_pool *pool, tko_handle *handle, tko_task_fn fn, void *arg,
-                      int weight) {
+int tko_submit_handle(tko_pool *pool, tko_handle *handle, tko_task_fn fn, void *arg, int weight) {
   if (!handle || !fn) return -EINVAL;
   tko__handle *h = (tko__handle *)(void *)handle;
   /* Armed before the submit publishes the task: from then on a worker may
@@ -234,7 +239,7 @@ int tko_handle_wait(tko_handle *handle, long timeout_ms) {
   tko__handle *h = get(handle);
   if (!h || timeout_ms < -1) return -EINVAL;
   if (finished(tko__load_acquire(&h->state))) return 0; /* pairs with end's release */
-  if (tko__pool_forked(h->pool)) return -ECHILD; /* it ends in the parent */
+  if (tko__pool_forked(h->pool)) return -ECHILD;        /* it ends in the parent */
   if (waits_on_itself(h)) return -EDEADLK;
   uint64_t deadline = timeout_ms < 0 ? 0 : tko__now_ns() + (uint64_t)timeout_ms * 1000000u;
   tko__worker *w = tko__current_worker;

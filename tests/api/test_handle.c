@@ -22,7 +22,7 @@
 
 /* What the pool's hooks saw. */
 typedef struct seen {
-  tt_count cancels;   /* on_cancel calls */
+  tt_count cancels; /* on_cancel calls */
   atomic_ullong cancelled_id;
   atomic_ullong started_id; /* before_run's last id */
 } seen;
@@ -249,7 +249,8 @@ Test(handle, waiters_asleep_when_the_task_ends_are_woken) {
   tt_count returned = TT_COUNT_INIT;
   waiter w[2] = {{.h = &h, .returned = &returned}, {.h = &h, .returned = &returned}};
   pthread_t t[2];
-  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&t[i], NULL, wait_thread, &w[i]), 0);
+  for (int i = 0; i < 2; i++)
+    cr_assert_eq(pthread_create(&t[i], NULL, wait_thread, &w[i]), 0);
   /* Waiting on the kernel, as tt_wait_thread_count does: the threads
    * report their ids, then fall asleep in the wait. */
   uint64_t end = tt_now_ns() + 10000000000ull;
@@ -341,7 +342,8 @@ Test(handle, shutdown_cancel_hands_queued_handles_to_on_cancel) {
   tko_handle h[N];
   atomic_int ran = 0;
   cr_assert_eq(tko_pool_pause(p), 0);
-  for (int i = 0; i < N; i++) cr_assert_eq(tko_submit_handle(p, &h[i], count_fn, &ran, i % 4), 0);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(tko_submit_handle(p, &h[i], count_fn, &ran, i % 4), 0);
   cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
   cr_assert_eq(tt_count_get(&s.cancels), N);
   for (int i = 0; i < N; i++) {
@@ -457,7 +459,8 @@ Test(handle, a_handle_submit_allocates_nothing_in_a_steady_state) {
   const int rounds = TT_SCALE(40, 5);
   for (int r = 0; r < 3; r++) { /* warm up: the whole burst queued at once */
     cr_assert_eq(tko_pool_pause(p), 0);
-    for (int i = 0; i < BURST; i++) cr_assert_eq(tko_submit_handle(p, &h[i], count_fn, &ran, i % 5), 0);
+    for (int i = 0; i < BURST; i++)
+      cr_assert_eq(tko_submit_handle(p, &h[i], count_fn, &ran, i % 5), 0);
     cr_assert_eq(tko_pool_resume(p), 0);
     cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   }
