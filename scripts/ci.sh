@@ -38,5 +38,9 @@ step "mutation testing (scripts/mutants.list; every mutant must be killed)"
 scripts/mutants.sh
 step "fuzzing (libFuzzer, ASan+UBSan; ${FUZZ_SECONDS:-30} s per harness)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh
+step "building without Criterion: tests skipped with a notice, an explicit ON refused (scripts/ci_no_criterion.sh)"
+scripts/ci_no_criterion.sh
+step "a release tarball: no .git, no git (scripts/ci_tarball.sh)"
+scripts/ci_tarball.sh
 # Further gates go here, each as a step.
 step "every gate passed"

@@ -27,7 +27,8 @@ tko_flavour_build() {
   echo "== $flavour: configure and build ($dir; $queues queues by default)"
   mkdir -p "$dir"
   if ! { cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_SANITIZE="$san" \
-           -DTKO_WERROR=ON -DTKO_LOCK_ORDER_CHECK=$witness -DTKO_DEFAULT_QUEUES="$queues" &&
+           -DTKO_BUILD_TESTS=ON -DTKO_WERROR=ON -DTKO_LOCK_ORDER_CHECK=$witness \
+           -DTKO_DEFAULT_QUEUES="$queues" &&
          cmake --build "$dir" -j "$tko_jobs"; } >"$dir/build.log" 2>&1; then
     echo "== $flavour: build FAILED; the end of $dir/build.log:" >&2
     tail -n 60 "$dir/build.log" >&2
