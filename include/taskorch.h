@@ -533,6 +533,62 @@ TKO_API int tko_group_status(tko_group *group);
  * the queue is the parent's). */
 TKO_API long tko_group_cancel(tko_group *group);
 
+/** A task handle: caller-owned storage for one task, to cancel it, wait
+ * for it and read its outcome, with nothing allocated and no init or
+ * destroy call. tko_submit_handle fills it; it must then stay valid until
+ * the task has finished or been cancelled (tko_handle_status no longer
+ * -EINPROGRESS, or tko_handle_wait returned 0), and the library never
+ * touches it after that.
+ * @details A handle may be submitted again once its task has ended. Any
+ * number of threads may wait on, cancel or read one handle at once, once
+ * tko_submit_handle has returned. */
+typedef struct tko_handle {
+  TKO_ALIGNAS(8) unsigned char opaque[48]; /**< private */
+} tko_handle;
+
+/** tko_submit, with *handle filled for the task (no set-up needed
+ * beforehand): the same errors, and on error the task never runs, no
+ * callback runs for it and the handle is not armed.
+ * @details The hooks see the task's fn, arg and id as for tko_submit. A
+ * task that a full TKO_FULL_CALLER_RUNS queue runs on the caller has ended
+ * when this returns, and its id is 0 (as its hooks see it). */
+TKO_API int tko_submit_handle(tko_pool *pool, tko_handle *handle, tko_task_fn fn, void *arg,
+                              int weight);
+/** The task's id: the tko_task_info.id that the pool's hooks see for it (0
+ * for a handle not armed). */
+TKO_API uint64_t tko_handle_id(const tko_handle *handle);
+/** Cancels the task if it has not started: 0 means it never runs, and the
+ * pool's on_cancel hook sees it once, as any cancelled task (counted in
+ * stats.cancelled; its status becomes -ECANCELED).
+ * @details -EBUSY: it already started (it runs to its end) or finished;
+ * -EALREADY: it was cancelled already; -EINVAL: a handle not armed;
+ * -ECHILD in a forked child. A task still queued is cancelled on this
+ * thread before this returns; one a worker had already taken with others
+ * (not started) is cancelled by that worker when it reaches it, so its
+ * on_cancel may run just after this returns, and its status stays
+ * -EINPROGRESS until then. Cancel and the task's start cannot both
+ * succeed: exactly one of "it ran" and "it reached on_cancel" happens. */
+TKO_API int tko_handle_cancel(tko_handle *handle);
+/** Blocks until the task has finished or been cancelled, or until
+ * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT. From
+ * a worker of the task's pool, a task still queued is taken out and run on
+ * the waiting worker, so a task may wait for one it submitted, even on a
+ * one-worker pool.
+ * @details Once this returns 0 the library no longer touches the handle:
+ * the caller may free it. From a worker, a task that worker took with
+ * others and has not started is reached by running that batch on to it;
+ * a task in another worker's batch is waited for; while the pool is
+ * paused nothing is run. Such waits nest at most TKO_MAX_HELP_DEPTH deep
+ * on one worker, deeper ones wait without running it. -EDEADLK at once
+ * when the caller is the task itself (or a task nested in a wait inside
+ * it) or on_cancel for it; -EINVAL: a handle not armed or timeout_ms below
+ * -1; -ECHILD in a forked child while the task has not ended. */
+TKO_API int tko_handle_wait(tko_handle *handle, long timeout_ms);
+/** -EINPROGRESS while the task is queued or running (or being cancelled),
+ * -ECANCELED once cancelled, else the value the task returned (-EINVAL: a
+ * handle not armed). */
+TKO_API int tko_handle_status(const tko_handle *handle);
+
 /** Delayed and periodic tasks. A timer is caller-owned storage that must
  * stay valid while armed (until it fires, for a one-shot timer, or until
  * tko_timer_cancel returns). One deadline heap and one timer thread per pool

@@ -38,7 +38,9 @@ if [ "$(cat "$dir/fingerprint" 2>/dev/null)" != "$fingerprint" ]; then
   rm -rf "$dir"
   mkdir -p "$dir"
 fi
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_COVERAGE=ON -DTKO_BUILD_TESTS=ON \
+gen=() # Ninja for a new folder; a folder made before keeps its generator
+if [ ! -f "$dir/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_COVERAGE=ON -DTKO_BUILD_TESTS=ON \
   -DTKO_BUILD_BENCHMARKS=OFF -DTKO_BUILD_WORKBENCH=OFF >/dev/null
 cmake --build "$dir" -j "$jobs" >/dev/null
 echo "$fingerprint" >"$dir/fingerprint" # after the build: a failed one starts clean again

@@ -61,14 +61,18 @@ build() {
   "$cc" "${flags[@]}" -o "$out/fuzz_$name" "$@" -lm
 }
 
+# Each harness is one compiler process: they build side by side.
+pids=()
 for t in "${targets[@]}"; do
   case $t in
-    api) build api fuzz/fuzz_api.c "${lib_sources[@]}" ;;
+    api) build api fuzz/fuzz_api.c "${lib_sources[@]}" & ;;
     cli) build cli -Iworkbench fuzz/fuzz_cli.c workbench/cli.c workbench/scenarios.c workbench/quote.c \
-               "${lib_sources[@]}" ;;
+               "${lib_sources[@]}" & ;;
     *) echo "fuzz.sh: unknown harness '$t' (api, cli)" >&2; exit 2 ;;
   esac
+  pids+=($!)
 done
+for pid in "${pids[@]}"; do wait "$pid"; done
 [ "${FUZZ_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 status=0

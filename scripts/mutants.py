@@ -5,9 +5,14 @@
 Each mutant in scripts/mutants.list is one deliberate bug: an exact source
 string in one file under src/ and its replacement. For each, in a scratch
 copy of the tree (build-mutants/tree, rebuilt incrementally in
-build-mutants/build), this applies the mutant, builds the named test
-executables and runs them with a time bound. A test that fails, crashes or
-hangs past the bound has killed the mutant; if all pass, it survived.
+build-mutants/build), this applies the mutant, builds only the test
+executables it names and runs them with a time bound, cheapest first (by
+their time on the unmutated tree), stopping at the first that fails. A
+test that fails, crashes or hangs past the bound has killed the mutant; if
+all pass, it survived. MUTANTS_PARALLEL scratch trees (build-mutants/tree2,
+build2, ...) take mutants from one list at once: a test run mostly waits
+for its pool's workers, and a mutant killed by its hang bound waits for
+nothing at all, so two trees keep two cores busy where one would not.
 
 The list cannot rot silently: a mutant whose string is not found exactly
 once in its file is an error, reported before anything is built, and so is
@@ -21,7 +26,8 @@ Environment:
   MUTANTS_LIST     the list (default scripts/mutants.list)
   MUTANTS_DIR      scratch directory (default build-mutants)
   MUTANTS_TIMEOUT  seconds per test run before it counts as hung (default 120)
-  MUTANTS_JOBS     build jobs (default 2)
+  MUTANTS_PARALLEL scratch trees run at once (default 2)
+  MUTANTS_JOBS     build jobs per tree (default: the cores / MUTANTS_PARALLEL)
   MUTANTS_CHECK=1  only check that every mutant applies; build nothing
   MUTANTS_NO_BASELINE=1  skip running the named tests on the unmutated tree
 """
@@ -29,6 +35,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,6 +168,68 @@ def run_test(bdir, exe, filt, timeout):
     return False, f"exit {r.returncode}: {' '.join(said.split())[:110]}"
 
 
+class Tree:
+    """One scratch copy of the source tree and its build. A mutant's file
+    stays mutated until the tree takes a mutant of another file: the next
+    mutant of the same file replaces it, so the file is compiled once per
+    mutant, not twice (mutated, then pristine again)."""
+
+    def __init__(self, scratch, n):
+        suffix = "" if n == 0 else str(n + 1)
+        self.tree = os.path.join(scratch, "tree" + suffix)
+        self.bdir = os.path.join(scratch, "build" + suffix)
+        self.mutated = None  # the file under src/ that holds a mutant now
+
+    def setup(self, targets, jobs):
+        os.makedirs(self.tree, exist_ok=True)
+        sync_tree(self.tree)
+        subprocess.run(["cmake", "-S", self.tree, "-B", self.bdir, "-G", "Ninja" if shutil.which("ninja")
+                        else "Unix Makefiles", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                        # the witness-* mutants need the lock-order checker
+                        "-DTKO_LOCK_ORDER_CHECK=ON",
+                        "-DTKO_BUILD_BENCHMARKS=OFF", "-DTKO_BUILD_WORKBENCH=OFF"],
+                       check=True, stdout=subprocess.DEVNULL)
+        return build(self.bdir, targets, jobs)
+
+    def restore(self, pristine):
+        if self.mutated:
+            write(os.path.join(self.tree, self.mutated), pristine[self.mutated])
+            self.mutated = None
+
+    def apply(self, m, pristine):
+        if self.mutated != m["file"]:
+            self.restore(pristine)
+        write(os.path.join(self.tree, m["file"]),
+              pristine[m["file"]].replace(m["find"], m["repl"], 1))
+        self.mutated = m["file"]
+
+
+def in_parallel(trees, items, work):
+    """Runs work(tree, item) for every item, each tree in a thread of its
+    own taking the next item as it becomes free."""
+    lock, pending, errors = threading.Lock(), list(reversed(items)), []
+
+    def loop(tree):
+        while True:
+            with lock:
+                if not pending or errors:
+                    return
+                item = pending.pop()
+            try:
+                work(tree, item)
+            except BaseException as e:  # stop the others; raised below
+                with lock:
+                    errors.append(e)
+
+    threads = [threading.Thread(target=loop, args=(t,)) for t in trees]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def main(argv):
     list_path = os.environ.get("MUTANTS_LIST", os.path.join(ROOT, "scripts", "mutants.list"))
     mutants = parse(list_path)
@@ -181,63 +250,78 @@ def main(argv):
         return 0
 
     scratch = os.path.abspath(os.environ.get("MUTANTS_DIR", os.path.join(ROOT, "build-mutants")))
-    tree, bdir = os.path.join(scratch, "tree"), os.path.join(scratch, "build")
     timeout = int(os.environ.get("MUTANTS_TIMEOUT", "120"))
-    jobs = int(os.environ.get("MUTANTS_JOBS", "2"))
+    parallel = max(1, min(int(os.environ.get("MUTANTS_PARALLEL", "2")), len(mutants)))
+    jobs = int(os.environ.get("MUTANTS_JOBS", str(max(1, (os.cpu_count() or 2) // parallel))))
     start = time.time()
-    os.makedirs(tree, exist_ok=True)
-    sync_tree(tree)
-    subprocess.run(["cmake", "-S", tree, "-B", bdir, "-G", "Ninja" if shutil.which("ninja")
-                    else "Unix Makefiles", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-                    # the witness-* mutants need the lock-order checker
-                    "-DTKO_LOCK_ORDER_CHECK=ON",
-                    "-DTKO_BUILD_BENCHMARKS=OFF", "-DTKO_BUILD_WORKBENCH=OFF"],
-                   check=True, stdout=subprocess.DEVNULL)
+    trees = [Tree(scratch, n) for n in range(parallel)]
     all_targets = {exe for m in mutants for exe, _ in m["runs"]}
-    ok, log = build(bdir, all_targets, jobs)
-    if not ok:
-        die("the unmutated tree does not build:\n" + log)
-    failed = 0
-    if os.environ.get("MUTANTS_NO_BASELINE") != "1":
-        for exe, filt in sorted({r for m in mutants for r in m["runs"]}, key=str):
-            passed, why = run_test(bdir, exe, filt, timeout)
-            if not passed or why:
-                print(f"mutants: baseline {exe} {filt or ''}: {why or 'failed'}")
-                failed += 1
-        if failed:
-            die(f"{failed} test run(s) fail or match nothing on the unmutated tree")
-        print(f"mutants: baseline passed ({time.time() - start:.0f} s)")
+    built = [None] * parallel
+    in_parallel(trees, list(range(parallel)),
+                lambda tree, n: built.__setitem__(n, tree.setup(all_targets, jobs)))
+    for ok, log in built:
+        if not ok:
+            die("the unmutated tree does not build:\n" + log)
+    print(f"mutants: {parallel} scratch trees built ({time.time() - start:.0f} s)", flush=True)
 
-    rows = []
-    for m in mutants:
-        path = os.path.join(tree, m["file"])
-        pristine = read(path)
-        write(path, pristine.replace(m["find"], m["repl"], 1))
+    # The baseline: every named test run passes on the unmutated tree; its
+    # time orders each mutant's runs, cheapest first, so that the run that
+    # kills it comes as early as it can.
+    cost = {}
+    if os.environ.get("MUTANTS_NO_BASELINE") != "1":
+        failed, lock = [], threading.Lock()
+
+        def baseline(tree, run):
+            t0 = time.time()
+            passed, why = run_test(tree.bdir, run[0], run[1], timeout)
+            with lock:
+                cost[run] = time.time() - t0
+                if not passed or why:
+                    print(f"mutants: baseline {run[0]} {run[1] or ''}: {why or 'failed'}")
+                    failed.append(run)
+
+        in_parallel(trees, sorted({r for m in mutants for r in m["runs"]}, key=str), baseline)
+        if failed:
+            die(f"{len(failed)} test run(s) fail or match nothing on the unmutated tree")
+        print(f"mutants: baseline passed ({time.time() - start:.0f} s)", flush=True)
+
+    pristine = {m["file"]: read(os.path.join(ROOT, m["file"])) for m in mutants}
+    results, lock = {}, threading.Lock()
+
+    def one(tree, m):
         t0 = time.time()
-        try:
-            ok, log = build(bdir, {exe for exe, _ in m["runs"]}, jobs)
-            if not ok:
-                verdict, why = "ERROR", "does not build: " + log.strip().splitlines()[-1][:80]
-            else:
-                verdict, why = "SURVIVED", "every test passed"
-                limit = int(m.get("timeout", timeout))
-                for exe, filt in m["runs"]:
-                    passed, w = run_test(bdir, exe, filt, limit)
-                    if not passed:
-                        verdict, why = "killed", f"{exe}{':' + filt if filt else ''} {w}"
-                        break
-        finally:
-            write(path, pristine)
-        rows.append((m["id"], verdict, time.time() - t0, why))
-        print(f"  {m['id']:<28} {verdict:<8} {time.time() - t0:5.0f} s  {why}", flush=True)
+        tree.apply(m, pristine)
+        ok, log = build(tree.bdir, {exe for exe, _ in m["runs"]}, jobs)
+        if not ok:
+            verdict, why = "ERROR", "does not build: " + log.strip().splitlines()[-1][:80]
+        else:
+            verdict, why = "SURVIVED", "every test passed"
+            limit = int(m.get("timeout", timeout))
+            for exe, filt in sorted(m["runs"], key=lambda r: cost.get(r, 0)):
+                passed, w = run_test(tree.bdir, exe, filt, limit)
+                if not passed:
+                    verdict, why = "killed", f"{exe}{':' + filt if filt else ''} {w}"
+                    break
+        with lock:
+            results[m["id"]] = (verdict, why)
+            print(f"  {m['id']:<28} {verdict:<8} {time.time() - t0:5.0f} s  {why}", flush=True)
+
+    # Mutants of one file follow each other (see Tree); sorted() is stable.
+    try:
+        in_parallel(trees, sorted(mutants, key=lambda m: m["file"]), one)
+    finally:
+        for tree in trees:
+            tree.restore(pristine)
 
     print("\n| mutant | file | verdict | killed by / why |\n|---|---|---|---|")
-    for (mid, verdict, _, why), m in zip(rows, mutants):
-        print(f"| {mid} | {m['file']} | {verdict} | {why.replace('|', '/')} |")
-    bad = [r for r in rows if r[1] != "killed"]
-    print(f"\nmutants: {len(rows) - len(bad)}/{len(rows)} killed in {time.time() - start:.0f} s")
-    for mid, verdict, _, _ in bad:
-        print(f"mutants: {verdict}: {mid}")
+    for m in mutants:
+        verdict, why = results[m["id"]]
+        print(f"| {m['id']} | {m['file']} | {verdict} | {why.replace('|', '/')} |")
+    bad = [m["id"] for m in mutants if results[m["id"]][0] != "killed"]
+    print(f"\nmutants: {len(mutants) - len(bad)}/{len(mutants)} killed in {time.time() - start:.0f} s"
+          f" ({parallel} scratch trees)")
+    for mid in bad:
+        print(f"mutants: {results[mid][0]}: {mid}")
     return 1 if bad else 0
 
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The pool's internal layout, shared by the engine's files (pool.c,
  * lifecycle.c, submit.c, worker.c, elastic.c, resize.c, shard.c, admit.c)
- * and its features (group.c, timer.c, async.c, keyed.c); the extensions
- * (lanes.c, coalescer.c) never include it.
+ * and its features (group.c, timer.c, async.c, keyed.c, handle.c); the
+ * extensions (lanes.c, coalescer.c) never include it.
  *
  * The lifecycle - the pool's states, the gate that blocked submitters and
  * caller-runs tasks pass, and attachments (tko__attach / tko__detach: an
@@ -353,9 +353,39 @@ static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
 /* Tags in the low bits of tko__item.ctx (TKO__CTX_TAGS, queue.h). */
 #define TKO__CTX_GROUP ((uintptr_t)1)
 #define TKO__CTX_ASYNC ((uintptr_t)2)
-#define TKO__CTX_TIMER ((uintptr_t)4) /* a periodic timer's firing (timer.c) */
+/* A task of a kind (below): its record starts with its tko__task_kind. */
+#define TKO__CTX_KIND ((uintptr_t)4)
 /* An owned task (lifecycle.h): its record is its tko__task_owner. */
-#define TKO__CTX_OWNED (TKO__CTX_GROUP | TKO__CTX_TIMER)
+#define TKO__CTX_OWNED (TKO__CTX_GROUP | TKO__CTX_KIND)
+
+/* Task kinds: what a feature that follows its own tasks (a periodic
+ * timer's firing, a task handle) registers with the engine, which knows
+ * such a task only by this record, reached through the first member of
+ * the record the item's ctx points to (tagged TKO__CTX_KIND). The engine
+ * calls each callback on the thread that runs or cancels the task, with no
+ * pool lock held, before the host's hooks see the outcome counted:
+ * - start (NULL: always true): a worker, or the caller in caller-runs, is
+ *   about to run the task, its hooks not yet called. False: the task must
+ *   not run (its feature withdrew it); the engine cancels it instead, as
+ *   it cancels any queued task (on_cancel, then cancelled, counted);
+ * - done: the task ran and returned status (-ECANCELED for a task that
+ *   ended its thread: worker.c), after the after_run and on_failure hooks;
+ * - cancelled: the task will never run, after the on_cancel hook saw it.
+ * Exactly one of done and cancelled is called, once. After it the engine
+ * touches neither the item's record nor the kind, so done and cancelled
+ * may be the last touch of a record its owner frees at once. */
+typedef struct tko__task_kind {
+  bool (*start)(const tko__item *item);
+  void (*done)(const tko__item *item, int status);
+  void (*cancelled)(const tko__item *item);
+} tko__task_kind;
+
+/* The kind of a kind's task, NULL for any other. */
+static inline const tko__task_kind *tko__item_kind(const tko__item *item) {
+  return (item->ctx & TKO__CTX_TAGS) == TKO__CTX_KIND
+             ? *(const tko__task_kind *const *)(item->ctx & ~TKO__CTX_TAGS)
+             : NULL;
+}
 
 /* The group an item is a member of, NULL for any other. */
 static inline void *tko__item_group(const tko__item *item) {
@@ -416,6 +446,11 @@ static inline tko__shard *tko__shard_of_ring(tko_pool *pool, const tko__ring *r)
  * bounded queue blocks up to timeout_ms (-1 = no limit). */
 int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
                      long timeout_ms);
+/* As tko__submit_item with no time limit, storing the task's id in *id
+ * before the task can start (a task a full TKO_FULL_CALLER_RUNS queue
+ * runs on the caller has none: *id is left as it was). */
+int tko__submit_item_id(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
+                        uint64_t *id);
 /* admit.c. Gives back room in a bounded queue for n tasks that left it
  * (started, cancelled, or never queued): tko__give_room by worker w, the
  * calling thread's own slot (or the caller slot), in chunks;
@@ -464,6 +499,14 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item);
  * the async queue) out of the pool, wherever they are queued, their room
  * given back; returns how many (0: none left). O(queued). */
 size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t max);
+/* Takes the queued task whose ctx is ctx (not an async one) out of the
+ * queue and runs it on worker w, the calling thread, wherever its weight
+ * places it (a wait on that one task: tko_handle_wait); false if it is not
+ * queued or the pool is paused. O(queued). */
+bool tko__run_queued(tko_pool *pool, tko__worker *w, uintptr_t ctx);
+/* Whether worker w took a task whose ctx is ctx and has not started it
+ * (it is in one of w's batches). */
+bool tko__holds_taken(const tko__worker *w, uintptr_t ctx);
 void tko__cancel_item(tko_pool *pool, const tko__item *item);
 /* Takes the newest queued task whose ctx is ctx (a member of the group a
  * helping wait waits for) and runs it on worker w; false if none is queued
@@ -493,8 +536,6 @@ void tko__keyed_free(tko_pool *pool);
  * until then timers fire, and on a closed pool their tasks run on the timer
  * thread. */
 void tko__timers_close(tko_pool *pool);
-/* A periodic timer's firing (ctx tag TKO__CTX_TIMER) ran or was cancelled. */
-void tko__timer_firing_done(const tko__item *item, bool cancelled);
 /* Frees the timer heap and records (destroy). */
 void tko__timers_fini(tko_pool *pool);
 

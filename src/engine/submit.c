@@ -26,7 +26,7 @@ enum { QUEUED = 0, ROOM = TKO__INBOX_ROOM };
  * reservation that is not published yet, or the batch is larger than the
  * inbox. */
 static int claim_locked(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx,
-                        uint64_t enq_ns) {
+                        uint64_t enq_ns, uint64_t *id) {
   tko__shard *first = &pool->shards[0];
   tko__queue *q = ctx & TKO__CTX_ASYNC ? &pool->async_queue : &first->queue;
   if (tko__inbox_has_room(&pool->inbox, n)) return ROOM; /* the drain made some */
@@ -36,6 +36,7 @@ static int claim_locked(tko_pool *pool, const tko_task *tasks, size_t n, uintptr
   uint64_t pos;
   if (rc == 0) rc = tko__inbox_claim(&pool->inbox, n, &pos);
   if (rc) return rc;
+  if (id) *id = pos + 1; /* the first task's, before any can start */
   for (size_t i = 0; i < n; i++) {
     tko__item item = {.fn = tasks[i].fn, .arg = tasks[i].arg, .ctx = ctx, .id = pos + i + 1,
                       .enq_ns = enq_ns, .weight = tasks[i].weight};
@@ -64,7 +65,7 @@ enum { ROOM_WAIT_STEPS = 256 };
  * pools, where a worker's drain also grows the queue (bench_quick, fresh
  * pools). */
 static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx,
-                     uint64_t enq_ns) {
+                     uint64_t enq_ns, uint64_t *id) {
   uint64_t before = tko__load_relaxed(&pool->inbox.head);
   /* Acquire: pairs with the release that gives the role back below. Only
    * the role is handed over; the inbox's own orderings (inbox.h) cover
@@ -82,7 +83,7 @@ static int make_room(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t 
   /* An out-of-memory drain may still have made room; if not, the claim's
    * own reservation in the queue fails the same way. */
   (void)tko__shard_drain_locked(pool, first);
-  int rc = claim_locked(pool, tasks, n, ctx, enq_ns);
+  int rc = claim_locked(pool, tasks, n, ctx, enq_ns, id);
   tko__unlock(&first->lock);
   if (role) tko__store_release(&pool->room_maker, 0);
   return rc;
@@ -169,7 +170,7 @@ static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tas
  * one CAS (ring.h). A full ring is moved into the queue under the lock
  * first. */
 static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
-                        uintptr_t ctx, uint64_t enq_ns) {
+                        uintptr_t ctx, uint64_t enq_ns, uint64_t *id) {
   if (n > TKO__RING_CAPACITY) return ring_enqueue_locked(pool, r, tasks, n, enq_ns);
   uint64_t t = tko__load_relaxed(&r->tail); /* only this thread moves it; the close sets a bit */
   if (t & TKO__RING_CLOSED) return -ESHUTDOWN;
@@ -188,6 +189,7 @@ static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, siz
   }
   for (size_t i = 0; i < n; i++)
     tko__ring_write(r, t + i, tasks[i].fn, tasks[i].arg, ctx, tasks[i].weight, enq_ns);
+  if (id) *id = r->id_base | (t + 1); /* the first task's (ring.h), before the publish */
   publish_seam seam = seam_now();
   if (seam) seam(r->id_base | t, false);
   int rc = tko__ring_publish(r, t, n);
@@ -209,8 +211,10 @@ static void raise_ceiling(tko_pool *pool, int weight) {
 
 /* Reserves an inbox slot and publishes the task, or queues it directly
  * when the ring has no room (after admit; a failure leaves the room it
- * took to the caller). */
-static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight) {
+ * took to the caller). *id (id not NULL): the task's id, stored before the
+ * task is published, so before it can start. */
+static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
+                   uint64_t *id) {
   uint64_t enq_ns = tko__enqueue_time(pool);
   raise_ceiling(pool, weight);
   /* An async task goes through the inbox where there are several shards:
@@ -218,7 +222,7 @@ static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int
   tko__ring *r = ctx & TKO__CTX_ASYNC && pool->nshards > 1 ? NULL : tko__rings_mine(&pool->rings);
   if (r) {
     tko_task task = {fn, arg, weight};
-    int rc = ring_enqueue(pool, r, &task, 1, ctx, enq_ns);
+    int rc = ring_enqueue(pool, r, &task, 1, ctx, enq_ns, id);
     if (rc == 0) tko__signal_work(pool);
     return rc;
   }
@@ -226,7 +230,7 @@ static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int
   int rc;
   while ((rc = tko__inbox_reserve(&pool->inbox, 1, &pos)) == -EAGAIN) {
     tko_task task = {fn, arg, weight};
-    rc = make_room(pool, &task, 1, ctx, enq_ns);
+    rc = make_room(pool, &task, 1, ctx, enq_ns, id);
     if (rc == QUEUED) {
       tko__signal_work(pool);
       return 0;
@@ -234,6 +238,7 @@ static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int
     if (rc != ROOM) return rc;
   }
   if (rc) return rc;
+  if (id) *id = pos + 1; /* inbox.c's id for pos */
   publish_seam seam = seam_now();
   if (seam) seam(pos, false);
   tko__inbox_publish(&pool->inbox, pos, fn, arg, ctx, weight, enq_ns);
@@ -244,7 +249,7 @@ static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int
 
 /* may_run_here false: a full caller-runs queue waits as a blocking one. */
 static int submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
-                       long timeout_ms, bool may_run_here) {
+                       long timeout_ms, bool may_run_here, uint64_t *id) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   tko_full_policy policy = pool->opts.full_policy;
@@ -256,7 +261,7 @@ static int submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx,
     return run_here(pool, &task, 1, ctx); /* never gated: caller-runs does not wait */
   }
   if (rc == ADMITTED) {
-    rc = enqueue(pool, fn, arg, ctx, weight);
+    rc = enqueue(pool, fn, arg, ctx, weight, id);
     if (rc) tko__release_room(pool, 1);
   }
   if (gated) tko__gate_leave(pool); /* after the last touch of a pool that may be closing */
@@ -265,7 +270,12 @@ static int submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx,
 
 int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
                      long timeout_ms) {
-  return submit_item(pool, fn, arg, ctx, weight, timeout_ms, true);
+  return submit_item(pool, fn, arg, ctx, weight, timeout_ms, true, NULL);
+}
+
+int tko__submit_item_id(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
+                        uint64_t *id) {
+  return submit_item(pool, fn, arg, ctx, weight, -1, true, id);
 }
 
 /* The keyed table's runners (lifecycle.h's internal owner). */
@@ -273,7 +283,7 @@ static int submit_internal(tko_pool *pool, uintptr_t ctx, tko_task_fn fn, void *
   /* seq_cst: counted out before the inbox reservation that counts it
    * submitted, so stats never count it as a task (pool.c). */
   tko__add_seq(&pool->runners_out, 1);
-  int rc = enqueue(pool, fn, arg, ctx, weight);
+  int rc = enqueue(pool, fn, arg, ctx, weight, NULL);
   if (rc) tko__add_seq(&pool->runners_done, 1); /* never queued: back at once */
   return rc;
 }
@@ -282,7 +292,7 @@ int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, vo
                       int weight, long timeout_ms, bool run_here) {
   uintptr_t ctx = (uintptr_t)owner | TKO__CTX_OWNED;
   if (owner->internal) return submit_internal(pool, ctx, fn, arg, weight);
-  return submit_item(pool, fn, arg, ctx, weight, timeout_ms, run_here);
+  return submit_item(pool, fn, arg, ctx, weight, timeout_ms, run_here, NULL);
 }
 
 int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
@@ -306,18 +316,18 @@ static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n, int he
   tko__ring *r = tko__rings_mine(&pool->rings);
   int rc;
   if (r) {
-    rc = ring_enqueue(pool, r, tasks, n, 0, enq_ns);
+    rc = ring_enqueue(pool, r, tasks, n, 0, enq_ns, NULL);
   } else if (n > in->mask + 1) {
     tko__shard *first = &pool->shards[0];
     tko__lock_acquire(&first->lock);
     rc = tko__shard_drain_locked(pool, first);
-    if (rc == 0) rc = claim_locked(pool, tasks, n, 0, enq_ns); /* never ROOM: too big */
+    if (rc == 0) rc = claim_locked(pool, tasks, n, 0, enq_ns, NULL); /* never ROOM: too big */
     tko__unlock(&first->lock);
   } else {
     uint64_t pos;
     bool queued = false;
     while ((rc = tko__inbox_reserve(in, n, &pos)) == -EAGAIN) {
-      rc = make_room(pool, tasks, n, 0, enq_ns);
+      rc = make_room(pool, tasks, n, 0, enq_ns, NULL);
       queued = rc == QUEUED;
       if (rc != ROOM) break;
     }

@@ -46,10 +46,12 @@ static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item
                           .weight = item->weight, .worker = w->index, .kind = w->kind};
 }
 
-/* Tells the task's group or periodic timer, if any, that it is done. */
+/* Tells the task's group or kind, if any, that it is done. */
 static void ctx_done(const tko__item *item, int status, bool cancelled) {
   if (!(item->ctx & ~TKO__CTX_TAGS) || tko__item_owner(item)) return;
-  if (item->ctx & TKO__CTX_TIMER) tko__timer_firing_done(item, cancelled);
+  const tko__task_kind *kind = tko__item_kind(item);
+  if (kind && cancelled) kind->cancelled(item);
+  else if (kind) kind->done(item, status);
   else
     tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status,
                         cancelled && !(item->ctx & TKO__CTX_ASYNC));
@@ -95,6 +97,13 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (tko__item_internal(item)) return run_runner(pool, item);
   void *group = tko__item_group(item);
   if (group) tko__group_started(group);
+  /* A kind may have withdrawn its task (a handle's cancel won): it is
+   * cancelled here, by whoever met it, exactly as a queued task is. */
+  const tko__task_kind *kind = tko__item_kind(item);
+  if (kind && kind->start && !kind->start(item)) {
+    tko__cancel_item(pool, item);
+    return -ECANCELED;
+  }
   const tko_hooks *h = &pool->opts.hooks;
   tko__count(pool, w, &w->started);
   tko__witness_assert_none_held(); /* the task and its hooks are the host's */
@@ -139,6 +148,13 @@ size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t ma
   for (size_t i = 0; i < n; i++) room += tko__item_room(&out[i]);
   tko__release_room(pool, room);
   return n;
+}
+
+bool tko__holds_taken(const tko__worker *w, uintptr_t ctx) {
+  for (const tko__batch_frame *b = w->batch; b; b = b->outer)
+    for (size_t i = b->next; i < b->n; i++)
+      if (b->items[i].ctx == ctx) return true;
+  return false;
 }
 
 size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, size_t max) {
@@ -710,6 +726,26 @@ bool tko__help_member(tko_pool *pool, tko__worker *w, uintptr_t ctx) {
     tko__unlock(&sh->lock);
     if (paused) return false;
     if (found) {
+      run_batch(pool, w, &item, 1, sh, false);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool tko__run_queued(tko_pool *pool, tko__worker *w, uintptr_t ctx) {
+  for (unsigned i = 0; i < pool->nshards; i++) {
+    tko__shard *sh = &pool->shards[i];
+    tko__item item;
+    tko__lock_acquire(&sh->lock);
+    bool paused = drain_for_take(pool, sh);
+    bool found = !paused && tko__queue_remove_ctx(&sh->queue, ctx, &item, 1) == 1;
+    if (found) tko__refresh_backlog(pool, sh);
+    tko__unlock(&sh->lock);
+    if (paused) return false;
+    if (found) {
+      /* Its room goes back as the task starts (run_or_cancel), as for a
+       * task a take moved out. */
       run_batch(pool, w, &item, 1, sh, false);
       return true;
     }

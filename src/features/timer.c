@@ -12,10 +12,10 @@
  * its own, and the timer is one more (the one that ends in on_cancel if
  * shutdown finds it armed). A host frees the argument in on_cancel, so it
  * must get there once, after the timer's last run. Three rules see to it:
- * - one firing at a time: a firing carries a pool-owned record (ctx tag
- *   TKO__CTX_TIMER) that the engine reports back when the task has run or
- *   was cancelled (tko__timer_firing_done); while it is queued or running,
- *   the timer skips its periods;
+ * - one firing at a time: a firing carries a pool-owned record, of a task
+ *   kind (internal.h: tko__task_kind), that the engine reports back when
+ *   the task has run or was cancelled (firing_done); while it is queued or
+ *   running, the timer skips its periods;
  * - a firing the queue refuses (a full TKO_FULL_REJECT queue, no memory)
  *   skips its period: the argument stays the timer's, nothing reaches
  *   on_cancel (a one-shot timer has no next period: its task is cancelled
@@ -47,6 +47,7 @@ enum { TIMER_IDLE = 0, TIMER_ARMED, TIMER_FIRED, TIMER_CANCELLED };
  * taken from pool->timer_free when a periodic timer is armed; every field
  * is guarded by timer_mu. */
 typedef struct tko__firing {
+  const tko__task_kind *kind; /* I: firing_kind, first (tko__item_kind) */
   struct tko__timer *timer; /* the armed timer; NULL once it is disarmed */
   struct tko__firing *next_free;
   tko_pool *pool;
@@ -129,7 +130,7 @@ static void disarm(tko_pool *pool, tko__timer *t, int state) {
   atomic_store_explicit(&t->state, state, memory_order_release);
 }
 
-void tko__timer_firing_done(const tko__item *item, bool cancelled) {
+static void firing_done(const tko__item *item, bool cancelled) {
   tko__firing *rec = (tko__firing *)(item->ctx & ~TKO__CTX_TAGS);
   tko_pool *pool = rec->pool;
   tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
@@ -140,6 +141,15 @@ void tko__timer_firing_done(const tko__item *item, bool cancelled) {
   else if (cancelled) disarm(pool, rec->timer, TIMER_CANCELLED); /* releases rec */
   tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
 }
+
+static void firing_ran(const tko__item *item, int status) {
+  (void)status;
+  firing_done(item, false);
+}
+static void firing_cancelled(const tko__item *item) { firing_done(item, true); }
+
+/* A firing is always started; the engine reports its end. */
+static const tko__task_kind firing_kind = {.done = firing_ran, .cancelled = firing_cancelled};
 
 /* Runs a due task on this thread (the timer thread, or the caller when the
  * pool runs tasks on the caller): counted like a caller-runs task. */
@@ -158,7 +168,7 @@ static void fire(tko_pool *pool, const tko__item *item) {
   if (rc == -ESHUTDOWN) {
     run_here(pool, item); /* closed: the timers close last, see the essay */
   } else if (item->ctx) {
-    tko__timer_firing_done(item, false); /* periodic: skips this period */
+    firing_done(item, false); /* periodic: skips this period */
   } else {
     hand_to_cancel(pool, item->fn, item->arg, item->weight); /* one-shot: already disarmed */
   }
@@ -191,7 +201,7 @@ static void *timer_main(void *arg) {
       timers_sift_down(pool, 0);
       if (t->rec->outstanding) continue; /* one firing at a time */
       t->rec->outstanding = true;
-      item.ctx = (uintptr_t)t->rec | TKO__CTX_TIMER;
+      item.ctx = (uintptr_t)t->rec | TKO__CTX_KIND;
     } else {
       heap_remove(pool, t);
       atomic_store_explicit(&t->state, TIMER_FIRED, memory_order_release);
@@ -250,7 +260,7 @@ static int arm(tko_pool *pool, tko_timer *timer, long delay_ms, long period_ms, 
     *t = (tko__timer){.fn = fn, .arg = arg, .pool = pool, .weight = weight, .rec = rec,
                       .deadline_ns = tko__now_ns() + (uint64_t)delay_ms * 1000000u,
                       .period_ns = (uint64_t)period_ms * 1000000u, .state = TIMER_ARMED};
-    if (rec) *rec = (tko__firing){.timer = t, .pool = pool};
+    if (rec) *rec = (tko__firing){.kind = &firing_kind, .timer = t, .pool = pool};
     place(pool, pool->timers_len++, t);
     timers_sift_up(pool, t->heap_pos);
     if (t->heap_pos == 0) pthread_cond_signal(&pool->timer_cv);

@@ -46,6 +46,12 @@
   TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_seq_cst))
 #define tko__exchange_acquire(p, v) \
   TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_acquire))
+#define tko__exchange_acq_rel(p, v) \
+  TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_acq_rel))
+#define tko__cas_acq_rel(p, expected, desired) \
+  TKO__AUDITED_CAS(p, atomic_compare_exchange_weak_explicit((p), (expected), (desired), \
+                                                            memory_order_acq_rel, \
+                                                            memory_order_relaxed))
 #define tko__cas_seq(p, expected, desired) \
   TKO__AUDITED_CAS(p, atomic_compare_exchange_weak_explicit((p), (expected), (desired), \
                                                             memory_order_seq_cst, \

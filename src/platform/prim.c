@@ -76,6 +76,64 @@ void tko__futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns) 
 void tko__futex_wake_one(atomic_uint *word) {
   syscall(SYS_futex, (void *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
+
+void tko__word_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns) {
+  tko__futex_wait(word, expected, timeout_ns);
+}
+
+void tko__word_wake_all(atomic_uint *word) {
+  syscall(SYS_futex, (void *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+#else
+/* The fallback's pairs: process-wide by nature, as a futex table is; no
+ * pool depends on another through them (a shared pair costs a spurious
+ * wake at most). Made on first use; their condition variables use the
+ * default clock, CLOCK_REALTIME, which any platform has. */
+enum { WORD_STRIPES = 64 };
+static struct word_stripe {
+  pthread_mutex_t mu; /* guards the sleep on cv: see prim.h */
+  pthread_cond_t cv;
+} word_stripes[WORD_STRIPES];
+static pthread_once_t word_once = PTHREAD_ONCE_INIT;
+
+static void word_stripes_init(void) {
+  for (unsigned i = 0; i < WORD_STRIPES; i++) {
+    pthread_mutex_init(&word_stripes[i].mu, NULL);
+    pthread_cond_init(&word_stripes[i].cv, NULL);
+  }
+}
+
+static struct word_stripe *stripe_of(const atomic_uint *word) {
+  pthread_once(&word_once, word_stripes_init);
+  return &word_stripes[tko__mix64((uint64_t)(uintptr_t)word) % WORD_STRIPES];
+}
+
+void tko__word_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns) {
+  struct word_stripe *st = stripe_of(word);
+  tko__mutex_lock(&st->mu, TKO__RANK_WORD_WAIT);
+  /* seq_cst: after the lock, so a change made before the waker's lock of
+   * this mutex is seen here, or its broadcast finds this thread asleep. */
+  if (atomic_load(word) == expected) {
+    if (timeout_ns == UINT64_MAX) {
+      tko__cond_wait(&st->cv, &st->mu, TKO__RANK_WORD_WAIT);
+    } else {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      uint64_t ns = (uint64_t)ts.tv_nsec + timeout_ns % 1000000000u;
+      ts.tv_sec += (time_t)(timeout_ns / 1000000000u + ns / 1000000000u);
+      ts.tv_nsec = (long)(ns % 1000000000u);
+      (void)tko__cond_timedwait(&st->cv, &st->mu, TKO__RANK_WORD_WAIT, &ts);
+    }
+  }
+  tko__mutex_unlock(&st->mu, TKO__RANK_WORD_WAIT);
+}
+
+void tko__word_wake_all(atomic_uint *word) {
+  struct word_stripe *st = stripe_of(word);
+  tko__mutex_lock(&st->mu, TKO__RANK_WORD_WAIT);
+  pthread_cond_broadcast(&st->cv);
+  tko__mutex_unlock(&st->mu, TKO__RANK_WORD_WAIT);
+}
 #endif
 
 void tko__thread_set_name(const char *name) {

@@ -56,6 +56,21 @@ void tko__futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns);
 void tko__futex_wake_one(atomic_uint *word);
 #endif
 
+/* Waiting for a word that another thread changes once, after which the
+ * word's owner may free it at any time (a task handle's state: handle.c).
+ * tko__word_wait blocks while *word == expected, until a tko__word_wake_all
+ * of word or until timeout_ns passes (UINT64_MAX = no limit); it may return
+ * spuriously, so callers re-check the word. tko__word_wake_all wakes every
+ * thread blocked there, and reads and writes nothing at word: it may come
+ * after the word was freed. On Linux both are futex calls (a wake on an
+ * address that holds no futex is a no-op); elsewhere a process-wide table
+ * of mutex and condition pairs, picked by the word's address, stands in:
+ * the waiter re-checks the word under its pair's mutex, and the waker,
+ * having changed the word first, broadcasts under that mutex, so no wake
+ * falls between a waiter's check and its sleep. */
+void tko__word_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns);
+void tko__word_wake_all(atomic_uint *word);
+
 /* Names the calling thread (truncated to the platform's limit). */
 void tko__thread_set_name(const char *name);
 

@@ -353,7 +353,7 @@ Test(errors, submit_reports_enomem_when_the_queue_cannot_grow) {
 Test(errors, strerror_names_every_code_distinctly) {
   const int codes[] = {0,          -EINVAL,    -ENOMEM, -EAGAIN,  -ETIMEDOUT, -ESHUTDOWN, -EDEADLK,
                        -ECANCELED, -EBUSY,     -ENOENT, -EPERM,   -EALREADY,  -ECHILD,
-                       -EMFILE,    -ENFILE,    -ENOTSUP};
+                       -EMFILE,    -ENFILE,    -ENOTSUP, -EINPROGRESS};
   const size_t n = sizeof codes / sizeof codes[0];
   const char *msg[sizeof codes / sizeof codes[0]];
   for (size_t i = 0; i < n; i++) {
