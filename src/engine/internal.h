@@ -272,7 +272,7 @@ struct tko_pool {
    * them too, through the group). helpers: how many are listed, seq_cst, a
    * Dekker pair with the work's publication. */
   pthread_mutex_t help_mu; /* guards help_list */
-  struct tko__helper *help_list; /* helping waits about to sleep (group.c) */
+  struct tko__helper *help_list; /* helping waits about to sleep (help.c) */
   atomic_uint helpers;
 
   atomic_uint_fast64_t cancelled;
@@ -735,8 +735,18 @@ static inline bool tko__nothing_left(tko_pool *pool) {
   return !tko__has_work_seq(pool) && tko__load_seq(&pool->async_waiting) == 0;
 }
 
-/* group.c: wakes workers waiting in a helping group wait. */
+/* help.c: a helping wait's sleep, on the waiting thread's stack. */
+typedef struct tko__helper {
+  tko__parker parker;             /* the wait sleeps here */
+  struct tko__helper *pool_next;  /* the pool's sleeping helpers: under help_mu */
+} tko__helper;
+/* Unparks every helper the pool lists (new work is runnable). */
 void tko__wake_helpers(tko_pool *pool);
+/* Sleeps on h's parker, listed in the pool, for at most max_ns
+ * (UINT64_MAX: no limit), unless work is runnable in pool or waiting(arg)
+ * says the wait is over; whoever ends the wait unparks h. */
+void tko__helper_sleep(tko_pool *pool, tko__helper *h, uint64_t max_ns,
+                       bool (*waiting)(void *arg), void *arg);
 
 /* Called after new work is queued: wakes the workers waiting in a helping
  * group wait, if any; then, unless a worker is searching, wakes a sleeper,

@@ -18,15 +18,13 @@
  * children before anything else; and two pools whose tasks wait on each
  * other's groups keep running, since each worker runs its own pool's work.
  *
- * A helper that finds nothing to run sleeps on a parker of its own (a
- * binary semaphore, tko_signal.h), so that two events can wake it without a
- * shared lock: the group's end unparks every helper the group lists (each
- * lists itself for its whole wait, under g->mu, and the last member
- * unparks them under that mutex, so a listed helper is alive while it is
- * unparked); new work in the helper's pool unparks every helper the pool
- * lists (tko__wake_helpers, under help_mu). A parker keeps a wake-up that
- * comes before the park, so neither can be lost between a helper's last
- * look and its sleep. */
+ * A helper that finds nothing to run sleeps on a parker of its own (help.c),
+ * so that two events can wake it without a shared lock: new work in the
+ * helper's pool (help.c), and the group's end, which unparks every helper
+ * the group lists (each lists itself for its whole wait, under g->mu, and
+ * the last member unparks them under that mutex, so a listed helper is
+ * alive while it is unparked). A parker keeps a wake-up that comes before
+ * the park, so none is lost between a helper's last look and its sleep. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -42,7 +40,7 @@ typedef struct tko__group {
   uint64_t pending;
   int status;         /* first failure, or 0 */
   tko_pool *pool;     /* set by the first member */
-  struct tko__helper *helpers; /* the helping waits on this group */
+  struct group_helper *helpers; /* the helping waits on this group */
   /* Plain members submitted and neither started nor cancelled: a hint
    * (relaxed) that tells a helping wait whether to look for one in the
    * queues, so a wait whose members all run elsewhere does not scan a
@@ -100,18 +98,12 @@ int tko_group_destroy(tko_group *group) {
   return 0;
 }
 
-/* A helping wait (help_until_done), on the waiting thread's stack. */
-typedef struct tko__helper {
-  tko__parker parker;              /* the wait sleeps here */
-  struct tko__helper *group_next;  /* the group's helpers: under g->mu */
-  struct tko__helper *pool_next;   /* the pool's sleeping helpers: under help_mu */
-} tko__helper;
-
-void tko__wake_helpers(tko_pool *pool) {
-  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
-  for (tko__helper *h = pool->help_list; h; h = h->pool_next) tko__parker_unpark(&h->parker);
-  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
-}
+/* A helping wait on a group (help_until_done), on the waiting thread's
+ * stack. */
+typedef struct group_helper {
+  tko__helper h;
+  struct group_helper *next; /* the group's helpers: under g->mu */
+} group_helper;
 
 void tko__group_started(void *group) {
   tko__sub_relaxed(&((tko__group *)group)->unstarted, 1);
@@ -126,7 +118,7 @@ void tko__group_finished(void *group, int status, bool unstarted) {
   if (--g->pending == 0) {
     pthread_cond_broadcast(&g->cv);
     /* Under g->mu: a helper leaves the list under it before it returns. */
-    for (tko__helper *h = g->helpers; h; h = h->group_next) tko__parker_unpark(&h->parker);
+    for (group_helper *gh = g->helpers; gh; gh = gh->next) tko__parker_unpark(&gh->h.parker);
   }
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
 }
@@ -207,59 +199,32 @@ static bool deadline_passed(long timeout_ms, const struct timespec *deadline) {
   return !tko__time_before(&now, deadline);
 }
 
-/* How long a helper may sleep: until the deadline, and beside a hole
- * (tko__look_seq: a publish that may not wake it) for TKO__HOLE_POLL_MS at
- * most. UINT64_MAX: no limit. */
-static uint64_t sleep_ns(long timeout_ms, const struct timespec *deadline, bool hole) {
-  uint64_t ns = UINT64_MAX;
-  if (timeout_ms >= 0) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now); /* tko__deadline_after's clock */
-    ns = tko__time_before(&now, deadline)
-             ? (uint64_t)(deadline->tv_sec - now.tv_sec) * 1000000000u +
-                   (uint64_t)(deadline->tv_nsec - now.tv_nsec)
-             : 0;
-  }
-  uint64_t poll = (uint64_t)TKO__HOLE_POLL_MS * 1000000u;
-  return hole && poll < ns ? poll : ns;
+/* How long a helper may sleep: until the deadline (UINT64_MAX: none). */
+static uint64_t sleep_ns(long timeout_ms, const struct timespec *deadline) {
+  if (timeout_ms < 0) return UINT64_MAX;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now); /* tko__deadline_after's clock */
+  if (!tko__time_before(&now, deadline)) return 0;
+  return (uint64_t)(deadline->tv_sec - now.tv_sec) * 1000000000u +
+         (uint64_t)(deadline->tv_nsec - now.tv_nsec);
 }
 
-/* Sleeps on h's parker unless work is runnable in pool or the group is
- * done; listed in the pool meanwhile, so that new work unparks it. */
-static void helper_sleep(tko__group *g, tko_pool *pool, tko__helper *h, long timeout_ms,
-                         const struct timespec *deadline) {
-  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
-  h->pool_next = pool->help_list;
-  pool->help_list = h;
-  /* seq_cst: the Dekker pair with tko__signal_work's load, after the
-   * work's publication; our look below comes after this increment. */
-  tko__add_seq(&pool->helpers, 1);
-  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
-  enum tko__look look = tko__look_seq(pool);
-  if (look != TKO__LOOK_WORK && pending_now(g) > 0)
-    (void)tko__parker_park(&h->parker, sleep_ns(timeout_ms, deadline, look == TKO__LOOK_HOLE));
-  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
-  tko__helper **p = &pool->help_list;
-  while (*p != h) p = &(*p)->pool_next;
-  *p = h->pool_next;
-  tko__sub_seq(&pool->helpers, 1);
-  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
-}
+static bool members_pending(void *g) { return pending_now(g) > 0; }
 
 /* 0 once the group is done, -ETIMEDOUT once the deadline has passed with
  * members pending, each after taking h off the group's list in the same
  * hold of g->mu that read the count (the last member unparks the listed
  * helpers under it, and a group seen done may be freed at once, so after
  * this nobody touches h and we touch g no more); 1 to go on waiting. */
-static int leave_if_done(tko__group *g, tko__helper *h, long timeout_ms,
+static int leave_if_done(tko__group *g, group_helper *gh, long timeout_ms,
                          const struct timespec *deadline) {
   bool expired = deadline_passed(timeout_ms, deadline);
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
   int rc = g->pending == 0 ? 0 : expired ? -ETIMEDOUT : 1;
   if (rc <= 0) {
-    tko__helper **p = &g->helpers;
-    while (*p != h) p = &(*p)->group_next;
-    *p = h->group_next;
+    group_helper **p = &g->helpers;
+    while (*p != gh) p = &(*p)->next;
+    *p = gh->next;
   }
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   return rc;
@@ -274,20 +239,20 @@ static int help_until_done(tko__group *g, tko_pool *group_pool, tko__worker *sel
                            long timeout_ms, const struct timespec *deadline) {
   tko_pool *pool = self->pool;
   uintptr_t members = group_pool == pool ? (uintptr_t)g | TKO__CTX_GROUP : 0;
-  tko__helper h = {.group_next = NULL};
-  if (tko__parker_init(&h.parker)) return -ENOMEM;
+  group_helper gh = {.next = NULL};
+  if (tko__parker_init(&gh.h.parker)) return -ENOMEM;
   tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
-  h.group_next = g->helpers;
-  g->helpers = &h;
+  gh.next = g->helpers;
+  g->helpers = &gh;
   tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
   int rc;
-  while ((rc = leave_if_done(g, &h, timeout_ms, deadline)) > 0) {
+  while ((rc = leave_if_done(g, &gh, timeout_ms, deadline)) > 0) {
     if (members && tko__load_relaxed(&g->unstarted) && tko__help_member(pool, self, members))
       continue;
     if (tko__help_one(pool, self)) continue;
-    helper_sleep(g, pool, &h, timeout_ms, deadline);
+    tko__helper_sleep(pool, &gh.h, sleep_ns(timeout_ms, deadline), members_pending, g);
   }
-  tko__parker_fini(&h.parker);
+  tko__parker_fini(&gh.h.parker);
   return rc;
 }
 
