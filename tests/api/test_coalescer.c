@@ -20,50 +20,7 @@
 #include <taskorch/coalescer.h>
 
 #include "tko_test.h"
-
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define CT_SCALE(plain, sanitized) (sanitized)
-#else
-#define CT_SCALE(plain, sanitized) (plain)
-#endif
-#define CT_LONG_MS 60000L /* reaching it means a hang */
-
-typedef struct ct_count {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  long v;
-} ct_count;
-
-static void ct_count_init(ct_count *c) {
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
-  c->v = 0;
-}
-
-static void ct_count_add(ct_count *c, long d) {
-  pthread_mutex_lock(&c->mu);
-  c->v += d;
-  pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
-}
-
-static bool ct_count_wait(ct_count *c, long want) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += CT_LONG_MS / 1000;
-  bool ok = true;
-  pthread_mutex_lock(&c->mu);
-  while (c->v < want && ok)
-    ok = pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT;
-  ok = c->v >= want;
-  pthread_mutex_unlock(&c->mu);
-  return ok;
-}
-
-static void ct_count_fini(ct_count *c) {
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
-}
+#include "tko_test_sync.h"
 
 static tko_pool *make_pool(unsigned workers) {
   tko_pool *p = NULL;
@@ -84,7 +41,7 @@ typedef struct flush_log {
   int mark_in_flush; /* marks key 999 from the first sweep */
   int flush_rc, close_rc, destroy_rc;
   pthread_t last_thread;
-  ct_count flushed; /* entries flushed */
+  tt_count flushed; /* entries flushed */
 } flush_log;
 
 static void log_flush(void *user, const tko_coalesce_entry *e, size_t n) {
@@ -101,17 +58,17 @@ static void log_flush(void *user, const tko_coalesce_entry *e, size_t n) {
     g->destroy_rc = tko_coalescer_destroy(g->c);
     cr_assert_eq(tko_coalescer_mark(g->c, 999, 1), 0);
   }
-  ct_count_add(&g->flushed, (long)n);
+  tt_count_add(&g->flushed, (long)n);
 }
 
 static flush_log *log_new(void) {
   flush_log *g = calloc(1, sizeof *g);
-  ct_count_init(&g->flushed);
+  tt_count_init(&g->flushed);
   return g;
 }
 
 static void log_free(flush_log *g) {
-  ct_count_fini(&g->flushed);
+  tt_count_fini(&g->flushed);
   free(g);
 }
 
@@ -350,7 +307,7 @@ static void *cm_marker(void *arg) {
 Test(coalescer, every_mark_reflected_under_concurrency) {
   tko_pool *p = make_pool(2);
   cm_ctx *m = calloc(1, sizeof *m);
-  m->rounds = CT_SCALE(3000, 300);
+  m->rounds = TT_SCALE(3000, 300);
   /* A 1 ms interval: many timer sweeps race with marks and flushes. */
   cr_assert_eq(tko_coalescer_create(&m->c, p, 1, cm_flush, m, NULL), 0);
   pthread_t th[CM_THREADS];
@@ -391,7 +348,7 @@ typedef struct rc_ctx {
   uint64_t flushed[RC_THREADS * RC_KEYS];  /* latest flushed value, by flush_fn */
   uint64_t accepted[RC_THREADS * RC_KEYS]; /* latest accepted, by the owner thread */
   atomic_long rejected_after_accept_stop, other_errors;
-  ct_count started;
+  tt_count started;
 } rc_ctx;
 
 static void rc_flush(void *user, const tko_coalesce_entry *e, size_t n) {
@@ -417,7 +374,7 @@ static void *rc_marker(void *arg) {
       break;
     }
     r->accepted[key] = v;
-    if (v == 100) ct_count_add(&r->started, 1);
+    if (v == 100) tt_count_add(&r->started, 1);
   }
   /* Once rejected, always rejected. */
   if (tko_coalescer_mark(r->c, th->t * RC_KEYS, 1) != -ESHUTDOWN)
@@ -426,10 +383,10 @@ static void *rc_marker(void *arg) {
 }
 
 Test(coalescer, marks_racing_with_close_are_flushed_or_rejected) {
-  for (int iter = 0; iter < CT_SCALE(20, 5); iter++) {
+  for (int iter = 0; iter < TT_SCALE(20, 5); iter++) {
     tko_pool *p = make_pool(2);
     rc_ctx *r = calloc(1, sizeof *r);
-    ct_count_init(&r->started);
+    tt_count_init(&r->started);
     cr_assert_eq(tko_coalescer_create(&r->c, p, 1, rc_flush, r, NULL), 0);
     pthread_t th[RC_THREADS];
     rc_thread args[RC_THREADS];
@@ -437,7 +394,7 @@ Test(coalescer, marks_racing_with_close_are_flushed_or_rejected) {
       args[t] = (rc_thread){r, t};
       cr_assert_eq(pthread_create(&th[t], NULL, rc_marker, &args[t]), 0);
     }
-    cr_assert(ct_count_wait(&r->started, RC_THREADS)); /* all are marking */
+    cr_assert(tt_count_wait_geq(&r->started, RC_THREADS)); /* all are marking */
     cr_assert_eq(tko_coalescer_close(r->c), 0);
     for (unsigned t = 0; t < RC_THREADS; t++)
       pthread_join(th[t], NULL);
@@ -451,7 +408,7 @@ Test(coalescer, marks_racing_with_close_are_flushed_or_rejected) {
     cr_assert_eq(st.dirty, 0);
     cr_assert_eq(tko_coalescer_destroy(r->c), 0);
     tko_pool_destroy(p);
-    ct_count_fini(&r->started);
+    tt_count_fini(&r->started);
     free(r);
   }
 }
@@ -517,7 +474,7 @@ Test(coalescer, timer_sweeps_itself_when_the_pool_refuses) {
   tko_coalescer *late;
   cr_assert_eq(tko_coalescer_create(&late, p, 1, log_flush, g, NULL), -ESHUTDOWN);
   cr_assert_eq(tko_coalescer_mark(c, 77, 1), 0);
-  cr_assert(ct_count_wait(&g->flushed, 1)); /* the timer thread flushed it */
+  cr_assert(tt_count_wait_geq(&g->flushed, 1)); /* the timer thread flushed it */
   cr_assert_eq(tko_coalescer_destroy(c), 0);
   cr_assert_eq(g->n, 1);
   cr_assert_eq(g->e[0].key, 77);
@@ -536,19 +493,19 @@ Test(coalescer, timer_sweeps_itself_when_the_pool_refuses) {
 typedef struct drop_ctx {
   bool forward;
   atomic_long forwarded, ignored;
-  ct_count started, released;
+  tt_count started, released;
 } drop_ctx;
 
 static int pin_task(void *arg) {
   drop_ctx *d = arg;
-  ct_count_add(&d->started, 1);
-  ct_count_wait(&d->released, 1);
+  tt_count_add(&d->started, 1);
+  tt_count_wait_geq(&d->released, 1);
   return 0;
 }
 
 static void drop_on_cancel(void *user, const tko_task_info *t) {
   drop_ctx *d = user;
-  ct_count_add(&d->released, 1);
+  tt_count_add(&d->released, 1);
   if (d->forward && tko_coalescer_pool_cancelled(t))
     atomic_fetch_add(&d->forwarded, 1);
   else
@@ -557,15 +514,15 @@ static void drop_on_cancel(void *user, const tko_task_info *t) {
 
 static void dropped_sweep_case(bool forward) {
   drop_ctx d = {.forward = forward};
-  ct_count_init(&d.started);
-  ct_count_init(&d.released);
+  tt_count_init(&d.started);
+  tt_count_init(&d.released);
   tko_options po = tko_basic_options(1);
   po.hooks.user = &d;
   po.hooks.on_cancel = drop_on_cancel;
   tko_pool *p;
   cr_assert_eq(tko_pool_create(&p, &po), 0);
   cr_assert_eq(tko_submit(p, pin_task, &d, 0), 0);
-  cr_assert(ct_count_wait(&d.started, 1));
+  cr_assert(tt_count_wait_geq(&d.started, 1));
   flush_log *g = log_new();
   tko_coalescer *c;
   cr_assert_eq(tko_coalescer_create(&c, p, 1, log_flush, g, NULL), 0);
@@ -578,7 +535,7 @@ static void dropped_sweep_case(bool forward) {
   for (;;) {
     tko_coalescer_stats(c, &st);
     if (st.skipped_ticks > 0) break;
-    cr_assert_lt((uint64_t)time(NULL) - t0, (uint64_t)(CT_LONG_MS / 1000));
+    cr_assert_lt((uint64_t)time(NULL) - t0, (uint64_t)(TT_LONG_MS / 1000));
     sched_yield();
   }
   /* The pool cancels the queued sweep itself and never shows it to the
@@ -596,8 +553,8 @@ static void dropped_sweep_case(bool forward) {
   cr_assert_eq(g->e[0].value, 50);
   tko_pool_destroy(p);
   log_free(g);
-  ct_count_fini(&d.started);
-  ct_count_fini(&d.released);
+  tt_count_fini(&d.started);
+  tt_count_fini(&d.released);
 }
 
 Test(coalescer, sweep_dropped_by_pool_cancel_forwarded) {
@@ -619,7 +576,7 @@ Test(coalescer, destroy_from_a_pool_task_is_edeadlk) {
   tko_coalescer *c;
   cr_assert_eq(tko_coalescer_create(&c, p, 0, log_flush, g, NULL), 0);
   cr_assert_eq(tko_submit(p, destroy_task, c, 0), 0);
-  cr_assert_eq(tko_pool_wait_idle(p, CT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   tko_stats ps;
   tko_pool_stats(p, &ps);
   cr_assert_eq(ps.failed, 0);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The completion queue (taskorch/completion.h): exactly-once delivery under
  * concurrent posts, the descriptor's readability, a full ring, destroy.
- * tests/unit/test_completion_pipe.c runs this suite again on the pipe
- * fallback. */
+ * The executable test_completion_pipe links this file again beside
+ * tests/unit/test_completion_pipe.c, which turns on the pipe fallback. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

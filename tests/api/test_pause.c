@@ -15,71 +15,10 @@
 
 #include "taskorch.h"
 #include "tko_test.h"
+#include "tko_test_sync.h"
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define PT_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define PT_SANITIZED 1
-#endif
-#endif
-#ifdef PT_SANITIZED
-#define PT_SCALE(plain, sanitized) (sanitized)
-#else
-#define PT_SCALE(plain, sanitized) (plain)
-#endif
-
-/* Long enough that reaching it can only mean a hang. */
-#define PT_LONG_MS 60000L
 /* How long a test lets a paused pool sit to show that nothing starts. */
 #define PT_PAUSED_MS 50L
-
-/* A counter that threads can wait on; every change wakes the waiters. */
-typedef struct pt_count {
-  pthread_mutex_t mu; /* protects v */
-  pthread_cond_t cv;  /* signalled on every change of v */
-  long v;
-} pt_count;
-
-static void pt_count_init(pt_count *c) {
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
-  c->v = 0;
-}
-
-static void pt_count_fini(pt_count *c) {
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
-}
-
-static void pt_count_add(pt_count *c, long d) {
-  pthread_mutex_lock(&c->mu);
-  c->v += d;
-  pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
-}
-
-static void deadline_in(struct timespec *ts, long ms) {
-  clock_gettime(CLOCK_REALTIME, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000L;
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
-/* Waits until the count reaches at least n; false on the (hang) deadline. */
-static bool pt_count_wait(pt_count *c, long n) {
-  struct timespec ts;
-  deadline_in(&ts, PT_LONG_MS);
-  bool ok = true;
-  pthread_mutex_lock(&c->mu);
-  while (c->v < n && ok) ok = pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT;
-  ok = c->v >= n;
-  pthread_mutex_unlock(&c->mu);
-  return ok;
-}
 
 static int count_fn(void *arg) {
   atomic_fetch_add_explicit((atomic_long *)arg, 1, memory_order_relaxed);
@@ -115,7 +54,7 @@ Test(pause, no_queued_task_starts_while_paused) {
   cr_assert_eq(s.completed, 0);
 
   cr_assert_eq(tko_pool_resume(p), 0);
-  cr_assert_eq(tko_pool_wait_idle(p, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&n), 100);
   tko_pool_stats(p, &s);
   cr_assert_eq(s.completed, 100);
@@ -133,14 +72,14 @@ Test(pause, pause_and_resume_are_idempotent) {
   cr_assert_eq(tko_pool_wait_idle(p, PT_PAUSED_MS), -ETIMEDOUT);
   cr_assert_eq(tko_pool_resume(p), 0); /* one resume undoes both pauses */
   cr_assert_eq(tko_pool_resume(p), 0);
-  cr_assert_eq(tko_pool_wait_idle(p, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&n), 1);
   /* Pause then resume again, with no work in between. */
   cr_assert_eq(tko_pool_pause(p), 0);
   cr_assert_eq(tko_pool_wait_idle(p, 0), 0); /* nothing queued: idle though paused */
   cr_assert_eq(tko_pool_resume(p), 0);
   cr_assert_eq(tko_submit(p, count_fn, &n, 0), 0);
-  cr_assert_eq(tko_pool_wait_idle(p, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&n), 2);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
@@ -154,7 +93,7 @@ Test(pause, wait_on_paused_pool_times_out_until_resume) {
   cr_assert_eq(tko_pool_wait_idle(p, 0), -ETIMEDOUT);
   cr_assert_eq(atomic_load(&n), 0);
   cr_assert_eq(tko_pool_resume(p), 0);
-  cr_assert_eq(tko_pool_wait_idle(p, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&n), 1);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
@@ -189,7 +128,7 @@ Test(pause, resume_runs_in_priority_order) {
     cr_assert_eq(tko_submit(p, log_fn, &items[i], weights[i % 4]), 0);
   }
   cr_assert_eq(tko_pool_resume(p), 0);
-  cr_assert_eq(tko_pool_wait_idle(p, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&log.next), 40);
   /* Expected: weight 5 (i%4 in {1,3}) in submit order, then 0, then -3. */
   int k = 0;
@@ -202,29 +141,29 @@ Test(pause, resume_runs_in_priority_order) {
 
 /* A task that says it started, then blocks until the test opens the gate. */
 typedef struct gate {
-  pt_count started;
-  pt_count open; /* the gate is open once this is 1 */
-  pt_count done;
+  tt_count started;
+  tt_count open; /* the gate is open once this is 1 */
+  tt_count done;
 } gate;
 
 static int gate_fn(void *arg) {
   gate *g = arg;
-  pt_count_add(&g->started, 1);
-  pt_count_wait(&g->open, 1);
-  pt_count_add(&g->done, 1);
+  tt_count_add(&g->started, 1);
+  tt_count_wait_geq(&g->open, 1);
+  tt_count_add(&g->done, 1);
   return 0;
 }
 
 static void gate_init(gate *g) {
-  pt_count_init(&g->started);
-  pt_count_init(&g->open);
-  pt_count_init(&g->done);
+  tt_count_init(&g->started);
+  tt_count_init(&g->open);
+  tt_count_init(&g->done);
 }
 
 static void gate_fini(gate *g) {
-  pt_count_fini(&g->started);
-  pt_count_fini(&g->open);
-  pt_count_fini(&g->done);
+  tt_count_fini(&g->started);
+  tt_count_fini(&g->open);
+  tt_count_fini(&g->done);
 }
 
 Test(pause, running_task_finishes_and_queued_one_waits) {
@@ -233,18 +172,18 @@ Test(pause, running_task_finishes_and_queued_one_waits) {
   gate_init(&g);
   atomic_long n = 0;
   cr_assert_eq(tko_submit(p, gate_fn, &g, 0), 0);
-  cr_assert(pt_count_wait(&g.started, 1));
+  cr_assert(tt_count_wait_geq(&g.started, 1));
   cr_assert_eq(tko_pool_pause(p), 0);
   cr_assert_eq(tko_submit(p, count_fn, &n, 0), 0);
-  pt_count_add(&g.open, 1);          /* the running task may now finish... */
-  cr_assert(pt_count_wait(&g.done, 1)); /* ...and does, though paused */
+  tt_count_add(&g.open, 1);          /* the running task may now finish... */
+  cr_assert(tt_count_wait_geq(&g.done, 1)); /* ...and does, though paused */
   cr_assert_eq(tko_pool_wait_idle(p, PT_PAUSED_MS), -ETIMEDOUT);
   cr_assert_eq(atomic_load(&n), 0); /* the queued one did not start */
   tko_stats s;
   tko_pool_stats(p, &s);
   cr_assert_eq(s.queued, 1);
   cr_assert_eq(tko_pool_resume(p), 0);
-  cr_assert_eq(tko_pool_wait_idle(p, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&n), 1);
   cr_assert_eq(tko_pool_destroy(p), 0);
   gate_fini(&g);
@@ -307,14 +246,14 @@ Test(pause, pools_pause_independently) {
     cr_assert_eq(tko_submit(a, count_fn, &na, 0), 0);
     cr_assert_eq(tko_submit(b, count_fn, &nb, 0), 0);
   }
-  cr_assert_eq(tko_pool_wait_idle(b, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(b, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&nb), 20);
   cr_assert_eq(tko_pool_wait_idle(a, PT_PAUSED_MS), -ETIMEDOUT);
   cr_assert_eq(atomic_load(&na), 0);
   cr_assert_eq(tko_pool_resume(b), 0); /* resuming the other pool changes nothing */
   cr_assert_eq(tko_pool_wait_idle(a, PT_PAUSED_MS), -ETIMEDOUT);
   cr_assert_eq(tko_pool_resume(a), 0);
-  cr_assert_eq(tko_pool_wait_idle(a, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(a, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&na), 20);
   cr_assert_eq(tko_pool_destroy(a), 0);
   cr_assert_eq(tko_pool_destroy(b), 0);
@@ -345,7 +284,7 @@ Test(pause, task_can_pause_its_own_pool) {
   cr_assert_eq(atomic_load(&s.rc), 0);
   cr_assert_eq(atomic_load(&s.n), 0);
   cr_assert_eq(tko_pool_resume(s.pool), 0);
-  cr_assert_eq(tko_pool_wait_idle(s.pool, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(s.pool, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&s.n), 1);
   cr_assert_eq(tko_pool_destroy(s.pool), 0);
 }
@@ -368,11 +307,11 @@ static void *submitter(void *arg) {
 }
 
 Test(pause, pause_resume_race_with_submits) {
-  storm s = {.n = 0, .failed_submits = 0, .per_thread = PT_SCALE(20000, 2000)};
+  storm s = {.n = 0, .failed_submits = 0, .per_thread = TT_SCALE(20000, 2000)};
   s.pool = make_pool(2, NULL);
   pthread_t t[2];
   for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&t[i], NULL, submitter, &s), 0);
-  for (int i = 0; i < PT_SCALE(2000, 200); i++) {
+  for (int i = 0; i < TT_SCALE(2000, 200); i++) {
     cr_assert_eq(tko_pool_pause(s.pool), 0);
     cr_assert_eq(tko_pool_resume(s.pool), 0);
   }
@@ -380,7 +319,7 @@ Test(pause, pause_resume_race_with_submits) {
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   cr_assert_eq(atomic_load(&s.failed_submits), 0);
   cr_assert_eq(tko_pool_resume(s.pool), 0);
-  cr_assert_eq(tko_pool_wait_idle(s.pool, PT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(s.pool, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&s.n), 2 * s.per_thread);
   cr_assert_eq(tko_pool_destroy(s.pool), 0);
 }

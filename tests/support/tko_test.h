@@ -25,8 +25,11 @@ typedef struct tko_test_case {
   struct tko_test_case *next;
 } tko_test_case;
 
-static tko_test_case *tko_test_head, **tko_test_tail = &tko_test_head;
-static jmp_buf tko_test_skip_jmp; /* cr_skip_test returns to the runner */
+/* Weak, like main below: an executable of several test files (each
+ * including this header) has one list of tests, one runner and one skip
+ * point, as under Criterion. */
+__attribute__((weak)) tko_test_case *tko_test_head, **tko_test_tail = &tko_test_head;
+__attribute__((weak)) jmp_buf tko_test_skip_jmp; /* cr_skip_test returns to the runner */
 
 static inline void tko_test_register(tko_test_case *c) {
   *tko_test_tail = c;
@@ -73,7 +76,7 @@ static int tko_test_run_one(void (*fn)(void)) {
   return 1;
 }
 
-int main(int argc, char **argv) {
+__attribute__((weak)) int main(int argc, char **argv) {
   const char *only = NULL; /* optional "suite/name" filter, like --filter */
   for (int i = 1; i < argc; i++)
     if (!strncmp(argv[i], "--filter=", 9)) only = argv[i] + 9;

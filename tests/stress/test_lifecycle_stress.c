@@ -23,7 +23,7 @@
  *   - no call hangs: a watchdog ends the process if a round outlives its
  *     bound (the calls have deadlines or are resolved by the shutdown).
  * It uses only the public API plus the thread-creation test seam of
- * src/platform/prim.h, which is why it lives with the white-box suites. It runs in
+ * src/platform/prim.h, which is why it is built like the white-box suites. It runs in
  * every CI flavour (plain, ThreadSanitizer, ASan+UBSan); TKO_STRESS_ROUNDS
  * and TKO_STRESS_SEED replay or lengthen it. */
 #define _GNU_SOURCE
