@@ -155,7 +155,7 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (!op) {
     /* No memory for a record: the task cannot start, so it goes to
      * on_cancel (the host frees its argument there) rather than vanish;
-     * it never counted as started. tests/unit/test_lifecycle_stress.c
+     * it never counted as started. tests/stress/test_lifecycle_stress.c
      * found the task that reached neither fn nor on_cancel. */
     tko__async_release_slot(pool);
     tko__cancel_item(pool, item);

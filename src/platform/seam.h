@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Test seams: hooks that white-box tests (tests/unit) set to park a thread
+/* Test seams: hooks that white-box and stress tests (tests/unit, tests/stress) set to park a thread
  * at one point or to fail one call. They exist only in the test library,
  * taskorch_test_static, whose objects are compiled with TKO_TEST_SEAMS; in
  * the released libraries TKO__SEAM(x) is the constant 0, so each seam's
