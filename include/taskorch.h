@@ -570,16 +570,17 @@ TKO_API uint64_t tko_handle_id(const tko_handle *handle);
  * succeed: exactly one of "it ran" and "it reached on_cancel" happens. */
 TKO_API int tko_handle_cancel(tko_handle *handle);
 /** Blocks until the task has finished or been cancelled, or until
- * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT. From
- * a worker of the task's pool, a task still queued is taken out and run on
- * the waiting worker, so a task may wait for one it submitted, even on a
- * one-worker pool.
+ * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT. A
+ * worker of the task's pool that waits helps: it runs the task itself while
+ * it is queued, and other queued tasks of the pool meanwhile, so a task may
+ * wait for one it submitted, even on a one-worker pool.
  * @details Once this returns 0 the library no longer touches the handle:
- * the caller may free it. From a worker, a task that worker took with
- * others and has not started is reached by running that batch on to it;
- * a task in another worker's batch is waited for; while the pool is
- * paused nothing is run. Such waits nest at most TKO_MAX_HELP_DEPTH deep
- * on one worker, deeper ones wait without running it. -EDEADLK at once
+ * the caller may free it. From such a worker, a task that worker took with
+ * others and has not started is reached by running that batch on to it; a
+ * task in another worker's batch is waited for while other queued tasks
+ * run; while the pool is paused nothing is run. Such waits nest at most
+ * TKO_MAX_HELP_DEPTH deep on one worker: deeper, -EDEADLK at once. A worker
+ * of another pool waits without running anything. -EDEADLK at once
  * when the caller is the task itself (or a task nested in a wait inside
  * it) or on_cancel for it; -EINVAL: a handle not armed or timeout_ms below
  * -1; -ECHILD in a forked child while the task has not ended. */

@@ -35,8 +35,15 @@
  * old value, which the word no longer holds, or is woken. The RMWs of one
  * word are totally ordered, so there is no third case. Start and cancel
  * carry WAITERS over in their CAS; neither wakes anyone (a waiter waits for
- * the end; a worker waiting on a task it may run looks again on its own,
- * see wait_on_worker).
+ * the end).
+ *
+ * A worker of the handle's pool that waits helps instead (wait_on_worker):
+ * it runs the task itself while it is queued, or else other queued tasks
+ * of its pool, and sleeps on a parker of its own (help.c), listed in the
+ * pool, so that new work there wakes it too. It lists itself before it
+ * sets WAITERS, so an end that sees WAITERS finds it listed and unparks
+ * the pool's helpers (tko__wake_helpers) after its exchange; an end that
+ * comes before the CAS makes the CAS fail, and the helper reads the end.
  *
  * Lifetime: the end's exchange is the library's last write to the handle,
  * and its wake is by address only (tko__word_wake_all reads and writes
@@ -110,8 +117,15 @@ static bool claim(tko__handle *h, unsigned to) {
  * the acquire loads of status and wait, so status is seen with it. */
 static void end(tko__handle *h, unsigned final) {
   atomic_uint *word = &h->state;
+  tko_pool *pool = h->pool; /* read before the end: h may be gone after it */
   unsigned old = tko__exchange_acq_rel(word, final);
-  if (old & WAITERS) tko__word_wake_all(word); /* by address: h may be gone */
+  if (old & WAITERS) {
+    tko__word_wake_all(word); /* by address: h may be gone */
+    /* A waiter that helps in this pool sleeps on its own parker, listed
+     * in the pool before it set WAITERS (wait_on_worker). The pool is
+     * alive: the end runs on one of its threads or in a call on it. */
+    tko__wake_helpers(pool);
+  }
 }
 
 static bool handle_start(const tko__item *item) {
@@ -195,33 +209,44 @@ static uint64_t left_ns(long timeout_ms, uint64_t deadline) {
  * thread (a task run by a wait waits in turn...), each a few frames. */
 static _Thread_local unsigned run_depth;
 
-/* How long a worker waiting on a queued task it could not run sleeps
- * before it looks again: the task is in another worker's batch, which
- * starts it or hands it back to the queue, or the pool is paused, and
- * neither changes the word. */
-#define LOOK_AGAIN_NS (16u * 1000000u)
+/* A helper may sleep while the task is unfinished and WAITERS is set in the
+ * word (by this CAS, once listed in the pool: see the essay); false sends
+ * it to look again. */
+static bool unfinished(void *arg) {
+  tko__handle *h = arg;
+  unsigned s = tko__load_acquire(&h->state); /* pairs with end's release */
+  if (finished(s)) return false;
+  /* Acq_rel: the listing before it is seen by an end that reads WAITERS. */
+  return (s & WAITERS) || tko__cas_acq_rel(&h->state, &s, s | WAITERS);
+}
 
-/* A wait on a worker of the task's own pool: while the task is queued,
- * take it out and run it here (so a task may wait for one it submitted on
- * a one-worker pool); while this worker's own batch holds it, run the
- * batch on to it. */
+/* A wait on a worker of the task's own pool, which helps: while the task
+ * is queued it takes it out and runs it here (so a task may wait for one
+ * it submitted on a one-worker pool), while this worker's own batch holds
+ * it it runs the batch on to it, and otherwise it runs other queued tasks
+ * of the pool, as a helping group wait does; it sleeps only when nothing
+ * is runnable. */
 static int wait_on_worker(tko__handle *h, tko__worker *w, long timeout_ms, uint64_t deadline) {
   uintptr_t ctx = ctx_of(h);
+  tko__helper me;
+  if (tko__parker_init(&me.parker)) return -ENOMEM;
+  int rc = 0;
   for (;;) {
     unsigned s = tko__load_acquire(&h->state); /* pairs with end's release */
-    if (finished(s)) return 0;
+    if (finished(s)) break;
     uint64_t ns = left_ns(timeout_ms, deadline);
-    if (ns == 0) return -ETIMEDOUT;
-    if ((s & STATE_MASK) == QUEUED && run_depth < TKO_MAX_HELP_DEPTH) {
-      run_depth++;
-      bool ran = tko__run_queued(h->pool, w, ctx) ||
-                 (tko__holds_taken(w, ctx) && tko__help_one(h->pool, w));
-      run_depth--;
-      if (ran) continue;
-      if (ns > LOOK_AGAIN_NS) ns = LOOK_AGAIN_NS;
+    if (ns == 0) {
+      rc = -ETIMEDOUT;
+      break;
     }
-    sleep_on(h, s, ns);
+    run_depth++;
+    bool ran = ((s & STATE_MASK) == QUEUED && tko__run_queued(h->pool, w, ctx)) ||
+               tko__help_one(h->pool, w); /* its own batch first: the task may be there */
+    run_depth--;
+    if (!ran) tko__helper_sleep(h->pool, &me, ns, unfinished, h);
   }
+  tko__parker_fini(&me.parker);
+  return rc;
 }
 
 /* Whether the calling thread is the handle's task: running it (or a task
@@ -243,8 +268,11 @@ int tko_handle_wait(tko_handle *handle, long timeout_ms) {
   if (waits_on_itself(h)) return -EDEADLK;
   uint64_t deadline = timeout_ms < 0 ? 0 : tko__now_ns() + (uint64_t)timeout_ms * 1000000u;
   tko__worker *w = tko__current_worker;
-  if (w && w->pool == h->pool && !tko__pool_forked(w->pool))
+  if (w && w->pool == h->pool && !tko__pool_forked(w->pool)) {
+    /* Too deep: another level could overflow the stack. */
+    if (run_depth >= TKO_MAX_HELP_DEPTH) return -EDEADLK;
     return wait_on_worker(h, w, timeout_ms, deadline);
+  }
   for (;;) {
     unsigned s = tko__load_acquire(&h->state); /* pairs with end's release */
     if (finished(s)) return 0;

@@ -333,6 +333,50 @@ Test(handle, a_task_waiting_on_a_handle_in_its_own_batch_runs_it) {
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
+/* A worker waiting on a handle whose task another worker holds runs the
+ * pool's other queued tasks meanwhile: here the held task waits for a
+ * gate that only a task queued behind the wait opens, and both workers are
+ * busy, so the pool finishes only if the wait helps. */
+typedef struct held {
+  tko_handle task;
+  tt_gate gate;
+  tt_count started; /* the held task and the waiter */
+  int wait_rc;
+} held;
+
+static int gated_fn(void *arg) {
+  held *h = arg;
+  tt_count_add(&h->started, 1);
+  return tt_gate_wait(&h->gate) ? 3 : -1;
+}
+
+static int waiter_fn(void *arg) {
+  held *h = arg;
+  tt_count_add(&h->started, 1);
+  h->wait_rc = tko_handle_wait(&h->task, -1);
+  return 0;
+}
+
+static int opener_fn(void *arg) {
+  tt_gate_open(&((held *)arg)->gate);
+  return 0;
+}
+
+Test(handle, a_wait_on_a_task_another_worker_holds_runs_other_tasks) {
+  tko_pool *p = make_pool(2, NULL);
+  held h = {.gate = TT_GATE_INIT, .wait_rc = 1};
+  tt_count_init(&h.started);
+  cr_assert_eq(tko_submit_handle(p, &h.task, gated_fn, &h, 0), 0);
+  cr_assert_eq(tko_submit(p, waiter_fn, &h, 0), 0);
+  cr_assert(tt_count_wait_geq(&h.started, 2));
+  cr_assert_eq(tko_submit(p, opener_fn, &h, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0, "the waiting worker ran nothing");
+  cr_assert_eq(h.wait_rc, 0);
+  cr_assert_eq(tko_handle_status(&h.task), 3);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  tt_count_fini(&h.started);
+}
+
 /* ---- shutdown, bad arguments, allocation ------------------------------------- */
 
 Test(handle, shutdown_cancel_hands_queued_handles_to_on_cancel) {
