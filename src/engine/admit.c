@@ -71,9 +71,9 @@ static size_t chunk_size(size_t free, unsigned sharers) {
  * essay). */
 static void wake_space_waiters(tko_pool *pool) {
   if (tko__load_seq(&pool->space_waiters)) {
-    tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
+    tko__mutex_lock(&pool->space_mu);
     pthread_cond_broadcast(&pool->space_cv);
-    tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
+    tko__mutex_unlock(&pool->space_mu);
   }
 }
 
@@ -231,7 +231,7 @@ static bool try_take(tko_pool *pool, size_t k) {
 static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct timespec *deadline) {
   int rc = 0;
   tko__add_seq(&pool->space_waiters, 1); /* seq_cst: see the essay */
-  tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE);
+  tko__mutex_lock(&pool->space_mu);
   for (;;) {
     /* Others may fit in what came back: under space_mu, so a broadcast
      * of our own. */
@@ -242,14 +242,14 @@ static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct
       break;
     }
     if (timeout_ms < 0) {
-      tko__cond_wait(&pool->space_cv, &pool->space_mu, TKO__RANK_SPACE);
-    } else if (timeout_ms == 0 || tko__cond_timedwait(&pool->space_cv, &pool->space_mu,
-                                                      TKO__RANK_SPACE, deadline) == ETIMEDOUT) {
+      tko__cond_wait(&pool->space_cv, &pool->space_mu);
+    } else if (timeout_ms == 0 ||
+               tko__cond_timedwait(&pool->space_cv, &pool->space_mu, deadline) == ETIMEDOUT) {
       rc = -ETIMEDOUT;
       break;
     }
   }
-  tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
+  tko__mutex_unlock(&pool->space_mu);
   tko__sub_seq(&pool->space_waiters, 1);
   return rc;
 }

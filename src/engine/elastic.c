@@ -95,7 +95,7 @@ void tko__elastic_spawn(tko_pool *pool) {
     tko__sub_seq(&pool->elastic_count, 1);
     return;
   }
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   /* A slot is free unless a retiring worker is between releasing its count
    * and marking its slot; then this spawn is dropped, and that worker's
    * re-check of the inbox picks up the work. */
@@ -109,7 +109,7 @@ void tko__elastic_spawn(tko_pool *pool) {
     w->spawning = true; /* no other spawner may claim it until we are done */
     pool->spawns_active++;
   }
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
   if (!w) {
     tko__sub_seq(&pool->elastic_count, 1);
     return;
@@ -121,7 +121,7 @@ void tko__elastic_spawn(tko_pool *pool) {
   spawn_window(pool, false);
   int rc = tko__worker_spawn(pool, w, &t);
   if (rc == 0) spawn_window(pool, true);
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   if (rc == 0) {
     w->thread = t;
     w->has_thread = true;
@@ -130,7 +130,7 @@ void tko__elastic_spawn(tko_pool *pool) {
   }
   w->spawning = false;
   if (--pool->spawns_active == 0) pthread_cond_broadcast(&pool->spawn_cv);
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
   if (rc) tko__sub_seq(&pool->elastic_count, 1);
   /* The new thread counts itself spawned (tko__elastic_started): counted
    * here, after its creation, it could retire first, and a snapshot could
@@ -200,15 +200,15 @@ bool tko__elastic_resurrect(tko_pool *pool, tko__worker *w) {
 }
 
 void tko__elastic_set_stopping(tko_pool *pool, tko__worker *w, bool stopping) {
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   w->stopping = stopping;
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
 }
 
 void tko__elastic_close_and_join(tko_pool *pool) {
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   pool->spawn_closed = true;
-  while (pool->spawns_active) tko__cond_wait(&pool->spawn_cv, &pool->spawn_mu, TKO__RANK_SPAWN);
+  while (pool->spawns_active) tko__cond_wait(&pool->spawn_cv, &pool->spawn_mu);
   for (unsigned i = pool->elastic_base; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
     bool join = w->has_thread;
@@ -218,9 +218,9 @@ void tko__elastic_close_and_join(tko_pool *pool) {
     if (!join) continue;
     /* Join without the lock: a worker still draining may try to spawn,
      * find spawn_closed, and must not block on spawn_mu meanwhile. */
-    tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+    tko__mutex_unlock(&pool->spawn_mu);
     pthread_join(t, NULL);
-    tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+    tko__mutex_lock(&pool->spawn_mu);
   }
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
 }

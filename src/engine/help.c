@@ -15,30 +15,30 @@
 #include "internal.h"
 
 void tko__wake_helpers(tko_pool *pool) {
-  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
+  tko__mutex_lock(&pool->help_mu);
   for (tko__helper *h = pool->help_list; h; h = h->pool_next) tko__parker_unpark(&h->parker);
-  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
+  tko__mutex_unlock(&pool->help_mu);
 }
 
 void tko__helper_sleep(tko_pool *pool, tko__helper *h, uint64_t max_ns,
                        bool (*waiting)(void *arg), void *arg) {
-  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
+  tko__mutex_lock(&pool->help_mu);
   h->pool_next = pool->help_list;
   pool->help_list = h;
   /* seq_cst: the Dekker pair with tko__signal_work's load, after the
    * work's publication; the look below comes after this increment. */
   tko__add_seq(&pool->helpers, 1);
-  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
+  tko__mutex_unlock(&pool->help_mu);
   enum tko__look look = tko__look_seq(pool);
   if (look != TKO__LOOK_WORK && waiting(arg)) {
     /* Beside a hole (a publish that may not wake us): a bounded sleep. */
     uint64_t poll = (uint64_t)TKO__HOLE_POLL_MS * 1000000u;
     (void)tko__parker_park(&h->parker, look == TKO__LOOK_HOLE && poll < max_ns ? poll : max_ns);
   }
-  tko__mutex_lock(&pool->help_mu, TKO__RANK_HELP);
+  tko__mutex_lock(&pool->help_mu);
   tko__helper **p = &pool->help_list;
   while (*p != h) p = &(*p)->pool_next;
   *p = h->pool_next;
   tko__sub_seq(&pool->helpers, 1);
-  tko__mutex_unlock(&pool->help_mu, TKO__RANK_HELP);
+  tko__mutex_unlock(&pool->help_mu);
 }

@@ -12,7 +12,8 @@
  *
  * Lock ranks: witness.h orders every lock of the library in one place,
  * with each lock's role, and checks the order in debug and sanitizer
- * builds; every lock below is taken through its wrappers with its rank.
+ * builds; every mutex below is a tko__mutex, bound to its rank where
+ * pool.c initialises it, and taken through witness.h's wrappers.
  * Outermost first: spawn_mu, the queue lock, help_mu; every other lock
  * (gate_mu, idle.mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
  * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
@@ -216,7 +217,7 @@ struct tko_pool {
   /* Guards slot threads (thread, has_thread, spawning), basic slots'
    * states, the resize targets' changes, spawn_closed and spawns_active.
    * Never held while joining or creating a thread. */
-  pthread_mutex_t spawn_mu;
+  tko__mutex spawn_mu;
   pthread_cond_t spawn_cv; /* spawns_active dropped to 0 */
   bool spawn_closed;
   unsigned spawns_active;
@@ -224,7 +225,7 @@ struct tko_pool {
   /* wait_idle: waiters count themselves in idle_waiters, then sleep on
    * idle_cv under idle_mu; workers that find the queue empty broadcast. */
   TKO_CACHE_ALIGNED atomic_uint idle_waiters;
-  pthread_mutex_t idle_mu; /* guards nothing but the wait on idle_cv */
+  tko__mutex idle_mu; /* guards nothing but the wait on idle_cv */
   pthread_cond_t idle_cv;
 
   /* Bounded queues only (admit.c): room taken by admissions (leased
@@ -238,7 +239,7 @@ struct tko_pool {
   /* Read by every give-back (admit.c), written only by waiters: its own
    * line, away from room_taken. */
   TKO_CACHE_ALIGNED atomic_uint space_waiters;
-  pthread_mutex_t space_mu; /* guards nothing but the wait on space_cv */
+  tko__mutex space_mu; /* guards nothing but the wait on space_cv */
   pthread_cond_t space_cv;
   atomic_uint_fast64_t caller_runs; /* CALLER_RUNS tasks: part of submitted */
   /* Tasks counted as submitted elsewhere (keyed tasks, queued ones) that
@@ -248,7 +249,7 @@ struct tko_pool {
   atomic_uint blocking;             /* workers inside a blocking hint */
 
   /* Delayed tasks (timer.c). */
-  pthread_mutex_t timer_mu; /* guards the heap, every timer's state, the
+  tko__mutex timer_mu;      /* guards the heap, every timer's state, the
                                periodic timers' records (timer_free too)
                                and the timer thread's start and stop */
   pthread_cond_t timer_cv;  /* the timer thread waits here for the earliest deadline */
@@ -260,7 +261,7 @@ struct tko_pool {
 
   /* Async records (async.c): handed out from a free list, allocated in
    * chunks that live until destroy, so op pointers stay valid. */
-  pthread_mutex_t async_mu; /* guards async_free and async_chunks */
+  tko__mutex async_mu; /* guards async_free and async_chunks */
   struct tko_async *async_free;
   void *async_chunks;
   atomic_uint async_inflight; /* async_running, readable lock-free */
@@ -271,7 +272,7 @@ struct tko_pool {
    * (tko__signal_work) unparks every one listed (their group's end unparks
    * them too, through the group). helpers: how many are listed, seq_cst, a
    * Dekker pair with the work's publication. */
-  pthread_mutex_t help_mu; /* guards help_list */
+  tko__mutex help_mu; /* guards help_list */
   struct tko__helper *help_list; /* helping waits about to sleep (help.c) */
   atomic_uint helpers;
 
@@ -289,7 +290,7 @@ struct tko_pool {
 
   /* The lifecycle (lifecycle.h, lifecycle.c). Off the submit path: only
    * slow paths (a full queue, thread start and exit, shutdown) touch it. */
-  pthread_mutex_t gate_mu; /* guards everything down to attached; a leaf */
+  tko__mutex gate_mu;      /* guards everything down to attached; a leaf */
   pthread_cond_t gate_cv;  /* gate_count or threads reached 0, the shutter
                               role was given back, an attachment's close
                               returned */

@@ -58,14 +58,14 @@ static void set_state(tko_pool *pool, int state) {
 /* Waits on gate_cv until done(pool) or the deadline (NULL = none); caller
  * holds gate_mu. */
 static int gate_wait(tko_pool *pool, bool (*done)(void *pool), const struct timespec *deadline) {
-  return tko__cond_wait_until(&pool->gate_cv, &pool->gate_mu, TKO__RANK_GATE, deadline, done, pool);
+  return tko__cond_wait_until(&pool->gate_cv, &pool->gate_mu, deadline, done, pool);
 }
 
 int tko__gate_enter(tko_pool *pool) {
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   int rc = get_state(pool) >= TKO__DRAINING ? -ESHUTDOWN : 0;
   if (rc == 0) pool->gate_count++;
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
   if (rc == 0 && gated_depth++ == 0) gated_pool = pool;
   return rc;
 }
@@ -73,30 +73,30 @@ int tko__gate_enter(tko_pool *pool) {
 void tko__gate_leave(tko_pool *pool) {
   TKO__INVARIANT(gated_depth > 0); /* every leave pairs with an enter */
   if (--gated_depth == 0) gated_pool = NULL;
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   TKO__INVARIANT(pool->gate_count > 0);
   if (--pool->gate_count == 0) pthread_cond_broadcast(&pool->gate_cv);
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
 }
 
 void tko__thread_enter(tko_pool *pool) {
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   pool->threads++;
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
 }
 
 void tko__thread_exit(tko_pool *pool) {
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   TKO__INVARIANT(pool->threads > 0);
   if (--pool->threads == 0) pthread_cond_broadcast(&pool->gate_cv);
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
 }
 
 int tko__attach(tko_pool *pool, tko__attachment *a) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   if (!a || !a->close) return -EINVAL;
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   rc = get_state(pool) == TKO__RUNNING ? 0 : -ESHUTDOWN;
   if (rc == 0) {
     a->resolved = false;
@@ -105,14 +105,14 @@ int tko__attach(tko_pool *pool, tko__attachment *a) {
     if (a->next) a->next->prev = a;
     pool->attached = a;
   }
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
   return rc;
 }
 
 static bool not_resolving(void *pool) { return ((tko_pool *)pool)->resolving == NULL; }
 
 void tko__detach(tko_pool *pool, tko__attachment *a) {
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   /* A shutdown may be calling a's close right now: wait for it to return
    * before the owner frees a. */
   while (pool->resolving == a) gate_wait(pool, not_resolving, NULL);
@@ -120,7 +120,7 @@ void tko__detach(tko_pool *pool, tko__attachment *a) {
   else pool->attached = a->next;
   if (a->next) a->next->prev = a->prev;
   a->prev = a->next = NULL;
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
 }
 
 static bool role_free(void *pool) { return !((tko_pool *)pool)->shutter; }
@@ -128,20 +128,20 @@ static bool role_free(void *pool) { return !((tko_pool *)pool)->shutter; }
 /* The shutter role: one thread at a time advances a shutdown; the others
  * wait for it within their own deadline. */
 static int take_role(tko_pool *pool, const struct timespec *deadline) {
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   int rc = gate_wait(pool, role_free, deadline);
   if (rc == 0) pool->shutter = true;
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
   if (rc == 0) role = pool;
   return rc;
 }
 
 static void give_role(tko_pool *pool) {
   role = closing_pool = NULL;
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   pool->shutter = false;
   pthread_cond_broadcast(&pool->gate_cv);
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
 }
 
 /* Milliseconds left until deadline (NULL: -1, no limit). */
@@ -164,23 +164,23 @@ static long ms_left(const struct timespec *deadline) {
 static int resolve_attachments(tko_pool *pool, tko_shutdown_mode mode,
                                const struct timespec *deadline, bool nowait) {
   int rc = 0;
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   for (;;) {
     tko__attachment *a = pool->attached;
     while (a && a->resolved) a = a->next;
     if (!a) break;
     pool->resolving = a;
-    tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+    tko__mutex_unlock(&pool->gate_mu);
     tko__witness_assert_none_held(); /* an attachment's close may call the host's */
     rc = a->close(a, mode, nowait ? 0 : ms_left(deadline));
-    tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+    tko__mutex_lock(&pool->gate_mu);
     pool->resolving = NULL;
     pthread_cond_broadcast(&pool->gate_cv); /* a detach may wait for it */
     if (rc && !nowait) break;
     a->resolved = true;
     rc = 0;
   }
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
   return rc;
 }
 
@@ -222,9 +222,9 @@ void tko__empty_queue(tko_pool *pool, bool run) {
  * here on, and everyone who waits is woken. */
 static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   bool cancel = mode == TKO_CANCEL;
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   set_state(pool, cancel ? TKO__CANCELLING : TKO__DRAINING);
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
   tko__shard *first = &pool->shards[0];
   tko__lock_acquire(&first->lock);
   /* Release: pairs with the acquire in run_or_cancel (worker.c). */
@@ -244,9 +244,9 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
   tko__store_seq(&pool->closing, true);
   tko__unlock(&first->lock);
-  tko__mutex_lock(&pool->space_mu, TKO__RANK_SPACE); /* blocked submitters see closing */
+  tko__mutex_lock(&pool->space_mu); /* blocked submitters see closing */
   pthread_cond_broadcast(&pool->space_cv);
-  tko__mutex_unlock(&pool->space_mu, TKO__RANK_SPACE);
+  tko__mutex_unlock(&pool->space_mu);
   /* The timer thread, if blocked submitting to a full queue, is woken by
    * closing too; timers close last, in finish. */
   if (cancel) tko__empty_queue(pool, false);
@@ -256,9 +256,9 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
 /* A DRAIN that timed out, continued as a CANCEL: what is still queued goes
  * to on_cancel, and tasks workers had taken are cancelled, not started. */
 static void escalate(tko_pool *pool) {
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   set_state(pool, TKO__CANCELLING);
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
   tko__store_release(&pool->cancelling, true); /* pairs with run_or_cancel's acquire */
   tko__empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
@@ -276,10 +276,9 @@ static bool no_async_in_flight(void *pool) {
 /* Waits, within the deadline, for async tasks in flight to complete. */
 static int wait_async(tko_pool *pool, const struct timespec *deadline) {
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify (async.c) */
-  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
-  int rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, TKO__RANK_IDLE_WAIT, deadline,
-                                no_async_in_flight, pool);
-  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  tko__mutex_lock(&pool->idle_mu);
+  int rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, deadline, no_async_in_flight, pool);
+  tko__mutex_unlock(&pool->idle_mu);
   tko__sub_seq(&pool->idle_waiters, 1);
   if (rc == 0) tko__async_quiesce(pool); /* completers leaving: a few instructions */
   return rc;
@@ -287,9 +286,9 @@ static int wait_async(tko_pool *pool, const struct timespec *deadline) {
 
 /* DRAINING or CANCELLING -> STOPPED, once nobody is left inside. */
 static int finish(tko_pool *pool, const struct timespec *deadline) {
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   int rc = gate_wait(pool, quiet, deadline);
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
   if (rc) return rc;
   /* Every worker is at its end: these joins return at once. */
   /* Every basic slot: a grow (tko_pool_resize) may have used any, and it
@@ -309,12 +308,12 @@ static int finish(tko_pool *pool, const struct timespec *deadline) {
    * an async task waited for above - its task runs on the timer thread, the
    * closed pool cannot queue it. Those still armed now go to on_cancel. */
   tko__timers_close(pool);
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   set_state(pool, TKO__STOPPED);
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
-  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  tko__mutex_unlock(&pool->gate_mu);
+  tko__mutex_lock(&pool->idle_mu);
   pthread_cond_broadcast(&pool->idle_cv);
-  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  tko__mutex_unlock(&pool->idle_mu);
   return 0;
 }
 
@@ -326,9 +325,9 @@ static int advance(tko_pool *pool, tko_shutdown_mode mode, const struct timespec
   bool nowait = mode == TKO_CANCEL_NOWAIT;
   if (nowait) mode = TKO_CANCEL;
   if (state == TKO__RUNNING) {
-    tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+    tko__mutex_lock(&pool->gate_mu);
     set_state(pool, TKO__CLOSING);
-    tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+    tko__mutex_unlock(&pool->gate_mu);
     state = TKO__CLOSING;
   }
   if (state == TKO__CLOSING) {
@@ -367,9 +366,9 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
 
 /* Whether anything still holds the pool (tko_pool_destroy's -EBUSY). */
 bool tko__attached(tko_pool *pool) {
-  tko__mutex_lock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&pool->gate_mu);
   bool any = pool->attached != NULL;
-  tko__mutex_unlock(&pool->gate_mu, TKO__RANK_GATE);
+  tko__mutex_unlock(&pool->gate_mu);
   return any;
 }
 

@@ -143,20 +143,20 @@ static void free_pool(tko_pool *pool) {
   tko__mem_free(a, pool->shards_raw);
   tko__queue_fini(&pool->async_queue);
   tko__async_fini(pool);
-  pthread_mutex_destroy(&pool->async_mu);
+  tko__mutex_destroy(&pool->async_mu);
   tko__inbox_fini(&pool->inbox, a);
   if (pool->rings.uid) tko__rings_fini(&pool->rings); /* uid: set once initialised */
   tko__idle_fini(&pool->idle);
-  pthread_mutex_destroy(&pool->spawn_mu);
+  tko__mutex_destroy(&pool->spawn_mu);
   pthread_cond_destroy(&pool->spawn_cv);
-  pthread_mutex_destroy(&pool->help_mu);
-  pthread_mutex_destroy(&pool->idle_mu);
+  tko__mutex_destroy(&pool->help_mu);
+  tko__mutex_destroy(&pool->idle_mu);
   pthread_cond_destroy(&pool->idle_cv);
-  pthread_mutex_destroy(&pool->gate_mu);
+  tko__mutex_destroy(&pool->gate_mu);
   pthread_cond_destroy(&pool->gate_cv);
-  pthread_mutex_destroy(&pool->space_mu);
+  tko__mutex_destroy(&pool->space_mu);
   pthread_cond_destroy(&pool->space_cv);
-  pthread_mutex_destroy(&pool->timer_mu);
+  tko__mutex_destroy(&pool->timer_mu);
   pthread_cond_destroy(&pool->timer_cv);
   tko__timers_fini(pool);
   tko__mem_free(a, pool->raw);
@@ -166,14 +166,14 @@ static int init_sync(tko_pool *pool) {
   pthread_condattr_t ca;
   if (pthread_condattr_init(&ca)) return -ENOMEM;
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  int bad = pthread_mutex_init(&pool->spawn_mu, NULL) |
-            pthread_mutex_init(&pool->idle_mu, NULL) | pthread_cond_init(&pool->idle_cv, &ca) |
-            pthread_mutex_init(&pool->gate_mu, NULL) | pthread_cond_init(&pool->gate_cv, &ca) |
-            pthread_mutex_init(&pool->space_mu, NULL) |
-            pthread_cond_init(&pool->space_cv, &ca) | pthread_mutex_init(&pool->timer_mu, NULL) |
-            pthread_cond_init(&pool->timer_cv, &ca) | pthread_mutex_init(&pool->async_mu, NULL) |
-            pthread_cond_init(&pool->spawn_cv, &ca) |
-            pthread_mutex_init(&pool->help_mu, NULL);
+  int bad =
+      tko__mutex_init(&pool->spawn_mu, TKO__RANK_SPAWN) |
+      tko__mutex_init(&pool->idle_mu, TKO__RANK_IDLE_WAIT) |
+      pthread_cond_init(&pool->idle_cv, &ca) | tko__mutex_init(&pool->gate_mu, TKO__RANK_GATE) |
+      pthread_cond_init(&pool->gate_cv, &ca) | tko__mutex_init(&pool->space_mu, TKO__RANK_SPACE) |
+      pthread_cond_init(&pool->space_cv, &ca) | tko__mutex_init(&pool->timer_mu, TKO__RANK_TIMER) |
+      pthread_cond_init(&pool->timer_cv, &ca) | tko__mutex_init(&pool->async_mu, TKO__RANK_ASYNC) |
+      pthread_cond_init(&pool->spawn_cv, &ca) | tko__mutex_init(&pool->help_mu, TKO__RANK_HELP);
   pthread_condattr_destroy(&ca);
   if (bad) return -ENOMEM;
   return tko__idle_init(&pool->idle);
@@ -301,10 +301,10 @@ int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
   struct timespec deadline;
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: see sum_finished */
-  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
-  rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, TKO__RANK_IDLE_WAIT,
-                            timeout_ms < 0 ? NULL : &deadline, pool_is_idle, pool);
-  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  tko__mutex_lock(&pool->idle_mu);
+  rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, timeout_ms < 0 ? NULL : &deadline,
+                            pool_is_idle, pool);
+  tko__mutex_unlock(&pool->idle_mu);
   tko__sub_seq(&pool->idle_waiters, 1);
   return rc;
 }

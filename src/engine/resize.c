@@ -63,7 +63,7 @@ bool tko__resize_retire(tko_pool *pool, tko__worker *w) {
    * as worker_sleep's read of closing. */
   if (tko__load_seq(&pool->closing)) return false;
   bool retire = false;
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   if (w->kind == TKO_WORKER_BASIC) {
     retire = w->index >= tko__load_relaxed(&pool->basic_target); /* stored under spawn_mu */
     if (retire) {
@@ -84,22 +84,22 @@ bool tko__resize_retire(tko_pool *pool, tko__worker *w) {
       tko__add_seq(&pool->elastic_retired, 1); /* seq_cst: see tko__elastic_started */
     }
   }
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
   return retire;
 }
 
 bool tko__resize_left(tko_pool *pool, tko__worker *w) {
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   bool back = tko__load_relaxed(&w->slot_state) == TKO__SLOT_RUNNING; /* under spawn_mu */
   if (!back) tko__store_relaxed(&w->slot_state, TKO__SLOT_RETIRING);
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
   return back;
 }
 
 void tko__resize_vacate(tko_pool *pool, tko__worker *w) {
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   tko__store_relaxed(&w->slot_state, TKO__SLOT_RETIRING); /* under spawn_mu */
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
 }
 
 enum grow_step { GROW_DONE, GROW_NEXT, GROW_AGAIN };
@@ -112,9 +112,9 @@ enum grow_step { GROW_DONE, GROW_NEXT, GROW_AGAIN };
  * the slot is looked at again against the target of now. */
 static enum grow_step grow_slot(tko_pool *pool, unsigned i, int *rc) {
   tko__worker *w = &pool->slots[i];
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   if (i >= tko__load_relaxed(&pool->basic_target)) { /* stored under spawn_mu */
-    tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+    tko__mutex_unlock(&pool->spawn_mu);
     return GROW_DONE;
   }
   int state = tko__load_relaxed(&w->slot_state); /* under spawn_mu, as every store */
@@ -129,12 +129,12 @@ static enum grow_step grow_slot(tko_pool *pool, unsigned i, int *rc) {
     w->has_thread = false;
     w->spawning = true; /* no other grow may start or join it meanwhile */
   }
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
   if (!start) return GROW_NEXT;
   if (join) pthread_join(old, NULL);
   pthread_t t;
   int err = tko__worker_spawn(pool, w, &t);
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   if (err == 0) {
     w->thread = t;
     w->has_thread = true;
@@ -144,7 +144,7 @@ static enum grow_step grow_slot(tko_pool *pool, unsigned i, int *rc) {
     *rc = err; /* -EAGAIN, as create's */
   }
   w->spawning = false;
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
   return err ? GROW_DONE : GROW_AGAIN;
 }
 
@@ -162,14 +162,14 @@ int tko_pool_resize(tko_pool *pool, unsigned basic_workers, unsigned max_elastic
     tko__gate_leave(pool);
     return -ESHUTDOWN;
   }
-  tko__mutex_lock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&pool->spawn_mu);
   bool shrink = basic_workers < tko__load_relaxed(&pool->basic_target) ||
                 max_elastic < tko__load_relaxed(&pool->elastic_max);
   /* seq_cst stores, read relaxed by the hints: the decisions re-read them
    * under spawn_mu, and sleepers under idle.mu (see above). */
   tko__store_seq(&pool->basic_target, basic_workers);
   tko__store_seq(&pool->elastic_max, max_elastic);
-  tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&pool->spawn_mu);
   enum grow_step step;
   for (unsigned i = 0; (step = grow_slot(pool, i, &rc)) != GROW_DONE;)
     if (step == GROW_NEXT) i++;

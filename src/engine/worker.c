@@ -208,9 +208,9 @@ void tko__notify_idle(tko_pool *pool) {
    * its finished count seq_cst, then loads idle_waiters; the waiter adds
    * itself to idle_waiters, then loads the finished counts. */
   if (tko__load_seq(&pool->idle_waiters) == 0) return;
-  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  tko__mutex_lock(&pool->idle_mu);
   pthread_cond_broadcast(&pool->idle_cv);
-  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  tko__mutex_unlock(&pool->idle_mu);
 }
 
 /* Under the lock: moves every submitted task into the queue, and says

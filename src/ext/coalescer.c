@@ -73,7 +73,7 @@ struct tko_coalescer {
   void *user;
   int weight;
   const tko_allocator *alloc;
-  pthread_mutex_t mu;     /* protects every field below */
+  tko__mutex mu;          /* protects every field below */
   pthread_cond_t cv;      /* broadcast when running, queued or close_done clears/sets */
   pthread_cond_t tick_cv; /* wakes the timer thread early (stop) */
   dirty_set sets[2];
@@ -195,11 +195,11 @@ static void set_clear(dirty_set *s) {
 /* Sweeps: called by the token holder with mu released; returns the token
  * (the last access to c by a sweep task). */
 static void sweep(tko_coalescer *c) {
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   dirty_set *s = c->active;
   c->active = c->spare;
   c->spare = s;
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   size_t n = s->n;
   if (n) {
     tko_coalescer *saved = current_flush;
@@ -209,7 +209,7 @@ static void sweep(tko_coalescer *c) {
     current_flush = saved;
     set_clear(s);
   }
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   if (n) {
     c->st.sweeps++;
     c->st.flushed += n;
@@ -217,13 +217,13 @@ static void sweep(tko_coalescer *c) {
   }
   c->running = false;
   pthread_cond_broadcast(&c->cv);
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
 }
 
 /* Takes the sweep token; mu held (released while waiting). */
 static void take_token(tko_coalescer *c) {
   while (c->running)
-    tko__cond_wait(&c->cv, &c->mu, TKO__RANK_COALESCER);
+    tko__cond_wait(&c->cv, &c->mu);
   c->running = true;
 }
 
@@ -231,15 +231,15 @@ static void sweep_cancelled(tko__task_owner *owner, void *arg);
 
 static int sweep_task(void *arg) {
   tko_coalescer *c = arg;
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   c->queued = false;
   if (c->running) { /* a flush is under way on another thread: it covers us */
     pthread_cond_broadcast(&c->cv);
-    tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+    tko__mutex_unlock(&c->mu);
     return 0;
   }
   c->running = true;
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   sweep(c);
   return 0;
 }
@@ -249,9 +249,9 @@ static int sweep_task(void *arg) {
  * starts, before the pool can count it finished, and the pool's idle check
  * errs only towards "busy"), so clear it. Releases mu meanwhile. */
 static void check_dropped(tko_coalescer *c) {
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   bool idle = tko_pool_wait_idle(c->pool, 0) == 0;
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   if (idle && c->queued) {
     c->queued = false;
     pthread_cond_broadcast(&c->cv);
@@ -296,9 +296,9 @@ static void *timer_main(void *arg) {
   struct timespec next, now;
   clock_gettime(CLOCK_MONOTONIC, &next);
   add_ms(&next, c->interval_ms);
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   while (!c->stop) {
-    if (tko__cond_timedwait(&c->tick_cv, &c->mu, TKO__RANK_COALESCER, &next) != ETIMEDOUT) continue;
+    if (tko__cond_timedwait(&c->tick_cv, &c->mu, &next) != ETIMEDOUT) continue;
     /* Due. The next tick keeps the cadence, skipping ticks already missed. */
     clock_gettime(CLOCK_MONOTONIC, &now);
     add_ms(&next, c->interval_ms);
@@ -317,12 +317,12 @@ static void *timer_main(void *arg) {
       continue;
     }
     c->queued = true;
-    tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+    tko__mutex_unlock(&c->mu);
     /* Never waits for room in a full TKO_FULL_BLOCK queue (timeout 0): the
      * thread that drains that queue may be the one closing this coalescer,
      * which joins this thread. A full queue is a refusal like any other. */
     int rc = tko__submit_owned(c->pool, &c->sweep_owner, sweep_task, c, c->weight, 0, true);
-    tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+    tko__mutex_lock(&c->mu);
     if (rc == 0) continue;
     /* The pool refused (shut down, full, out of memory): sweep here. */
     c->queued = false;
@@ -330,11 +330,11 @@ static void *timer_main(void *arg) {
     if (c->running) continue;
     c->running = true;
     c->st.inline_sweeps++;
-    tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+    tko__mutex_unlock(&c->mu);
     sweep(c);
-    tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+    tko__mutex_lock(&c->mu);
   }
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   return NULL;
 }
 
@@ -381,14 +381,14 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
   bool sync_ok = false;
   if (!rc && !pthread_condattr_init(&ca)) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (!pthread_mutex_init(&c->mu, NULL)) {
+    if (!tko__mutex_init(&c->mu, TKO__RANK_COALESCER)) {
       if (!pthread_cond_init(&c->cv, NULL)) {
         if (!pthread_cond_init(&c->tick_cv, &ca))
           sync_ok = true;
         else
           pthread_cond_destroy(&c->cv);
       }
-      if (!sync_ok) pthread_mutex_destroy(&c->mu);
+      if (!sync_ok) tko__mutex_destroy(&c->mu);
     }
     pthread_condattr_destroy(&ca);
     if (!sync_ok) rc = -ENOMEM;
@@ -413,7 +413,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
     if (sync_ok) {
       pthread_cond_destroy(&c->tick_cv);
       pthread_cond_destroy(&c->cv);
-      pthread_mutex_destroy(&c->mu);
+      tko__mutex_destroy(&c->mu);
     }
     set_free(a, &c->sets[0]);
     set_free(a, &c->sets[1]);
@@ -427,7 +427,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
 int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value) {
   int bad = check(c);
   if (bad) return bad;
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   int rc;
   if (c->closed) {
     c->st.rejected++;
@@ -436,7 +436,7 @@ int tko_coalescer_mark(tko_coalescer *c, uint64_t key, uint64_t value) {
     rc = set_mark(c->alloc, c->active, key, value);
     if (!rc) c->st.marks++;
   }
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   return rc;
 }
 
@@ -444,9 +444,9 @@ int tko_coalescer_flush(tko_coalescer *c) {
   int bad = check(c);
   if (bad) return bad;
   if (current_flush == c) return -EDEADLK;
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   take_token(c);
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   sweep(c);
   return 0;
 }
@@ -455,27 +455,27 @@ int tko_coalescer_close(tko_coalescer *c) {
   int bad = check(c);
   if (bad) return bad;
   if (current_flush == c) return -EDEADLK;
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   c->closed = true;
   if (c->closing) { /* another close runs the final flush: wait for it */
     while (!c->close_done)
-      tko__cond_wait(&c->cv, &c->mu, TKO__RANK_COALESCER);
-    tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+      tko__cond_wait(&c->cv, &c->mu);
+    tko__mutex_unlock(&c->mu);
     return 0;
   }
   c->closing = true;
   c->stop = true;
   pthread_cond_signal(&c->tick_cv);
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   if (c->has_thread) pthread_join(c->thread, NULL);
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   take_token(c);
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   sweep(c); /* the final flush: every accepted mark is in a table by now */
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   c->close_done = true;
   pthread_cond_broadcast(&c->cv);
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   return 0;
 }
 
@@ -493,22 +493,22 @@ int tko_coalescer_destroy(tko_coalescer *c) {
    * pool to run it, which a paused pool would not. */
   void *sweep_arg;
   if (tko__withdraw_owned(c->pool, &c->sweep_owner, &sweep_arg, 1)) sweep_dropped(c);
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   while (c->queued || c->running) {
     if (c->queued && !c->running) {
       check_dropped(c);
       if (!c->queued) continue;
     }
-    tko__cond_wait(&c->cv, &c->mu, TKO__RANK_COALESCER);
+    tko__cond_wait(&c->cv, &c->mu);
   }
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
   /* Detached first: a shutdown of the pool resolving the coalescer right
    * now (its close callback waits on cv) is waited for before the mutex
    * and conditions go. The pool may be freed from here on. */
   tko__detach(c->pool, &c->attach);
   pthread_cond_destroy(&c->tick_cv);
   pthread_cond_destroy(&c->cv);
-  pthread_mutex_destroy(&c->mu);
+  tko__mutex_destroy(&c->mu);
   set_free(c->alloc, &c->sets[0]);
   set_free(c->alloc, &c->sets[1]);
   c->magic = COALESCER_DEAD;
@@ -518,10 +518,10 @@ int tko_coalescer_destroy(tko_coalescer *c) {
 
 /* A queued sweep the pool dropped: the next tick or destroy may go on. */
 static void sweep_dropped(tko_coalescer *c) {
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   c->queued = false;
   pthread_cond_broadcast(&c->cv);
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
 }
 
 static void sweep_cancelled(tko__task_owner *owner, void *arg) {
@@ -543,8 +543,8 @@ void tko_coalescer_stats(tko_coalescer *c, tko_coalesce_stats *out) {
     memset(out, 0, sizeof *out);
     return;
   }
-  tko__mutex_lock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_lock(&c->mu);
   *out = c->st;
   out->dirty = c->active->n;
-  tko__mutex_unlock(&c->mu, TKO__RANK_COALESCER);
+  tko__mutex_unlock(&c->mu);
 }

@@ -109,7 +109,7 @@ typedef struct lane_meta {
 } lane_meta;
 
 typedef struct lane {
-  pthread_mutex_t mu;     /* protects every field below */
+  tko__mutex mu;          /* protects every field below */
   tko_lane_task *ring;    /* cap slots, count queued from head; NULL until first use */
   tko_lane_task *scratch; /* max_drain slots: the batch being run (runner only) */
   lane_meta *meta, *scratch_meta; /* beside ring and scratch: the keyed table only */
@@ -149,7 +149,7 @@ struct tko_lanes {
   atomic_uint_fast64_t pending; /* accepted, not finished or cancelled */
   char pad1[TKO_CACHE_LINE - sizeof(atomic_uint_fast64_t)];
   atomic_uint_fast64_t runners; /* runners out; decremented under idle_mu */
-  pthread_mutex_t idle_mu;      /* orders the zero-crossings of pending and runners
+  tko__mutex idle_mu;           /* orders the zero-crossings of pending and runners
                                    with their waiters */
   pthread_cond_t idle_cv;       /* broadcast when pending or runners reaches zero */
   /* Held on the pool from create to destroy (lifecycle.h): the pool's
@@ -264,7 +264,7 @@ static int lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options 
     bad = pthread_cond_init(&l->idle_cv, &ca);
     pthread_condattr_destroy(&ca);
   }
-  if (!bad && pthread_mutex_init(&l->idle_mu, NULL)) {
+  if (!bad && tko__mutex_init(&l->idle_mu, TKO__RANK_LANES_IDLE)) {
     pthread_cond_destroy(&l->idle_cv);
     bad = 1;
   }
@@ -274,7 +274,7 @@ static int lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options 
     memset(ln, 0, sizeof *ln);
     ln->index = made;
     ln->owner = l;
-    if (pthread_mutex_init(&ln->mu, NULL)) bad = 1;
+    if (tko__mutex_init(&ln->mu, TKO__RANK_LANE)) bad = 1;
   }
   int rc = bad ? -ENOMEM : 0;
   if (!bad) {
@@ -284,9 +284,9 @@ static int lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options 
   }
   if (rc) {
     for (unsigned i = 0; i + 1 < made; i++)
-      pthread_mutex_destroy(&lane_at(l, i)->mu);
+      tko__mutex_destroy(&lane_at(l, i)->mu);
     if (made) {
-      pthread_mutex_destroy(&l->idle_mu);
+      tko__mutex_destroy(&l->idle_mu);
       pthread_cond_destroy(&l->idle_cv);
     }
     tko__mem_free(a, l->raw);
@@ -311,20 +311,20 @@ static void pending_sub(tko_lanes *l, uint64_t n) {
   uint64_t before = tko__sub_seq(&l->pending, n);
   TKO__INVARIANT(before >= n); /* a task leaves pending once */
   if (before == n) {
-    tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+    tko__mutex_lock(&l->idle_mu);
     pthread_cond_broadcast(&l->idle_cv);
-    tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+    tko__mutex_unlock(&l->idle_mu);
   }
 }
 
 /* A runner is back (finished, or dropped and disposed of). The table's last
  * access by that runner: destroy may free it as soon as idle_mu is released. */
 static void runner_done(tko_lanes *l) {
-  tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+  tko__mutex_lock(&l->idle_mu);
   uint64_t before = tko__sub_seq(&l->runners, 1);
   TKO__INVARIANT(before > 0); /* a runner token comes back once */
   if (before == 1) pthread_cond_broadcast(&l->idle_cv);
-  tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+  tko__mutex_unlock(&l->idle_mu);
 }
 
 /* Moves the ring into a new allocation twice its size, oldest first. */
@@ -496,7 +496,7 @@ static void drive_first(tko_lanes *l, lane *ln, size_t first) {
     size_t n = ln->count < most ? ln->count : most;
     for (size_t i = 0; i < n; i++)
       ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     visit v = {l, current_lanes, ln, n, 0, 0};
     if (n) {
       /* A cleanup attribute (lanes.c is built with -fexceptions): a few
@@ -505,7 +505,7 @@ static void drive_first(tko_lanes *l, lane *ln, size_t first) {
       run_visit(&v);
       pthread_cleanup_pop(0);
     }
-    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_lock(&ln->mu);
     count_visit(l, ln, n, v.failed);
     if (hand_on(l, ln)) return;
   }
@@ -522,7 +522,7 @@ static bool hand_on(tko_lanes *l, lane *ln) {
     ln->scheduled = false;
     ring_old old;
     ring_shrink(l, ln, &old);
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     ring_free(l, &old); /* before runner_done: the table is still ours */
     runner_done(l);
     return true;
@@ -541,13 +541,13 @@ static bool hand_on(tko_lanes *l, lane *ln) {
   int weight = ln->ring[ln->head].weight;
   int rc = submit_runner(l, ln, weight, 0, false);
   if (rc == 0) {
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     return true;
   }
   if (rc == -ETIMEDOUT) {
     /* A full queue, on a thread that may wait for room (a caller-runs
      * submitter, not a worker): wait with the lane unlocked. */
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     start_unlocked(l, ln, weight, false);
     return true;
   }
@@ -603,7 +603,7 @@ static void visit_exited(void *arg) {
   lane *ln = v->ln;
   current_lanes = v->outer_lanes;
   size_t ran = v->next + 1, back = v->n - ran;
-  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+  tko__mutex_lock(&ln->mu);
   while (ln->cap - ln->count < back && ring_grow(l, ln) == 0) {
   }
   bool room = ln->cap - ln->count >= back;
@@ -611,17 +611,17 @@ static void visit_exited(void *arg) {
     for (size_t i = v->n; i-- > ran;) ring_unpop(ln, i);
   count_visit(l, ln, ran, v->failed + 1);
   if (!room) { /* out of memory: the visit's scratch is still this thread's */
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     for (size_t i = ran; i < v->n; i++)
       cancel_task(l, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
-    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_lock(&ln->mu);
     ln->cancelled += back;
     pending_sub(l, back);
   }
   while (!hand_on(l, ln)) { /* tasks appended meanwhile: hand_on again */
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     lane_cancel(l, ln, false);
-    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_lock(&ln->mu);
   }
 }
 
@@ -631,7 +631,7 @@ static int lane_runner(void *arg) {
     caller_ran = true;
     return 0;
   }
-  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+  tko__mutex_lock(&ln->mu);
   drive(ln->owner, ln);
   return 0;
 }
@@ -649,7 +649,7 @@ static int lane_runner(void *arg) {
 static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here) {
   int rc = submit_runner(l, ln, weight, -1, may_run_here);
   if (rc == 0) return;
-  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+  tko__mutex_lock(&ln->mu);
   drive_first(l, ln, rc == 1 ? 1 : l->opts.max_drain);
 }
 
@@ -692,10 +692,10 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
   if (bad) return bad;
   if (!fn && !l->opts.batch) return -EINVAL;
   lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
-  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+  tko__mutex_lock(&ln->mu);
   int rc = ring_push(l, ln, key, fn, arg, weight);
   if (rc) {
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     return rc;
   }
   if (!ln->scheduled) {
@@ -715,7 +715,7 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
       tko__add_relaxed(&l->pending, 1); /* relaxed: see below */
       ln->submitted++;
       bool gated = enter_gate(l);
-      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+      tko__mutex_unlock(&ln->mu);
       start_unlocked(l, ln, weight, true);
       if (gated) tko__gate_leave(l->pool);
       return 0;
@@ -726,7 +726,7 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
       ln->count--;
       ln->scheduled = false;
       tko__sub_relaxed(&l->runners, 1);
-      tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+      tko__mutex_unlock(&ln->mu);
       return started;
     }
   }
@@ -734,7 +734,7 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
    * follows this point; zero is only acted on under idle_mu. */
   tko__add_relaxed(&l->pending, 1);
   ln->submitted++;
-  tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+  tko__mutex_unlock(&ln->mu);
   return 0;
 }
 
@@ -746,20 +746,20 @@ int tko_lanes_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int 
 int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight,
                             bool run_here) {
   lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
-  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+  tko__mutex_lock(&ln->mu);
   if (run_here && ln->scheduled) { /* earlier tasks of the lane come first */
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     return TKO__LANE_BUSY;
   }
   int rc = ring_push(l, ln, key, fn, arg, weight);
   if (rc) {
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     return rc;
   }
   tko__add_relaxed(&l->pending, 1); /* relaxed: see tko_lanes_submit */
   ln->submitted++;
   if (ln->scheduled) {
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
     return 0;
   }
   tko__add_relaxed(&l->runners, 1); /* relaxed: see tko_lanes_submit */
@@ -768,7 +768,7 @@ int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *ar
    * visit runs it here, then hands the lane to the pool (a runner, refused
    * only at shutdown), whatever others queued meanwhile. */
   if (run_here || submit_runner(l, ln, weight, 0, false) != 0) drive(l, ln);
-  else tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+  else tko__mutex_unlock(&ln->mu);
   return 0;
 }
 
@@ -788,7 +788,7 @@ int tko__lanes_create_keyed(tko_lanes **out, tko_pool *pool, const tko_allocator
  * by the pool and this caller owns its runner count: it clears the flag
  * and returns the count. Returns whether it did. */
 static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
-  tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+  tko__mutex_lock(&ln->mu);
   bool owned = unschedule && ln->scheduled;
   if (owned) ln->scheduled = false;
   size_t n = ln->count, head = ln->head, cap = ln->cap;
@@ -800,7 +800,7 @@ static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
     ln->cap = ln->head = ln->count = 0;
     ln->cancelled += n;
   }
-  tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+  tko__mutex_unlock(&ln->mu);
   for (size_t i = 0, at = head; i < n; i++, at = at + 1 == cap ? 0 : at + 1)
     cancel_task(l, &gone.ring[at], gone.meta ? &gone.meta[at] : NULL);
   ring_free(l, &gone);
@@ -814,8 +814,8 @@ static void close_table(tko_lanes *l) {
   tko__store_seq(&l->closed, true); /* seq_cst: see tko_lanes_submit */
   for (unsigned i = 0; i <= l->mask; i++) {
     lane *ln = lane_at(l, i);
-    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_lock(&ln->mu);
+    tko__mutex_unlock(&ln->mu);
   }
 }
 
@@ -869,10 +869,10 @@ int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
   if (in_own_task(l)) return -EDEADLK;
   struct timespec deadline;
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
-  tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
-  int rc = tko__cond_wait_until(&l->idle_cv, &l->idle_mu, TKO__RANK_LANES_IDLE,
+  tko__mutex_lock(&l->idle_mu);
+  int rc = tko__cond_wait_until(&l->idle_cv, &l->idle_mu,
                                 timeout_ms < 0 ? NULL : &deadline, nothing_pending, l);
-  tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+  tko__mutex_unlock(&l->idle_mu);
   return rc;
 }
 
@@ -887,7 +887,7 @@ static bool drive_withdrawn(tko_lanes *l) {
   while ((n = tko__withdraw_owned(l->pool, &l->runner_owner, args, 32))) {
     for (size_t i = 0; i < n; i++) {
       lane *ln = args[i];
-      tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+      tko__mutex_lock(&ln->mu);
       drive(l, ln);
     }
     total += n;
@@ -909,24 +909,24 @@ int tko_lanes_destroy(tko_lanes *l) {
   close_table(l);
   for (;;) {
     drive_withdrawn(l);
-    tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+    tko__mutex_lock(&l->idle_mu);
     if (tko__load_seq(&l->runners) == 0) break;
     /* Runners are out. If the pool has nothing queued or running, they
      * cannot be live: a live runner is queued or running, or has already
      * counted itself out (the pool's idle check errs only towards "busy").
      * Then the pool dropped them: dispose of their lanes here. */
-    tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+    tko__mutex_unlock(&l->idle_mu);
     bool pool_idle = tko_pool_wait_idle(l->pool, 0) == 0;
     if (pool_idle && tko__load_seq(&l->runners) != 0) {
       for (unsigned i = 0; i <= l->mask; i++)
         lane_cancel(l, lane_at(l, i), true);
     }
-    tko__mutex_lock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+    tko__mutex_lock(&l->idle_mu);
     if (!pool_idle && tko__load_seq(&l->runners) != 0)
-      tko__cond_wait(&l->idle_cv, &l->idle_mu, TKO__RANK_LANES_IDLE);
-    tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+      tko__cond_wait(&l->idle_cv, &l->idle_mu);
+    tko__mutex_unlock(&l->idle_mu);
   }
-  tko__mutex_unlock(&l->idle_mu, TKO__RANK_LANES_IDLE);
+  tko__mutex_unlock(&l->idle_mu);
   /* Detached first: a shutdown of the pool resolving the table right now
    * (its close callback takes every lane's mu) is waited for before the
    * mutexes go (test attack_lanes2/destroy_races_shutdown_of_a_paused_pool,
@@ -935,13 +935,13 @@ int tko_lanes_destroy(tko_lanes *l) {
   const tko_allocator *a = l->opts.allocator;
   for (unsigned i = 0; i <= l->mask; i++) {
     lane *ln = lane_at(l, i);
-    pthread_mutex_destroy(&ln->mu);
+    tko__mutex_destroy(&ln->mu);
     tko__mem_free(a, ln->ring);
     tko__mem_free(a, ln->scratch);
     tko__mem_free(a, ln->meta);
     tko__mem_free(a, ln->scratch_meta);
   }
-  pthread_mutex_destroy(&l->idle_mu);
+  tko__mutex_destroy(&l->idle_mu);
   pthread_cond_destroy(&l->idle_cv);
   l->magic = LANES_DEAD;
   tko__mem_free(a, l->raw);
@@ -955,7 +955,7 @@ void tko_lanes_stats(tko_lanes *l, tko_lane_stats *out) {
   if (check(l)) return;
   for (unsigned i = 0; i <= l->mask; i++) {
     lane *ln = lane_at(l, i);
-    tko__mutex_lock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_lock(&ln->mu);
     out->submitted += ln->submitted;
     out->completed += ln->completed;
     out->failed += ln->failed;
@@ -964,6 +964,6 @@ void tko_lanes_stats(tko_lanes *l, tko_lane_stats *out) {
     out->visits += ln->visits;
     if (ln->max_batch > out->max_batch) out->max_batch = ln->max_batch;
     if (ln->used) out->lanes_used++;
-    tko__mutex_unlock(&ln->mu, TKO__RANK_LANE);
+    tko__mutex_unlock(&ln->mu);
   }
 }

@@ -43,7 +43,7 @@ typedef struct chunk {
 } chunk;
 
 static struct tko_async *take_record(tko_pool *pool) {
-  tko__mutex_lock(&pool->async_mu, TKO__RANK_ASYNC);
+  tko__mutex_lock(&pool->async_mu);
   struct tko_async *r = pool->async_free;
   if (!r) {
     chunk *c = tko__mem_alloc(pool->opts.allocator, sizeof *c);
@@ -59,15 +59,15 @@ static struct tko_async *take_record(tko_pool *pool) {
     }
   }
   if (r) pool->async_free = r->next_free;
-  tko__mutex_unlock(&pool->async_mu, TKO__RANK_ASYNC);
+  tko__mutex_unlock(&pool->async_mu);
   return r;
 }
 
 static void give_record(tko_pool *pool, struct tko_async *r) {
-  tko__mutex_lock(&pool->async_mu, TKO__RANK_ASYNC);
+  tko__mutex_lock(&pool->async_mu);
   r->next_free = pool->async_free;
   pool->async_free = r;
-  tko__mutex_unlock(&pool->async_mu, TKO__RANK_ASYNC);
+  tko__mutex_unlock(&pool->async_mu);
 }
 
 /* Async functions travel in the task slot and are cast back before the
@@ -183,10 +183,10 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
 
 void tko__async_quiesce(tko_pool *pool) {
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify */
-  tko__mutex_lock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+  tko__mutex_lock(&pool->idle_mu);
   while (tko__load_seq(&pool->async_inflight) > 0)
-    tko__cond_wait(&pool->idle_cv, &pool->idle_mu, TKO__RANK_IDLE_WAIT);
-  tko__mutex_unlock(&pool->idle_mu, TKO__RANK_IDLE_WAIT);
+    tko__cond_wait(&pool->idle_cv, &pool->idle_mu);
+  tko__mutex_unlock(&pool->idle_mu);
   tko__sub_seq(&pool->idle_waiters, 1);
   /* A completer past its notify is a few instructions from leaving. */
   while (tko__load_seq(&pool->completers) > 0) sched_yield();

@@ -35,7 +35,7 @@
 #define GROUP_MAGIC 0x7461736bu
 
 typedef struct tko__group {
-  pthread_mutex_t mu; /* guards every field below and the wait on cv */
+  tko__mutex mu; /* guards every field below and the wait on cv */
   pthread_cond_t cv;
   uint64_t pending;
   int status;         /* first failure, or 0 */
@@ -74,7 +74,7 @@ int tko_group_init(tko_group *group) {
   int rc = pthread_cond_init(&g->cv, &ca);
   pthread_condattr_destroy(&ca);
   if (rc) return -ENOMEM;
-  if (pthread_mutex_init(&g->mu, NULL)) {
+  if (tko__mutex_init(&g->mu, TKO__RANK_GROUP)) {
     pthread_cond_destroy(&g->cv);
     return -ENOMEM;
   }
@@ -88,12 +88,12 @@ int tko_group_destroy(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
   if (copied(g)) return 0; /* the copy is left alone, as a pool's is */
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   uint64_t pending = g->pending;
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   if (pending) return -EBUSY;
   g->magic = 0;
-  pthread_mutex_destroy(&g->mu);
+  tko__mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);
   return 0;
 }
@@ -112,7 +112,7 @@ void tko__group_started(void *group) {
 void tko__group_finished(void *group, int status, bool unstarted) {
   tko__group *g = group;
   if (unstarted) tko__sub_relaxed(&g->unstarted, 1);
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   if (status && !g->status) g->status = status;
   TKO__INVARIANT(g->pending > 0); /* each member finishes once */
   if (--g->pending == 0) {
@@ -120,7 +120,7 @@ void tko__group_finished(void *group, int status, bool unstarted) {
     /* Under g->mu: a helper leaves the list under it before it returns. */
     for (group_helper *gh = g->helpers; gh; gh = gh->next) tko__parker_unpark(&gh->h.parker);
   }
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
 }
 
 int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg, int weight) {
@@ -132,26 +132,26 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
   tko__group *g = get(group);
   if (!pool || !g || !fn) return -EINVAL;
   if (copied(g)) return -ECHILD;
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   /* Bound to a pool only while it has members there; an empty group may
    * move to another pool. */
   if (g->pending > 0 && g->pool != pool) {
-    tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+    tko__mutex_unlock(&g->mu);
     return -EINVAL;
   }
   g->pool = pool;
   g->pending++;
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   if (!tag) tko__add_relaxed(&g->unstarted, 1); /* before the member can start */
   int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP | tag, weight, -1);
   if (rc) {
     if (!tag) tko__sub_relaxed(&g->unstarted, 1);
-    tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+    tko__mutex_lock(&g->mu);
     if (--g->pending == 0) {
       g->pool = NULL; /* no member anywhere: not bound to that pool */
       pthread_cond_broadcast(&g->cv);
     }
-    tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+    tko__mutex_unlock(&g->mu);
     return rc;
   }
   return 0; /* the submit woke any helper (tko__signal_work) */
@@ -161,9 +161,9 @@ uint64_t tko_group_pending(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return 0;
   if (copied(g)) return g->pending;
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   uint64_t n = g->pending;
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   return n;
 }
 
@@ -171,9 +171,9 @@ int tko_group_status(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
   if (copied(g)) return g->status;
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   int st = g->status;
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   return st;
 }
 
@@ -181,9 +181,9 @@ int tko_group_status(tko_group *group) {
 static bool group_done(void *g) { return ((tko__group *)g)->pending == 0; }
 
 static uint64_t pending_now(tko__group *g) {
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   uint64_t n = g->pending;
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   return n;
 }
 
@@ -219,14 +219,14 @@ static bool members_pending(void *g) { return pending_now(g) > 0; }
 static int leave_if_done(tko__group *g, group_helper *gh, long timeout_ms,
                          const struct timespec *deadline) {
   bool expired = deadline_passed(timeout_ms, deadline);
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   int rc = g->pending == 0 ? 0 : expired ? -ETIMEDOUT : 1;
   if (rc <= 0) {
     group_helper **p = &g->helpers;
     while (*p != gh) p = &(*p)->next;
     *p = gh->next;
   }
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   return rc;
 }
 
@@ -241,10 +241,10 @@ static int help_until_done(tko__group *g, tko_pool *group_pool, tko__worker *sel
   uintptr_t members = group_pool == pool ? (uintptr_t)g | TKO__CTX_GROUP : 0;
   group_helper gh = {.next = NULL};
   if (tko__parker_init(&gh.h.parker)) return -ENOMEM;
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   gh.next = g->helpers;
   g->helpers = &gh;
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   int rc;
   while ((rc = leave_if_done(g, &gh, timeout_ms, deadline)) > 0) {
     if (members && tko__load_relaxed(&g->unstarted) && tko__help_member(pool, self, members))
@@ -276,18 +276,18 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
   struct timespec deadline;
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__worker *self = tko__current_worker;
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   /* g->pool is only meaningful (and its pool only alive) while members
    * are pending. None pending: done now, whatever is submitted next. (A
    * worker that went on to the blocking wait below while a member came in
    * meanwhile waited for a member only it could run: on a one-worker pool,
    * until its deadline; group/a_helping_wait_races_member_submits.) */
   if (!g->pending) {
-    tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+    tko__mutex_unlock(&g->mu);
     return 0;
   }
   tko_pool *pool = g->pool;
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   if (waits_on_itself(g)) return -EDEADLK;
   /* A forked child's copy: the members live in the parent; running them
    * here would run them twice, and nothing here can finish them. */
@@ -305,10 +305,9 @@ int tko_group_wait(tko_group *group, long timeout_ms) {
     help_depth--;
     return rc;
   }
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
-  int rc = tko__cond_wait_until(&g->cv, &g->mu, TKO__RANK_GROUP, timeout_ms < 0 ? NULL : &deadline,
-                                group_done, g);
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
+  int rc = tko__cond_wait_until(&g->cv, &g->mu, timeout_ms < 0 ? NULL : &deadline, group_done, g);
+  tko__mutex_unlock(&g->mu);
   return rc;
 }
 
@@ -316,10 +315,10 @@ long tko_group_cancel(tko_group *group) {
   tko__group *g = get(group);
   if (!g) return -EINVAL;
   if (copied(g)) return g->pending ? -ECHILD : 0;
-  tko__mutex_lock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_lock(&g->mu);
   /* With no member pending the pool may be gone: nothing to cancel there. */
   tko_pool *pool = g->pending ? g->pool : NULL;
-  tko__mutex_unlock(&g->mu, TKO__RANK_GROUP);
+  tko__mutex_unlock(&g->mu);
   if (!pool) return 0;
   if (tko__pool_forked(pool)) return -ECHILD; /* its queue is the parent's */
   long total = 0;

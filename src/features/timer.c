@@ -133,13 +133,13 @@ static void disarm(tko_pool *pool, tko__timer *t, int state) {
 static void firing_done(const tko__item *item, bool cancelled) {
   tko__firing *rec = (tko__firing *)(item->ctx & ~TKO__CTX_TAGS);
   tko_pool *pool = rec->pool;
-  tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_lock(&pool->timer_mu);
   rec->outstanding = false;
   /* Cancelled (by shutdown): the argument has just reached on_cancel, so
    * the timer ends with it; nothing of it may run any more. */
   if (!rec->timer) release_record(pool, rec); /* disarmed meanwhile */
   else if (cancelled) disarm(pool, rec->timer, TIMER_CANCELLED); /* releases rec */
-  tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_unlock(&pool->timer_mu);
 }
 
 static void firing_ran(const tko__item *item, int status) {
@@ -179,10 +179,10 @@ static void *timer_main(void *arg) {
   char name[32];
   snprintf(name, sizeof name, "%s-t", pool->name);
   tko__thread_set_name(name);
-  tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_lock(&pool->timer_mu);
   while (!pool->timer_stop) {
     if (pool->timers_len == 0) {
-      tko__cond_wait(&pool->timer_cv, &pool->timer_mu, TKO__RANK_TIMER);
+      tko__cond_wait(&pool->timer_cv, &pool->timer_mu);
       continue;
     }
     tko__timer *t = pool->timers[0];
@@ -190,7 +190,7 @@ static void *timer_main(void *arg) {
     if (t->deadline_ns > now) {
       struct timespec ts = {.tv_sec = (time_t)(t->deadline_ns / 1000000000u),
                             .tv_nsec = (long)(t->deadline_ns % 1000000000u)};
-      tko__cond_timedwait(&pool->timer_cv, &pool->timer_mu, TKO__RANK_TIMER, &ts);
+      tko__cond_timedwait(&pool->timer_cv, &pool->timer_mu, &ts);
       continue;
     }
     tko__item item = {.fn = t->fn, .arg = t->arg, .weight = t->weight};
@@ -206,11 +206,11 @@ static void *timer_main(void *arg) {
       heap_remove(pool, t);
       atomic_store_explicit(&t->state, TIMER_FIRED, memory_order_release);
     }
-    tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
+    tko__mutex_unlock(&pool->timer_mu);
     fire(pool, &item);
-    tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
+    tko__mutex_lock(&pool->timer_mu);
   }
-  tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_unlock(&pool->timer_mu);
   return NULL;
 }
 
@@ -252,7 +252,7 @@ static int arm(tko_pool *pool, tko_timer *timer, long delay_ms, long period_ms, 
   tko__timer *t = as_timer(timer);
   tko__firing *rec = NULL;
   int rc = 0;
-  tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_lock(&pool->timer_mu);
   if (pool->timer_stop) rc = -ESHUTDOWN;
   else if (t->state == TIMER_ARMED) rc = -EBUSY;
   else rc = prepare(pool, period_ms > 0, &rec);
@@ -265,7 +265,7 @@ static int arm(tko_pool *pool, tko_timer *timer, long delay_ms, long period_ms, 
     timers_sift_up(pool, t->heap_pos);
     if (t->heap_pos == 0) pthread_cond_signal(&pool->timer_cv);
   }
-  tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_unlock(&pool->timer_mu);
   return rc;
 }
 
@@ -293,29 +293,29 @@ int tko_timer_cancel(tko_timer *timer) {
    * pairs with the release stores made under timer_mu. */
   if (!pool || atomic_load_explicit(&t->state, memory_order_acquire) != TIMER_ARMED) return -ENOENT;
   if (tko__pool_forked(pool)) return -ECHILD;
-  tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_lock(&pool->timer_mu);
   int rc = -ENOENT;
   if (t->state == TIMER_ARMED) {
     disarm(pool, t, TIMER_CANCELLED);
     rc = 0;
   }
-  tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_unlock(&pool->timer_mu);
   return rc;
 }
 
 void tko__timers_close(tko_pool *pool) {
-  tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_lock(&pool->timer_mu);
   pool->timer_stop = true;
   pthread_cond_broadcast(&pool->timer_cv);
   bool started = pool->timer_started;
   pool->timer_started = false;
-  tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_unlock(&pool->timer_mu);
   /* First the thread, with the firing it may be in the middle of. Shutdown
    * calls this last - the queue is empty and the workers are gone - so after
    * the join no firing is out, and each on_cancel below comes after its
    * timer's last run. */
   if (started) pthread_join(pool->timer_thread, NULL);
-  tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_lock(&pool->timer_mu);
   while (pool->timers_len > 0) {
     tko__timer *t = pool->timers[0];
     tko_task_fn fn = t->fn;
@@ -323,11 +323,11 @@ void tko__timers_close(tko_pool *pool) {
     int weight = t->weight;
     assert(!(t->rec && t->rec->outstanding) && "tko__timers_close: called before the drain");
     disarm(pool, t, TIMER_CANCELLED);
-    tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
+    tko__mutex_unlock(&pool->timer_mu);
     hand_to_cancel(pool, fn, arg, weight);
-    tko__mutex_lock(&pool->timer_mu, TKO__RANK_TIMER);
+    tko__mutex_lock(&pool->timer_mu);
   }
-  tko__mutex_unlock(&pool->timer_mu, TKO__RANK_TIMER);
+  tko__mutex_unlock(&pool->timer_mu);
 }
 
 void tko__timers_fini(tko_pool *pool) {

@@ -50,11 +50,11 @@ bool tko__time_before(const struct timespec *a, const struct timespec *b) {
   return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
-int tko__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, tko__rank r,
-                         const struct timespec *deadline, bool (*done)(void *ctx), void *ctx) {
+int tko__cond_wait_until(pthread_cond_t *cv, tko__mutex *mu, const struct timespec *deadline,
+                         bool (*done)(void *ctx), void *ctx) {
   while (!done(ctx)) {
-    if (!deadline) tko__cond_wait(cv, mu, r);
-    else if (tko__cond_timedwait(cv, mu, r, deadline) == ETIMEDOUT)
+    if (!deadline) tko__cond_wait(cv, mu);
+    else if (tko__cond_timedwait(cv, mu, deadline) == ETIMEDOUT)
       return done(ctx) ? 0 : -ETIMEDOUT;
   }
   return 0;
@@ -91,14 +91,14 @@ void tko__word_wake_all(atomic_uint *word) {
  * default clock, CLOCK_REALTIME, which any platform has. */
 enum { WORD_STRIPES = 64 };
 static struct word_stripe {
-  pthread_mutex_t mu; /* guards the sleep on cv: see prim.h */
+  tko__mutex mu; /* guards the sleep on cv: see prim.h */
   pthread_cond_t cv;
 } word_stripes[WORD_STRIPES];
 static pthread_once_t word_once = PTHREAD_ONCE_INIT;
 
 static void word_stripes_init(void) {
   for (unsigned i = 0; i < WORD_STRIPES; i++) {
-    pthread_mutex_init(&word_stripes[i].mu, NULL);
+    (void)tko__mutex_init(&word_stripes[i].mu, TKO__RANK_WORD_WAIT);
     pthread_cond_init(&word_stripes[i].cv, NULL);
   }
 }
@@ -110,29 +110,29 @@ static struct word_stripe *stripe_of(const atomic_uint *word) {
 
 void tko__word_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns) {
   struct word_stripe *st = stripe_of(word);
-  tko__mutex_lock(&st->mu, TKO__RANK_WORD_WAIT);
+  tko__mutex_lock(&st->mu);
   /* seq_cst: after the lock, so a change made before the waker's lock of
    * this mutex is seen here, or its broadcast finds this thread asleep. */
   if (atomic_load(word) == expected) {
     if (timeout_ns == UINT64_MAX) {
-      tko__cond_wait(&st->cv, &st->mu, TKO__RANK_WORD_WAIT);
+      tko__cond_wait(&st->cv, &st->mu);
     } else {
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       uint64_t ns = (uint64_t)ts.tv_nsec + timeout_ns % 1000000000u;
       ts.tv_sec += (time_t)(timeout_ns / 1000000000u + ns / 1000000000u);
       ts.tv_nsec = (long)(ns % 1000000000u);
-      (void)tko__cond_timedwait(&st->cv, &st->mu, TKO__RANK_WORD_WAIT, &ts);
+      (void)tko__cond_timedwait(&st->cv, &st->mu, &ts);
     }
   }
-  tko__mutex_unlock(&st->mu, TKO__RANK_WORD_WAIT);
+  tko__mutex_unlock(&st->mu);
 }
 
 void tko__word_wake_all(atomic_uint *word) {
   struct word_stripe *st = stripe_of(word);
-  tko__mutex_lock(&st->mu, TKO__RANK_WORD_WAIT);
+  tko__mutex_lock(&st->mu);
   pthread_cond_broadcast(&st->cv);
-  tko__mutex_unlock(&st->mu, TKO__RANK_WORD_WAIT);
+  tko__mutex_unlock(&st->mu);
 }
 #endif
 

@@ -27,14 +27,14 @@ void tko__deadline_after(struct timespec *ts, long ms);
 /* Whether time a comes before time b (same clock). */
 bool tko__time_before(const struct timespec *a, const struct timespec *b);
 
-/* Waits on cv (caller holds mu, whose rank is r: witness.h) until done(ctx)
+/* Waits on cv (caller holds mu: witness.h) until done(ctx)
  * holds or the deadline passes (NULL = no limit; a deadline already past
  * just checks): 0 once done, -ETIMEDOUT if the deadline passed first. The
  * one timed-wait loop: done is re-checked after every wake-up, spurious
  * ones included, and once more after the timeout, so a condition that
  * came true at the last moment is not reported as a timeout. */
-int tko__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, tko__rank r,
-                         const struct timespec *deadline, bool (*done)(void *ctx), void *ctx);
+int tko__cond_wait_until(pthread_cond_t *cv, tko__mutex *mu, const struct timespec *deadline,
+                         bool (*done)(void *ctx), void *ctx);
 
 /* splitmix64's finalizer: spreads sequential keys over unrelated values
  * (lane and coalescer hash tables). */

@@ -11,8 +11,11 @@
  * while a task, a hook, a callback of the host (flush, on_cancel) or an
  * attachment's close runs; shutdown holds none while it waits.
  *
- * Every lock is taken through the wrappers below, which name its rank at
- * the call site (the queue's spinlock, the only tko__lock, takes
+ * Every library mutex is a tko__mutex, whose rank is bound once, where it
+ * is initialised (tko__mutex_init, TKO__MUTEX_INITIALIZER, as jemalloc's
+ * malloc_mutex_init), and every lock is taken through the wrappers below,
+ * which read the rank from the mutex: no call site names one, so none can
+ * name the wrong one (the queue's spinlock, the only tko__lock, takes
  * TKO__RANK_QUEUE in lock.h). In a build with TKO_LOCK_ORDER_CHECK (CMake's
  * option of that name: on for Debug and the sanitizer builds, so CI's TSan
  * and ASan flavours run every test with it) each thread keeps the ranks it
@@ -99,27 +102,66 @@ static inline void tko__witness_wait(tko__rank r) { (void)r; }
 static inline void tko__witness_assert_none_held(void) {}
 #endif
 
-static inline void tko__mutex_lock(pthread_mutex_t *mu, tko__rank r) {
-  tko__witness_acquire(r);
-  pthread_mutex_lock(mu);
+/* A library mutex and, in a checker build only, its rank: a release build
+ * keeps the bare pthread_mutex_t and pays nothing for the rank. */
+typedef struct tko__mutex {
+  pthread_mutex_t mu;
+#ifdef TKO_LOCK_ORDER_CHECK
+  tko__rank rank; /* I: set by tko__mutex_init or TKO__MUTEX_INITIALIZER */
+#endif
+} tko__mutex;
+
+#ifdef TKO_LOCK_ORDER_CHECK
+#define TKO__MUTEX_INITIALIZER(r) {PTHREAD_MUTEX_INITIALIZER, (r)}
+#else
+#define TKO__MUTEX_INITIALIZER(r) {PTHREAD_MUTEX_INITIALIZER}
+#endif
+
+/* Initialises m with the rank r, the one place r is named: 0, or
+ * pthread_mutex_init's error. */
+static inline int tko__mutex_init(tko__mutex *m, tko__rank r) {
+#ifdef TKO_LOCK_ORDER_CHECK
+  m->rank = r;
+#else
+  (void)r;
+#endif
+  return pthread_mutex_init(&m->mu, NULL);
 }
 
-static inline void tko__mutex_unlock(pthread_mutex_t *mu, tko__rank r) {
-  tko__witness_release(r);
-  pthread_mutex_unlock(mu);
+static inline void tko__mutex_destroy(tko__mutex *m) { pthread_mutex_destroy(&m->mu); }
+
+/* The rank m was initialised with (TKO__RANK_NONE without the checker,
+ * which is then never asked). */
+static inline tko__rank tko__mutex_rank(const tko__mutex *m) {
+#ifdef TKO_LOCK_ORDER_CHECK
+  return m->rank;
+#else
+  (void)m;
+  return TKO__RANK_NONE;
+#endif
 }
 
-/* The wait releases mu and takes it back before it returns, so the thread
- * holds r again, as the checker still counts it. */
-static inline void tko__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, tko__rank r) {
-  tko__witness_wait(r);
-  pthread_cond_wait(cv, mu);
+static inline void tko__mutex_lock(tko__mutex *m) {
+  tko__witness_acquire(tko__mutex_rank(m));
+  pthread_mutex_lock(&m->mu);
 }
 
-static inline int tko__cond_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, tko__rank r,
+static inline void tko__mutex_unlock(tko__mutex *m) {
+  tko__witness_release(tko__mutex_rank(m));
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* The wait releases m and takes it back before it returns, so the thread
+ * holds m's rank again, as the checker still counts it. */
+static inline void tko__cond_wait(pthread_cond_t *cv, tko__mutex *m) {
+  tko__witness_wait(tko__mutex_rank(m));
+  pthread_cond_wait(cv, &m->mu);
+}
+
+static inline int tko__cond_timedwait(pthread_cond_t *cv, tko__mutex *m,
                                       const struct timespec *deadline) {
-  tko__witness_wait(r);
-  return pthread_cond_timedwait(cv, mu, deadline);
+  tko__witness_wait(tko__mutex_rank(m));
+  return pthread_cond_timedwait(cv, &m->mu, deadline);
 }
 
 #endif

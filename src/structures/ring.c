@@ -29,7 +29,7 @@ int tko__rings_init(tko__rings *rs, bool off, unsigned shards, const tko_allocat
   rs->off = off;
   rs->shards = shards;
   rs->alloc = alloc;
-  if (pthread_mutex_init(&rs->mu, NULL)) return -ENOMEM;
+  if (tko__mutex_init(&rs->mu, TKO__RANK_RINGS)) return -ENOMEM;
   rs->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed) + 1; /* never 0 */
   return 0;
 }
@@ -38,7 +38,7 @@ void tko__rings_fini(tko__rings *rs) {
   unsigned n = atomic_load_explicit(&rs->count, memory_order_relaxed);
   for (unsigned i = 0; i < n; i++)
     tko__mem_free(rs->alloc, rs->ring[i]->raw);
-  pthread_mutex_destroy(&rs->mu);
+  tko__mutex_destroy(&rs->mu);
 }
 
 static tko__ring *ring_new(tko__rings *rs, unsigned index) {
@@ -64,7 +64,7 @@ static tko__ring *find_or_claim(tko__rings *rs) {
   for (unsigned i = 0; i < n; i++)
     if (rs->ring[i]->owner == &cache) return rs->ring[i];
   tko__ring *r = NULL;
-  tko__mutex_lock(&rs->mu, TKO__RANK_RINGS);
+  tko__mutex_lock(&rs->mu);
   n = tko__load_relaxed(&rs->count); /* written under mu */
   if (n < TKO__RINGS_MAX) {
     r = ring_new(rs, n);
@@ -76,7 +76,7 @@ static tko__ring *find_or_claim(tko__rings *rs) {
       tko__store_seq(&rs->count, n + 1);
     }
   }
-  tko__mutex_unlock(&rs->mu, TKO__RANK_RINGS);
+  tko__mutex_unlock(&rs->mu);
   return r;
 }
 
@@ -92,17 +92,17 @@ tko__ring *tko__rings_mine(tko__rings *rs) {
 }
 
 void tko__rings_close_claims(tko__rings *rs) {
-  tko__mutex_lock(&rs->mu, TKO__RANK_RINGS);
+  tko__mutex_lock(&rs->mu);
   rs->closed = true;
-  tko__mutex_unlock(&rs->mu, TKO__RANK_RINGS);
+  tko__mutex_unlock(&rs->mu);
 }
 
 void tko__rings_close_shard(tko__rings *rs, unsigned shard) {
-  tko__mutex_lock(&rs->mu, TKO__RANK_RINGS);
+  tko__mutex_lock(&rs->mu);
   unsigned n = tko__load_relaxed(&rs->count); /* written under mu */
   for (unsigned i = shard; i < n; i += rs->shards)
     atomic_fetch_or_explicit(&rs->ring[i]->tail, TKO__RING_CLOSED, memory_order_seq_cst);
-  tko__mutex_unlock(&rs->mu, TKO__RANK_RINGS);
+  tko__mutex_unlock(&rs->mu);
 }
 
 /* A published slot as a queue item. */

@@ -49,6 +49,7 @@
 #include "atomics.h"
 #include "queue.h"
 #include "taskorch.h"
+#include "witness.h"
 
 #define TKO__RING_CAPACITY 1024u /* slots per ring (40 bytes each), a power of two */
 #define TKO__RINGS_MAX 64u
@@ -95,7 +96,7 @@ typedef struct tko__rings {
    * submitter claimed before the publish that did not wake it: step (2)
    * of signal.c's essay). */
   atomic_uint count;
-  pthread_mutex_t mu; /* rank TKO__RANK_RINGS, a leaf: claims and the close */
+  tko__mutex mu;      /* TKO__RANK_RINGS, a leaf: claims and the close */
   bool closed;        /* under mu */
   bool off;           /* I: every submit goes through the shared inbox */
   unsigned shards;    /* I: ring i drains into shard i mod shards */

@@ -95,14 +95,14 @@
 int tko__parker_init(tko__parker *pk) {
   atomic_init(&pk->permit, 0);
 #ifndef TKO_HAVE_FUTEX
-  if (pthread_mutex_init(&pk->mu, NULL)) return -ENOMEM;
+  if (tko__mutex_init(&pk->mu, TKO__RANK_PARKER)) return -ENOMEM;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   int rc = pthread_cond_init(&pk->cv, &ca);
   pthread_condattr_destroy(&ca);
   if (rc) {
-    pthread_mutex_destroy(&pk->mu);
+    tko__mutex_destroy(&pk->mu);
     return -ENOMEM;
   }
 #endif
@@ -112,7 +112,7 @@ int tko__parker_init(tko__parker *pk) {
 void tko__parker_fini(tko__parker *pk) {
 #ifndef TKO_HAVE_FUTEX
   pthread_cond_destroy(&pk->cv);
-  pthread_mutex_destroy(&pk->mu);
+  tko__mutex_destroy(&pk->mu);
 #else
   (void)pk;
 #endif
@@ -133,19 +133,19 @@ bool tko__parker_park(tko__parker *pk, uint64_t timeout_ns) {
 #ifdef TKO_HAVE_FUTEX
     tko__futex_wait(&pk->permit, 0, left);
 #else
-    tko__mutex_lock(&pk->mu, TKO__RANK_PARKER);
+    tko__mutex_lock(&pk->mu);
     if (!tko__load_acquire(&pk->permit)) { /* pairs with unpark's release */
       if (left == UINT64_MAX) {
-        tko__cond_wait(&pk->cv, &pk->mu, TKO__RANK_PARKER);
+        tko__cond_wait(&pk->cv, &pk->mu);
       } else {
         struct timespec ts;
         uint64_t at = deadline;
         ts.tv_sec = (time_t)(at / 1000000000u);
         ts.tv_nsec = (long)(at % 1000000000u);
-        tko__cond_timedwait(&pk->cv, &pk->mu, TKO__RANK_PARKER, &ts);
+        tko__cond_timedwait(&pk->cv, &pk->mu, &ts);
       }
     }
-    tko__mutex_unlock(&pk->mu, TKO__RANK_PARKER);
+    tko__mutex_unlock(&pk->mu);
 #endif
   }
   return true;
@@ -157,19 +157,19 @@ void tko__parker_unpark(tko__parker *pk) {
 #ifdef TKO_HAVE_FUTEX
   tko__futex_wake_one(&pk->permit);
 #else
-  tko__mutex_lock(&pk->mu, TKO__RANK_PARKER); /* so the store cannot slip between check and wait */
+  tko__mutex_lock(&pk->mu); /* so the store cannot slip between check and wait */
   pthread_cond_signal(&pk->cv);
-  tko__mutex_unlock(&pk->mu, TKO__RANK_PARKER);
+  tko__mutex_unlock(&pk->mu);
 #endif
 }
 
 int tko__idle_init(tko__idle *idle) {
   atomic_init(&idle->state, 0);
   idle->top = NULL;
-  return pthread_mutex_init(&idle->mu, NULL) ? -ENOMEM : 0;
+  return tko__mutex_init(&idle->mu, TKO__RANK_IDLE_LIST) ? -ENOMEM : 0;
 }
 
-void tko__idle_fini(tko__idle *idle) { pthread_mutex_destroy(&idle->mu); }
+void tko__idle_fini(tko__idle *idle) { tko__mutex_destroy(&idle->mu); }
 
 void tko__idle_search_begin(tko__idle *idle) { tko__add_seq(&idle->state, TKO__SEARCHING_ONE); }
 
@@ -188,7 +188,7 @@ static void unlink_sleeper(tko__idle *idle, tko__sleeper *s) {
 }
 
 void tko__idle_sleep_prepare(tko__idle *idle, tko__sleeper *s) {
-  tko__mutex_lock(&idle->mu, TKO__RANK_IDLE_LIST);
+  tko__mutex_lock(&idle->mu);
   s->prev = NULL;
   s->next = idle->top;
   if (idle->top) idle->top->prev = s;
@@ -196,17 +196,17 @@ void tko__idle_sleep_prepare(tko__idle *idle, tko__sleeper *s) {
   s->listed = true;
   /* Step (1) of the essay: seq_cst, ordered before the caller's re-check. */
   tko__add_seq(&idle->state, TKO__SLEEPING_ONE - TKO__SEARCHING_ONE);
-  tko__mutex_unlock(&idle->mu, TKO__RANK_IDLE_LIST);
+  tko__mutex_unlock(&idle->mu);
 }
 
 bool tko__idle_sleep_cancel(tko__idle *idle, tko__sleeper *s) {
-  tko__mutex_lock(&idle->mu, TKO__RANK_IDLE_LIST);
+  tko__mutex_lock(&idle->mu);
   bool was_listed = s->listed;
   if (was_listed) {
     unlink_sleeper(idle, s);
     tko__add_seq(&idle->state, TKO__SEARCHING_ONE - TKO__SLEEPING_ONE);
   }
-  tko__mutex_unlock(&idle->mu, TKO__RANK_IDLE_LIST);
+  tko__mutex_unlock(&idle->mu);
   return was_listed;
 }
 
@@ -225,9 +225,9 @@ bool tko__idle_wake_one(tko__idle *idle) {
    * increment of the queued count. */
   uint64_t st = tko__load_seq(&idle->state);
   if (tko__idle_sleeping(st) == 0) return false;
-  tko__mutex_lock(&idle->mu, TKO__RANK_IDLE_LIST);
+  tko__mutex_lock(&idle->mu);
   tko__sleeper *s = claim_top(idle);
-  tko__mutex_unlock(&idle->mu, TKO__RANK_IDLE_LIST);
+  tko__mutex_unlock(&idle->mu);
   if (!s) return false;
   tko__parker_unpark(&s->parker);
   return true;
@@ -235,9 +235,9 @@ bool tko__idle_wake_one(tko__idle *idle) {
 
 void tko__idle_wake_all(tko__idle *idle) {
   for (;;) {
-    tko__mutex_lock(&idle->mu, TKO__RANK_IDLE_LIST);
+    tko__mutex_lock(&idle->mu);
     tko__sleeper *s = claim_top(idle);
-    tko__mutex_unlock(&idle->mu, TKO__RANK_IDLE_LIST);
+    tko__mutex_unlock(&idle->mu);
     if (!s) return;
     tko__parker_unpark(&s->parker);
   }

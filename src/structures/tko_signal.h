@@ -24,7 +24,7 @@
 typedef struct tko__parker {
   atomic_uint permit; /* 1 = a wake-up is waiting to be consumed */
 #ifndef TKO_HAVE_FUTEX
-  pthread_mutex_t mu; /* protects the wait on cv; permit stays atomic */
+  tko__mutex mu; /* protects the wait on cv; permit stays atomic */
   pthread_cond_t cv;
 #endif
 } tko__parker;
@@ -49,7 +49,7 @@ typedef struct tko__sleeper {
 
 typedef struct tko__idle {
   _Alignas(64) atomic_uint_fast64_t state; /* searching | sleepers << 32 */
-  _Alignas(64) pthread_mutex_t mu;         /* protects the list and every
+  _Alignas(64) tko__mutex mu;              /* protects the list and every
                                               change to the sleeper count */
   tko__sleeper *top;                       /* most recently idle first */
 } tko__idle;

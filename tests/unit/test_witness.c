@@ -54,9 +54,13 @@ static void assert_one_report(int what, tko__rank held, tko__rank r) {
 #define CHECKER_ON() cr_skip_test("the lock-order checker is compiled out (TKO_LOCK_ORDER_CHECK)")
 #endif
 
-static pthread_mutex_t lane_a = PTHREAD_MUTEX_INITIALIZER, lane_b = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t spawn_mu = PTHREAD_MUTEX_INITIALIZER, help_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER, timer_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Each mutex is bound to the rank of the library's lock it stands for. */
+static tko__mutex lane_a = TKO__MUTEX_INITIALIZER(TKO__RANK_LANE);
+static tko__mutex lane_b = TKO__MUTEX_INITIALIZER(TKO__RANK_LANE);
+static tko__mutex spawn_mu = TKO__MUTEX_INITIALIZER(TKO__RANK_SPAWN);
+static tko__mutex help_mu = TKO__MUTEX_INITIALIZER(TKO__RANK_HELP);
+static tko__mutex gate_mu = TKO__MUTEX_INITIALIZER(TKO__RANK_GATE);
+static tko__mutex timer_mu = TKO__MUTEX_INITIALIZER(TKO__RANK_TIMER);
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
 static tko__lock queue_lock; /* zero: unlocked */
 
@@ -65,22 +69,22 @@ static tko__lock queue_lock; /* zero: unlocked */
 Test(witness, the_ranked_orders_pass) {
   CHECKER_ON();
   for (int round = 0; round < 3; round++) { /* what is released is forgotten */
-    tko__mutex_lock(&lane_a, TKO__RANK_LANE);
-    tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
+    tko__mutex_lock(&lane_a);
+    tko__mutex_lock(&spawn_mu);
     tko__lock_acquire(&queue_lock);
-    tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN); /* out of order: allowed */
-    tko__mutex_lock(&help_mu, TKO__RANK_HELP);
-    tko__mutex_lock(&gate_mu, TKO__RANK_GATE); /* one leaf, innermost */
-    tko__mutex_unlock(&gate_mu, TKO__RANK_GATE);
-    tko__mutex_unlock(&help_mu, TKO__RANK_HELP);
+    tko__mutex_unlock(&spawn_mu); /* out of order: allowed */
+    tko__mutex_lock(&help_mu);
+    tko__mutex_lock(&gate_mu); /* one leaf, innermost */
+    tko__mutex_unlock(&gate_mu);
+    tko__mutex_unlock(&help_mu);
     tko__unlock(&queue_lock);
-    tko__mutex_unlock(&lane_a, TKO__RANK_LANE);
+    tko__mutex_unlock(&lane_a);
   }
   /* A wait holding only its own mutex (the deadline has passed: returns). */
   struct timespec past = {0, 0};
-  tko__mutex_lock(&gate_mu, TKO__RANK_GATE);
-  cr_assert_eq(tko__cond_timedwait(&gate_cv, &gate_mu, TKO__RANK_GATE, &past), ETIMEDOUT);
-  tko__mutex_unlock(&gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&gate_mu);
+  cr_assert_eq(tko__cond_timedwait(&gate_cv, &gate_mu, &past), ETIMEDOUT);
+  tko__mutex_unlock(&gate_mu);
 #ifdef TKO_LOCK_ORDER_CHECK
   cr_assert_eq(nreports, 0, "%u reports, the first: held %d, taken %d", nreports,
                (int)reports[0].held, (int)reports[0].r);
@@ -91,8 +95,8 @@ Test(witness, the_ranked_orders_pass) {
 Test(witness, a_lock_taken_under_a_later_rank_is_reported) {
   CHECKER_ON();
   tko__lock_acquire(&queue_lock);
-  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN); /* spawn_mu ranks before the queue lock */
-  tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&spawn_mu); /* spawn_mu ranks before the queue lock */
+  tko__mutex_unlock(&spawn_mu);
   tko__unlock(&queue_lock);
 #ifdef TKO_LOCK_ORDER_CHECK
   assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_QUEUE, TKO__RANK_SPAWN);
@@ -103,10 +107,27 @@ Test(witness, a_lock_taken_under_a_later_rank_is_reported) {
  * so only the leaf rule refuses it. */
 Test(witness, nothing_is_taken_under_a_leaf) {
   CHECKER_ON();
-  tko__mutex_lock(&gate_mu, TKO__RANK_GATE);
-  tko__mutex_lock(&timer_mu, TKO__RANK_TIMER);
-  tko__mutex_unlock(&timer_mu, TKO__RANK_TIMER);
-  tko__mutex_unlock(&gate_mu, TKO__RANK_GATE);
+  tko__mutex_lock(&gate_mu);
+  tko__mutex_lock(&timer_mu);
+  tko__mutex_unlock(&timer_mu);
+  tko__mutex_unlock(&gate_mu);
+#ifdef TKO_LOCK_ORDER_CHECK
+  assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_GATE, TKO__RANK_TIMER);
+#endif
+}
+
+/* A mutex made at run time keeps the rank it was initialised with: the
+ * wrappers report it by that rank, named nowhere else. */
+Test(witness, a_mutex_keeps_the_rank_it_was_initialised_with) {
+  CHECKER_ON();
+  tko__mutex mu;
+  cr_assert_eq(tko__mutex_init(&mu, TKO__RANK_TIMER), 0);
+  cr_assert_eq(tko__mutex_rank(&mu), TKO__RANK_TIMER);
+  tko__mutex_lock(&gate_mu);
+  tko__mutex_lock(&mu); /* a leaf under a leaf */
+  tko__mutex_unlock(&mu);
+  tko__mutex_unlock(&gate_mu);
+  tko__mutex_destroy(&mu);
 #ifdef TKO_LOCK_ORDER_CHECK
   assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_GATE, TKO__RANK_TIMER);
 #endif
@@ -118,9 +139,9 @@ Test(witness, nothing_is_taken_under_a_leaf) {
 Test(witness, host_code_under_a_lock_is_reported) {
   CHECKER_ON();
   tko__witness_assert_none_held();
-  tko__mutex_lock(&help_mu, TKO__RANK_HELP);
+  tko__mutex_lock(&help_mu);
   tko__witness_assert_none_held();
-  tko__mutex_unlock(&help_mu, TKO__RANK_HELP);
+  tko__mutex_unlock(&help_mu);
   tko__witness_assert_none_held();
 #ifdef TKO_LOCK_ORDER_CHECK
   assert_one_report(TKO__WITNESS_HOST_UNDER_LOCK, TKO__RANK_HELP, TKO__RANK_NONE);
@@ -130,10 +151,10 @@ Test(witness, host_code_under_a_lock_is_reported) {
 /* Kills witness-equal-rank-allowed. */
 Test(witness, two_locks_of_one_rank_are_reported) {
   CHECKER_ON();
-  tko__mutex_lock(&lane_a, TKO__RANK_LANE);
-  tko__mutex_lock(&lane_b, TKO__RANK_LANE);
-  tko__mutex_unlock(&lane_b, TKO__RANK_LANE);
-  tko__mutex_unlock(&lane_a, TKO__RANK_LANE);
+  tko__mutex_lock(&lane_a);
+  tko__mutex_lock(&lane_b);
+  tko__mutex_unlock(&lane_b);
+  tko__mutex_unlock(&lane_a);
 #ifdef TKO_LOCK_ORDER_CHECK
   assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_LANE, TKO__RANK_LANE);
 #endif
@@ -143,11 +164,11 @@ Test(witness, two_locks_of_one_rank_are_reported) {
  * must leave the inner one counted. */
 Test(witness, a_lock_released_out_of_order_leaves_the_other_held) {
   CHECKER_ON();
-  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&spawn_mu);
   tko__lock_acquire(&queue_lock);
-  tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN);
-  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN); /* the queue lock is still held */
-  tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_unlock(&spawn_mu);
+  tko__mutex_lock(&spawn_mu); /* the queue lock is still held */
+  tko__mutex_unlock(&spawn_mu);
   tko__unlock(&queue_lock);
 #ifdef TKO_LOCK_ORDER_CHECK
   assert_one_report(TKO__WITNESS_ORDER, TKO__RANK_QUEUE, TKO__RANK_SPAWN);
@@ -168,11 +189,11 @@ Test(witness, releasing_a_lock_not_held_is_reported) {
 Test(witness, a_wait_holding_another_lock_is_reported) {
   CHECKER_ON();
   struct timespec past = {0, 0};
-  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
-  tko__mutex_lock(&gate_mu, TKO__RANK_GATE);
-  tko__cond_timedwait(&gate_cv, &gate_mu, TKO__RANK_GATE, &past);
-  tko__mutex_unlock(&gate_mu, TKO__RANK_GATE);
-  tko__mutex_unlock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&spawn_mu);
+  tko__mutex_lock(&gate_mu);
+  tko__cond_timedwait(&gate_cv, &gate_mu, &past);
+  tko__mutex_unlock(&gate_mu);
+  tko__mutex_unlock(&spawn_mu);
 #ifdef TKO_LOCK_ORDER_CHECK
   assert_one_report(TKO__WITNESS_WAIT_HOLDING, TKO__RANK_SPAWN, TKO__RANK_GATE);
 #endif
@@ -182,7 +203,7 @@ Test(witness, a_wait_holding_another_lock_is_reported) {
  * the checker names both on stderr and aborts before the lock is taken. */
 static void take_spawn_mu_under_the_queue_lock(void) {
   tko__lock_acquire(&queue_lock);
-  tko__mutex_lock(&spawn_mu, TKO__RANK_SPAWN);
+  tko__mutex_lock(&spawn_mu);
 }
 
 Test(witness, a_violation_prints_both_ranks_and_aborts) {
