@@ -1278,7 +1278,7 @@ Test(attack_hh, a_resume_wakes_a_sleeping_helper_to_run_what_it_holds) {
 
 typedef struct st {
   tko_pool *p[ST_POOLS];
-  atomic_long accepted, ran, cancelled;
+  atomic_long accepted, ran, cancelled, edeadlk;
   atomic_int bad;
   tt_count started;
 } st;
@@ -1313,8 +1313,23 @@ static int stn_fn(void *arg) {
     else if (rc != -ESHUTDOWN) atomic_store(&s->bad, rc);
   }
   for (int i = 0; i < 3; i++) {
+    /* Helpers here run any queued node of their pool, not only their own
+     * subtree, so a worker's nesting can pass TKO_MAX_HELP_DEPTH: that wait
+     * returns -EDEADLK at once (documented), and the node waits again
+     * until its member ends elsewhere. */
     int rc = tko_group_wait(&g[i], -1);
-    if (rc) atomic_store(&s->bad, rc);
+    uint64_t end = tt_now_ns() + (uint64_t)TT_LONG_MS * 1000000u;
+    while (rc == -EDEADLK && tt_now_ns() < end) {
+      atomic_fetch_add(&s->edeadlk, 1);
+      sched_yield();
+      rc = tko_group_wait(&g[i], -1);
+    }
+    if (rc) {
+      fprintf(stderr, "tree node depth %d pool %d: wait %d, pending %lu\n", n->depth, n->pool, rc,
+              (unsigned long)tko_group_pending(&g[i]));
+      atomic_store(&s->bad, rc);
+      abort(); /* the kids on this stack are still pending */
+    }
     if (tko_group_destroy(&g[i])) atomic_store(&s->bad, 77);
   }
   return 0;
@@ -1333,6 +1348,7 @@ static void *st_shutdown(void *arg) {
 }
 
 Test(attack_hh, trees_across_pools_survive_concurrent_shutdowns_in_every_mode) {
+  long edeadlk_total = 0;
   for (int round = 0; round < TT_SCALE(20, 5); round++) {
     static st s;
     memset(&s, 0, sizeof s);
@@ -1376,7 +1392,10 @@ Test(attack_hh, trees_across_pools_survive_concurrent_shutdowns_in_every_mode) {
                  "round %d: ran %ld + cancelled %ld != accepted %ld", round, atomic_load(&s.ran),
                  atomic_load(&s.cancelled), atomic_load(&s.accepted));
     tt_count_fini(&s.started);
+    edeadlk_total += atomic_load(&s.edeadlk);
   }
+  fprintf(stderr, "trees across pools: %ld waits refused with -EDEADLK (help depth)\n",
+          edeadlk_total);
 }
 
 /* ---- handles: cancel racing a batch-mate's wait; a cross-pool handle cycle ---- */
@@ -1488,4 +1507,122 @@ Test(attack_hh, a_cross_pool_handle_cycle_ends_with_bounded_waits) {
   cr_assert_eq(tko_handle_wait(&x.ha, 0), 0);
   cr_assert_eq(tko_pool_destroy(x.a), 0);
   cr_assert_eq(tko_pool_destroy(x.b), 0);
+}
+
+/* ---- group cancel racing the waiter's own helping -------------------------------- */
+
+typedef struct gc {
+  tko_pool *p;
+  tko_group g;
+  atomic_int ran, rc, go;
+  tt_count waiting;
+} gc;
+
+static int gc_member(void *arg) {
+  atomic_fetch_add(&((gc *)arg)->ran, 1);
+  tt_spin_ns(5000);
+  return 0;
+}
+static int gc_waiter(void *arg) {
+  gc *x = arg;
+  for (int i = 0; i < 40; i++) tko_group_submit(x->p, &x->g, gc_member, x, i % 3);
+  tt_count_add(&x->waiting, 1);
+  atomic_store(&x->rc, tko_group_wait(&x->g, TT_LONG_MS));
+  return 0;
+}
+
+Test(attack_hh, a_group_cancel_racing_the_waiters_own_helping_counts_right) {
+  for (int round = 0; round < TT_SCALE(200, 40); round++) {
+    hookc h;
+    gc x;
+    memset(&x, 0, sizeof x);
+    tt_count_init(&x.waiting);
+    atomic_store(&x.rc, 1);
+    x.p = mk_pool(1 + (unsigned)(round % 2), 0, &h);
+    cr_assert_eq(tko_group_init(&x.g), 0);
+    cr_assert_eq(tko_submit(x.p, gc_waiter, &x, 0), 0);
+    cr_assert(tt_count_wait_geq(&x.waiting, 1));
+    long k = tko_group_cancel(&x.g);
+    cr_assert_geq(k, 0);
+    cr_assert_eq(tko_pool_wait_idle(x.p, TT_LONG_MS), 0);
+    cr_assert_eq(atomic_load(&x.rc), 0);
+    cr_assert_eq(tt_count_get(&h.cancels), k);
+    cr_assert_eq(atomic_load(&x.ran) + k, 40, "round %d: ran %d cancelled %ld", round,
+                 atomic_load(&x.ran), k);
+    cr_assert_eq(tko_group_status(&x.g), k ? -ECANCELED : 0);
+    cr_assert_eq(tko_group_pending(&x.g), 0);
+    cr_assert_eq(tko_group_destroy(&x.g), 0);
+    cr_assert_eq(tko_pool_destroy(x.p), 0);
+  }
+}
+
+/* ---- group waits from a member's hooks ---------------------------------------------- */
+
+typedef struct gh {
+  tko_group g;
+  atomic_int rc_before, rc_cancel;
+} gh;
+
+static void gh_before(void *user, const tko_task_info *t) {
+  (void)user;
+  if (t->fn != inc_fn) return;
+  gh *x = *(gh **)((char *)t->arg + sizeof(atomic_int) * 2);
+  atomic_store(&x->rc_before, tko_group_wait(&x->g, 2000));
+}
+static void gh_cancel(void *user, const tko_task_info *t) {
+  (void)user;
+  if (t->fn != inc_fn) return;
+  gh *x = *(gh **)((char *)t->arg + sizeof(atomic_int) * 2);
+  atomic_store(&x->rc_cancel, tko_group_wait(&x->g, 2000));
+}
+
+typedef struct ghc {
+  atomic_int ran, pad;
+  gh *x; /* read by the hooks through the arg */
+} ghc;
+
+Test(attack_hh, a_members_hooks_waiting_on_its_group_get_edeadlk) {
+  tko_options o = tko_basic_options(1);
+  o.hooks.before_run = gh_before;
+  o.hooks.on_cancel = gh_cancel;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  gh x;
+  memset(&x, 0, sizeof x);
+  atomic_store(&x.rc_before, 1);
+  atomic_store(&x.rc_cancel, 1);
+  ghc c = {0, 0, &x};
+  cr_assert_eq(tko_group_init(&x.g), 0);
+  cr_assert_eq(tko_group_submit(p, &x.g, inc_fn, &c, 0), 0);
+  cr_assert_eq(tko_group_wait(&x.g, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&x.rc_before), -EDEADLK);
+  /* cancel: pin the worker, queue a member, cancel the group */
+  tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_group_submit(p, &x.g, inc_fn, &c, 0), 0);
+  cr_assert_eq(tko_group_cancel(&x.g), 1);
+  cr_assert_eq(atomic_load(&x.rc_cancel), -EDEADLK);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_group_wait(&x.g, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&c.ran), 1);
+  cr_assert_eq(tko_group_destroy(&x.g), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* A plain destroy (drain) of the other pool while a task waits on its
+ * group: the members run, the wait returns 0. */
+Test(attack_hh, a_draining_destroy_of_the_other_pool_ends_a_helpers_wait) {
+  xw x;
+  hookc hb;
+  xw_setup(&x, &hb, 3);
+  tt_gate_open(&x.pin.gate);
+  cr_assert_eq(tko_pool_destroy(x.b), 0);
+  cr_assert(tt_count_wait_geq(&x.done, 1));
+  cr_assert_eq(atomic_load(&x.rc), 0);
+  cr_assert_eq(atomic_load(&x.status), 0);
+  cr_assert_eq(atomic_load(&x.ran), 3);
+  cr_assert_eq(tko_pool_wait_idle(x.a, TT_LONG_MS), 0);
+  cr_assert_eq(tko_group_destroy(&x.gb), 0);
+  cr_assert_eq(tko_pool_destroy(x.a), 0);
 }
