@@ -1758,3 +1758,103 @@ Test(attack_hh, a_zero_timeout_handle_wait_in_a_task_only_checks) {
   cr_assert_eq(tko_handle_wait(&x.h, 0), 0);
   cr_assert_eq(tko_pool_destroy(x.p), 0);
 }
+
+/* ---- pthread_exit from a member run inside a helping wait --------------------------- */
+
+/* The member runs on the waiting task's stack, so its pthread_exit ends the
+ * waiting task too: both count as completed and failed, the worker is
+ * replaced, and the pool stays consistent (waits, stats, destroy). */
+typedef struct pe {
+  tko_pool *p;
+  tko_group g;
+  atomic_int resumed;
+} pe;
+
+static int pe_member(void *arg) {
+  (void)arg;
+  pthread_exit(NULL);
+  return 0;
+}
+static int pe_waiter(void *arg) {
+  pe *x = arg;
+  tko_group_submit(x->p, &x->g, pe_member, NULL, 0);
+  tko_group_wait(&x->g, TT_LONG_MS);
+  atomic_store(&x->resumed, 1);
+  return 0;
+}
+
+Test(attack_hh, pthread_exit_from_a_member_inside_a_helping_wait_keeps_the_pool_consistent) {
+  static pe x;
+  memset(&x, 0, sizeof x);
+  x.p = mk_pool(1, 0, NULL);
+  cr_assert_eq(tko_group_init(&x.g), 0);
+  cr_assert_eq(tko_submit(x.p, pe_waiter, &x, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(x.p, TT_LONG_MS), 0);
+  cr_assert_eq(tko_group_pending(&x.g), 0);
+  cr_assert_eq(tko_group_status(&x.g), -ECANCELED);
+  tko_stats s;
+  tko_pool_stats(x.p, &s);
+  cr_assert_eq(s.submitted, 2);
+  cr_assert_eq(s.completed, 2);
+  cr_assert_eq(s.running, 0);
+  cr_assert_eq(atomic_load(&x.resumed), 0); /* the waiter's frames went with the thread */
+  atomic_int ran = 0;
+  tko_handle h;
+  cr_assert_eq(tko_submit_handle(x.p, &h, inc_fn, &ran, 0), 0);
+  cr_assert_eq(tko_handle_wait(&h, TT_LONG_MS), 0); /* the replacement worker runs it */
+  cr_assert_eq(atomic_load(&ran), 1);
+  cr_assert_eq(tko_group_destroy(&x.g), 0);
+  cr_assert_eq(tko_pool_destroy(x.p), 0);
+}
+
+/* ---- many waiters on one group: threads and tasks of three pools ------------------------- */
+
+typedef struct mg {
+  tko_group g;
+  tt_count waiting, done;
+  atomic_int bad;
+} mg;
+
+static void *mg_thread(void *arg) {
+  mg *m = arg;
+  tt_count_add(&m->waiting, 1);
+  if (tko_group_wait(&m->g, TT_LONG_MS) != 0) atomic_store(&m->bad, 1);
+  tt_count_add(&m->done, 1);
+  return NULL;
+}
+static int mg_task(void *arg) {
+  mg_thread(arg);
+  return 0;
+}
+
+Test(attack_hh, many_waiters_on_one_group_from_threads_and_pools) {
+  for (int round = 0; round < TT_SCALE(20, 5); round++) {
+    mg m;
+    memset(&m, 0, sizeof m);
+    tt_count_init(&m.waiting);
+    tt_count_init(&m.done);
+    tt_pin pin = TT_PIN_INIT;
+    tko_pool *owner = mk_pool(1, 0, NULL);
+    tko_pool *q[3] = {mk_pool(2, 0, NULL), mk_pool(1, 0, NULL), NULL};
+    tko_options eo = tko_elastic_options(0, 2, 5);
+    cr_assert_eq(tko_pool_create(&q[2], &eo), 0);
+    cr_assert_eq(tko_group_init(&m.g), 0);
+    cr_assert_eq(tko_group_submit(owner, &m.g, tt_pin_fn, &pin, 0), 0);
+    cr_assert(tt_count_wait_geq(&pin.started, 1));
+    atomic_int ran = 0;
+    for (int i = 0; i < 5; i++) cr_assert_eq(tko_group_submit(owner, &m.g, inc_fn, &ran, i), 0);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, mg_thread, &m);
+    for (int i = 0; i < 3; i++)
+      for (int k = 0; k < 2; k++) cr_assert_eq(tko_submit(q[i], mg_task, &m, k), 0);
+    cr_assert(tt_count_wait_geq(&m.waiting, 10));
+    tt_gate_open(&pin.gate);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    cr_assert(tt_count_wait_geq(&m.done, 10));
+    cr_assert_eq(atomic_load(&m.bad), 0);
+    cr_assert_eq(atomic_load(&ran), 5);
+    for (int i = 0; i < 3; i++) cr_assert_eq(tko_pool_destroy(q[i]), 0);
+    cr_assert_eq(tko_group_destroy(&m.g), 0);
+    cr_assert_eq(tko_pool_destroy(owner), 0);
+  }
+}
