@@ -1858,3 +1858,95 @@ Test(attack_hh, many_waiters_on_one_group_from_threads_and_pools) {
     cr_assert_eq(tko_pool_destroy(owner), 0);
   }
 }
+
+/* ---- resize while helpers nest; async members ------------------------------------------ */
+
+typedef struct rz {
+  tko_pool *p;
+  atomic_int ran, bad;
+} rz;
+typedef struct rzn {
+  rz *r;
+  int depth;
+} rzn;
+
+static int rzn_fn(void *arg) {
+  rzn *n = arg;
+  atomic_fetch_add(&n->r->ran, 1);
+  if (n->depth == 6) return 0;
+  rzn kids[3];
+  tko_group g;
+  tko_group_init(&g);
+  for (int i = 0; i < 3; i++) {
+    kids[i] = (rzn){n->r, n->depth + 1};
+    if (tko_group_submit(n->r->p, &g, rzn_fn, &kids[i], 0)) atomic_store(&n->r->bad, 1);
+  }
+  int rc = tko_group_wait(&g, -1);
+  if (rc) {
+    atomic_store(&n->r->bad, rc);
+    abort(); /* the kids on this stack are still pending */
+  }
+  tko_group_destroy(&g);
+  return 0;
+}
+
+/* Shrinks and grows the pool while its workers are deep in helping waits:
+ * a worker above the new size retires only after its outer task ends. */
+Test(attack_hh, resizes_while_helpers_nest_lose_nothing) {
+  for (int round = 0; round < TT_SCALE(10, 3); round++) {
+    rz r;
+    memset(&r, 0, sizeof r);
+    r.p = mk_pool(3, 0, NULL);
+    rzn roots[2] = {{&r, 0}, {&r, 0}};
+    cr_assert_eq(tko_submit(r.p, rzn_fn, &roots[0], 0), 0);
+    cr_assert_eq(tko_submit(r.p, rzn_fn, &roots[1], 0), 0);
+    for (int i = 0; i < 20; i++) cr_assert_eq(tko_pool_resize(r.p, 1 + (unsigned)(i % 3), i % 2), 0);
+    cr_assert_eq(tko_pool_wait_idle(r.p, TT_LONG_MS), 0);
+    cr_assert_eq(atomic_load(&r.bad), 0);
+    cr_assert_eq(atomic_load(&r.ran), 2 * 1093); /* (3^7 - 1) / 2 per tree */
+    cr_assert_eq(tko_pool_destroy(r.p), 0);
+  }
+}
+
+/* A helper waits on a group of async members that its own worker starts
+ * while helping; another thread completes them. */
+typedef struct as {
+  tko_pool *p;
+  tko_group g;
+  tko_async *ops[4];
+  tt_count started, waiting;
+  atomic_int rc, next;
+} as;
+
+static int as_start(tko_async *op, void *arg) {
+  as *a = arg;
+  a->ops[atomic_fetch_add(&a->next, 1)] = op;
+  tt_count_add(&a->started, 1); /* after the store: the test reads ops then */
+  return 0;
+}
+static int as_waiter(void *arg) {
+  as *a = arg;
+  for (int i = 0; i < 4; i++) tko_group_submit_async(a->p, &a->g, as_start, a, i);
+  tt_count_add(&a->waiting, 1);
+  atomic_store(&a->rc, tko_group_wait(&a->g, TT_LONG_MS));
+  return 0;
+}
+
+Test(attack_hh, a_helper_waiting_on_async_members_wakes_on_their_completion) {
+  as a;
+  memset(&a, 0, sizeof a);
+  tt_count_init(&a.started);
+  tt_count_init(&a.waiting);
+  atomic_store(&a.rc, 1);
+  a.p = mk_pool(1, 0, NULL);
+  cr_assert_eq(tko_group_init(&a.g), 0);
+  cr_assert_eq(tko_submit(a.p, as_waiter, &a, 0), 0);
+  cr_assert(tt_count_wait_geq(&a.started, 4), "the helper did not start the async members");
+  cr_assert_eq(tko_group_pending(&a.g), 4);
+  for (int i = 0; i < 4; i++) cr_assert_eq(tko_async_complete(a.ops[i], i == 2 ? 9 : 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(a.p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&a.rc), 0);
+  cr_assert_eq(tko_group_status(&a.g), 9);
+  cr_assert_eq(tko_group_destroy(&a.g), 0);
+  cr_assert_eq(tko_pool_destroy(a.p), 0);
+}
