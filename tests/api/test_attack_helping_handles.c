@@ -1950,3 +1950,46 @@ Test(attack_hh, a_helper_waiting_on_async_members_wakes_on_their_completion) {
   cr_assert_eq(tko_group_destroy(&a.g), 0);
   cr_assert_eq(tko_pool_destroy(a.p), 0);
 }
+
+/* ---- a handle resubmitted while a slow waiter still waits on its first task -------------- */
+
+/* The header allows a new submit once the task has ended; a second waiter
+ * that had not yet woken may then see the new task. It must still return
+ * 0 - at the first task's end or at the second's - never hang or fail. */
+typedef struct rs {
+  tko_handle h;
+  tt_count waiting;
+  atomic_int rc;
+} rs;
+
+static void *rs_thread(void *arg) {
+  rs *r = arg;
+  tt_count_add(&r->waiting, 1);
+  atomic_store(&r->rc, tko_handle_wait(&r->h, TT_LONG_MS));
+  return NULL;
+}
+
+Test(attack_hh, a_handle_resubmitted_under_a_slow_waiter_still_ends_the_wait) {
+  tko_pool *p = mk_pool(2, 0, NULL);
+  for (int round = 0; round < TT_SCALE(200, 40); round++) {
+    rs r;
+    memset(&r, 0, sizeof r);
+    tt_count_init(&r.waiting);
+    atomic_store(&r.rc, 1);
+    tt_pin pin1 = TT_PIN_INIT, pin2 = TT_PIN_INIT;
+    cr_assert_eq(tko_submit_handle(p, &r.h, tt_pin_fn, &pin1, 0), 0);
+    pthread_t th;
+    pthread_create(&th, NULL, rs_thread, &r);
+    cr_assert(tt_count_wait_geq(&r.waiting, 1));
+    tt_gate_open(&pin1.gate);
+    cr_assert_eq(tko_handle_wait(&r.h, TT_LONG_MS), 0);
+    cr_assert_eq(tko_submit_handle(p, &r.h, tt_pin_fn, &pin2, 0), 0);
+    tt_gate_open(&pin2.gate);
+    pthread_join(th, NULL);
+    cr_assert_eq(atomic_load(&r.rc), 0, "round %d: the slow waiter got %d", round,
+                 atomic_load(&r.rc));
+    cr_assert_eq(tko_handle_wait(&r.h, TT_LONG_MS), 0);
+    tt_count_fini(&r.waiting);
+  }
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
