@@ -99,14 +99,16 @@ Test(attack_hh, a_wait_cycle_across_three_one_worker_pools_finishes) {
   for (int round = 0; round < TT_SCALE(50, 10); round++) {
     ring r;
     memset(&r, 0, sizeof r);
-    for (int i = 0; i < RING_POOLS; i++) r.p[i] = mk_pool(1, 0, NULL);
+    for (int i = 0; i < RING_POOLS; i++)
+      r.p[i] = mk_pool(1, 0, NULL);
     hop root = {&r, 0};
     cr_assert_eq(tko_submit(r.p[0], hop_fn, &root, 0), 0);
     for (int i = 0; i < RING_POOLS; i++)
       cr_assert_eq(tko_pool_wait_idle(r.p[i], TT_LONG_MS), 0, "pool %d hung", i);
     cr_assert_eq(atomic_load(&r.bad), 0, "rc %d", atomic_load(&r.bad));
     cr_assert_eq(atomic_load(&r.ran), RING_HOPS + 1);
-    for (int i = 0; i < RING_POOLS; i++) cr_assert_eq(tko_pool_destroy(r.p[i]), 0);
+    for (int i = 0; i < RING_POOLS; i++)
+      cr_assert_eq(tko_pool_destroy(r.p[i]), 0);
   }
 }
 
@@ -126,7 +128,8 @@ static int fan_fn(void *arg) {
   tko_group_init(&g1);
   tko_group_init(&g2);
   int rc = tko_group_submit(h->r->p[(h->n + 1) % RING_POOLS], &g1, fan_fn, &kids[0], h->n);
-  if (rc == 0) rc = tko_group_submit(h->r->p[(h->n + 2) % RING_POOLS], &g2, fan_fn, &kids[1], -h->n);
+  if (rc == 0)
+    rc = tko_group_submit(h->r->p[(h->n + 2) % RING_POOLS], &g2, fan_fn, &kids[1], -h->n);
   int w1 = tko_group_wait(&g1, -1), w2 = tko_group_wait(&g2, -1);
   if (rc || w1 || w2) atomic_store(&h->r->bad, rc ? rc : w1 ? w1 : w2);
   if (tko_group_destroy(&g1) || tko_group_destroy(&g2)) atomic_store(&h->r->bad, 1);
@@ -137,7 +140,8 @@ Test(attack_hh, a_fan_out_across_three_pools_with_mixed_weights_finishes) {
   for (int round = 0; round < TT_SCALE(20, 5); round++) {
     ring r;
     memset(&r, 0, sizeof r);
-    for (int i = 0; i < RING_POOLS; i++) r.p[i] = mk_pool(1 + (unsigned)(i == 1), 0, NULL);
+    for (int i = 0; i < RING_POOLS; i++)
+      r.p[i] = mk_pool(1 + (unsigned)(i == 1), 0, NULL);
     fan root = {&r, 0};
     cr_assert_eq(tko_submit(r.p[0], fan_fn, &root, 0), 0);
     for (int pass = 0; pass < 2; pass++)
@@ -145,7 +149,8 @@ Test(attack_hh, a_fan_out_across_three_pools_with_mixed_weights_finishes) {
         cr_assert_eq(tko_pool_wait_idle(r.p[i], TT_LONG_MS), 0, "pool %d hung", i);
     cr_assert_eq(atomic_load(&r.bad), 0, "rc %d", atomic_load(&r.bad));
     cr_assert_eq(atomic_load(&r.ran), 127); /* 2^7 - 1 nodes */
-    for (int i = 0; i < RING_POOLS; i++) cr_assert_eq(tko_pool_destroy(r.p[i]), 0);
+    for (int i = 0; i < RING_POOLS; i++)
+      cr_assert_eq(tko_pool_destroy(r.p[i]), 0);
   }
 }
 
@@ -200,7 +205,8 @@ static int race_fn(void *arg) {
   for (int i = 0; i < 50; i++) {
     tko_group g;
     tko_group_init(&g);
-    for (int k = 0; k < 3; k++) tko_group_submit(r->p, &g, spin_fn, NULL, k);
+    for (int k = 0; k < 3; k++)
+      tko_group_submit(r->p, &g, spin_fn, NULL, k);
     long to = i % 3; /* 0, 1, 2 ms */
     int rc = tko_group_wait(&g, to);
     if (rc == 0 && tko_group_pending(&g) != 0) atomic_store(&r->bad, 1);
@@ -215,7 +221,8 @@ Test(attack_hh, small_timeouts_race_member_ends_cleanly) {
   race r;
   memset(&r, 0, sizeof r);
   r.p = mk_pool(3, 0, NULL);
-  for (int i = 0; i < 3; i++) cr_assert_eq(tko_submit(r.p, race_fn, &r, 0), 0);
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(tko_submit(r.p, race_fn, &r, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(r.p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&r.bad), 0, "bad %d", atomic_load(&r.bad));
   cr_assert_eq(tko_pool_destroy(r.p), 0);
@@ -285,8 +292,10 @@ static void xw_shutdown_other(tko_shutdown_mode mode) {
   hookc hb;
   xw_setup(&x, &hb, 3);
   int rc = tko_pool_shutdown_timed(x.b, mode, 0);
-  if (mode == TKO_CANCEL_NOWAIT) cr_assert_eq(rc, 0);
-  else cr_assert_eq(rc, -ETIMEDOUT, "mode %d: %d", mode, rc);
+  if (mode == TKO_CANCEL_NOWAIT)
+    cr_assert_eq(rc, 0);
+  else
+    cr_assert_eq(rc, -ETIMEDOUT, "mode %d: %d", mode, rc);
   if (mode != TKO_DRAIN) {
     /* The queued members were cancelled: the helper must wake now, while
      * B's pinned worker still runs. */
@@ -348,8 +357,10 @@ static void own_shutdown(tko_shutdown_mode mode) {
   cr_assert_eq(rc, mode == TKO_CANCEL_NOWAIT ? 0 : -ETIMEDOUT, "mode %d: %d", mode, rc);
   if (mode != TKO_DRAIN) cr_assert_eq(tt_count_get(&h.cancels), 1, "M2 not cancelled");
   tt_gate_open(&o.pin.gate);
-  if (mode == TKO_CANCEL_NOWAIT) cr_assert_eq(tko_pool_destroy(o.a), 0);
-  else cr_assert_eq(tko_pool_shutdown(o.a, mode), 0);
+  if (mode == TKO_CANCEL_NOWAIT)
+    cr_assert_eq(tko_pool_destroy(o.a), 0);
+  else
+    cr_assert_eq(tko_pool_shutdown(o.a, mode), 0);
   cr_assert_eq(tt_count_get(&o.done), 1);
   cr_assert_eq(atomic_load(&o.submit_rc), 0);
   cr_assert_eq(atomic_load(&o.rc), 0, "mode %d: wait %d", mode, atomic_load(&o.rc));
@@ -379,7 +390,8 @@ static int pz_fn(void *arg) {
   tko_group g;
   tko_group_init(&g);
   tko_pool_pause(p->a);
-  for (int i = 0; i < 3; i++) tko_group_submit(p->a, &g, inc_fn, &p->ran, i);
+  for (int i = 0; i < 3; i++)
+    tko_group_submit(p->a, &g, inc_fn, &p->ran, i);
   atomic_store(&p->rc_paused, tko_group_wait(&g, 20));
   atomic_store(&p->ran_paused, atomic_load(&p->ran));
   tt_count_add(&p->waiting, 1);
@@ -458,7 +470,8 @@ Test(attack_hh, a_helper_keeps_weight_order_across_members_and_others) {
   cr_assert_eq(tko_pool_wait_idle(o.p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&o.next), 6);
   int want[6] = {20, 2, 1, 21, 22, 3};
-  for (int i = 0; i < 6; i++) cr_assert_eq(o.seen[i], want[i], "run %d was %d", i, o.seen[i]);
+  for (int i = 0; i < 6; i++)
+    cr_assert_eq(o.seen[i], want[i], "run %d was %d", i, o.seen[i]);
   cr_assert_eq(tko_pool_destroy(o.p), 0);
 }
 
@@ -582,7 +595,8 @@ static void *hcanceller(void *arg) {
   while (!atomic_load(&r->go)) {
   }
   long *res = calloc(64, sizeof *res);
-  for (int i = 63; i >= 0; i--) res[i] = tko_handle_cancel(&r->h[i]);
+  for (int i = 63; i >= 0; i--)
+    res[i] = tko_handle_cancel(&r->h[i]);
   return res;
 }
 
@@ -621,7 +635,8 @@ Test(attack_hh, handle_cancel_racing_starts_from_another_thread) {
     atomic_store(&r.go, 1);
     long *res;
     pthread_join(th, (void **)&res);
-    for (int i = 0; i < 64; i++) cr_assert_eq(tko_handle_wait(&r.h[i], TT_LONG_MS), 0);
+    for (int i = 0; i < 64; i++)
+      cr_assert_eq(tko_handle_wait(&r.h[i], TT_LONG_MS), 0);
     for (int i = 0; i < 64; i++) {
       int ran = atomic_load(&r.ran[i]), canc = atomic_load(&cs.n[i]);
       int st = tko_handle_status(&r.h[i]);
@@ -663,8 +678,10 @@ static int hlink_fn(void *arg) {
   tko_handle h;
   int rc = tko_submit_handle(l->c->p[next.n % l->c->npools], &h, hlink_fn, &next, 0);
   if (rc == 0) rc = tko_handle_wait(&h, TT_LONG_MS);
-  if (rc) atomic_store(&l->c->bad, rc);
-  else if (tko_handle_status(&h) != l->n + 1) atomic_store(&l->c->bad, 1000 + l->n);
+  if (rc)
+    atomic_store(&l->c->bad, rc);
+  else if (tko_handle_status(&h) != l->n + 1)
+    atomic_store(&l->c->bad, 1000 + l->n);
   return l->n;
 }
 
@@ -822,12 +839,15 @@ Test(attack_hh, many_waiters_on_one_handle_then_free) {
     m.h = malloc(sizeof *m.h);
     cr_assert_eq(tko_submit_handle(p, m.h, tt_pin_fn, &pin, 0), 0);
     pthread_t th[6];
-    for (int i = 0; i < 6; i++) pthread_create(&th[i], NULL, many_thread, &m);
-    for (int i = 0; i < 4; i++) cr_assert_eq(tko_submit(q, many_task, &m, 0), 0);
+    for (int i = 0; i < 6; i++)
+      pthread_create(&th[i], NULL, many_thread, &m);
+    for (int i = 0; i < 4; i++)
+      cr_assert_eq(tko_submit(q, many_task, &m, 0), 0);
     cr_assert(tt_count_wait_geq(&m.waiting, 10));
     cr_assert(tt_count_wait_geq(&pin.started, 1));
     tt_gate_open(&pin.gate);
-    for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 6; i++)
+      pthread_join(th[i], NULL);
     cr_assert_eq(tko_pool_wait_idle(q, TT_LONG_MS), 0);
     cr_assert_eq(atomic_load(&m.bad), 0);
     cr_assert_eq(tko_handle_status(m.h), 0);
@@ -850,7 +870,8 @@ Test(attack_hh, a_handle_freed_right_after_its_end_is_seen) {
       cr_assert_eq(tko_handle_wait(h, TT_LONG_MS), 0);
     } else if (i % 3 == 1) {
       uint64_t end = tt_now_ns() + (uint64_t)TT_LONG_MS * 1000000u;
-      while (tko_handle_status(h) == -EINPROGRESS) cr_assert_lt(tt_now_ns(), end);
+      while (tko_handle_status(h) == -EINPROGRESS)
+        cr_assert_lt(tt_now_ns(), end);
     } else {
       int rc = tko_handle_cancel(h);
       cr_assert(rc == 0 || rc == -EBUSY);
@@ -881,7 +902,8 @@ static void handles_shutdown(tko_shutdown_mode mode) {
   atomic_int ran = 0;
   cr_assert_eq(tko_submit_handle(p, &hp, tt_pin_fn, &pin, 0), 0);
   cr_assert(tt_count_wait_geq(&pin.started, 1));
-  for (int i = 0; i < 4; i++) cr_assert_eq(tko_submit_handle(p, &hq[i], inc_fn, &ran, i), 0);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(tko_submit_handle(p, &hq[i], inc_fn, &ran, i), 0);
   int rc = tko_pool_shutdown_timed(p, mode, 0);
   cr_assert_eq(rc, mode == TKO_CANCEL_NOWAIT ? 0 : -ETIMEDOUT);
   tko_handle late;
@@ -902,7 +924,8 @@ static void handles_shutdown(tko_shutdown_mode mode) {
   tt_gate_open(&pin.gate);
   cr_assert_eq(tko_handle_wait(&hp, TT_LONG_MS), 0);
   cr_assert_eq(tko_handle_status(&hp), 0);
-  for (int i = 0; i < 4; i++) cr_assert_eq(tko_handle_wait(&hq[i], TT_LONG_MS), 0);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(tko_handle_wait(&hq[i], TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&ran), mode == TKO_DRAIN ? 4 : 0);
   cr_assert_eq(tt_count_get(&h.cancels), mode == TKO_DRAIN ? 0 : 4);
   cr_assert_eq(tko_pool_destroy(p), 0);
@@ -1018,18 +1041,24 @@ static void huge_timeout_scene(int which) {
   tko_handle h;
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
-  if (which == 1 || which == 3) cr_assert_eq(tko_submit_handle(p, &h, tt_pin_fn, &pin, 0), 0);
-  else cr_assert_eq(tko_group_submit(p, &g, tt_pin_fn, &pin, 0), 0);
+  if (which == 1 || which == 3)
+    cr_assert_eq(tko_submit_handle(p, &h, tt_pin_fn, &pin, 0), 0);
+  else
+    cr_assert_eq(tko_group_submit(p, &g, tt_pin_fn, &pin, 0), 0);
   big b = {&h, &g, p, TT_COUNT_INIT, which, 0, 0, 0};
   pthread_t th;
-  if (which < 2) pthread_create(&th, NULL, big_waiter, &b);
-  else cr_assert_eq(tko_submit(other, big_task, &b, 0), 0);
+  if (which < 2)
+    pthread_create(&th, NULL, big_waiter, &b);
+  else
+    cr_assert_eq(tko_submit(other, big_task, &b, 0), 0);
   cr_assert(tt_count_wait_geq(&b.started, 1));
   cr_assert(tt_count_wait_geq(&pin.started, 1));
   tt_spin_ns(20000000); /* lets the waiter block: a wait that returns early fails anyway */
   tt_gate_open(&pin.gate);
-  if (which < 2) pthread_join(th, NULL);
-  else cr_assert_eq(tko_pool_wait_idle(other, TT_LONG_MS), 0);
+  if (which < 2)
+    pthread_join(th, NULL);
+  else
+    cr_assert_eq(tko_pool_wait_idle(other, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&b.rc_h), 0, "scene %d: handle wait %d", which, atomic_load(&b.rc_h));
   cr_assert_eq(atomic_load(&b.rc_g), 0, "scene %d: group wait %d", which, atomic_load(&b.rc_g));
   cr_assert_eq(atomic_load(&b.rc_idle), 0, "wait_idle %d", atomic_load(&b.rc_idle));
@@ -1309,8 +1338,10 @@ static int stn_fn(void *arg) {
     tko_group_init(&g[i]);
     kids[i] = (stn){s, n->depth + 1, (n->pool + i) % ST_POOLS};
     int rc = tko_group_submit(s->p[kids[i].pool], &g[i], stn_fn, &kids[i], n->depth - i);
-    if (rc == 0) atomic_fetch_add(&s->accepted, 1);
-    else if (rc != -ESHUTDOWN) atomic_store(&s->bad, rc);
+    if (rc == 0)
+      atomic_fetch_add(&s->accepted, 1);
+    else if (rc != -ESHUTDOWN)
+      atomic_store(&s->bad, rc);
   }
   for (int i = 0; i < 3; i++) {
     /* Helpers here run any queued node of their pool, not only their own
@@ -1369,8 +1400,9 @@ Test(attack_hh, trees_across_pools_survive_concurrent_shutdowns_in_every_mode) {
       for (int i = 0; i < ST_POOLS; i++) {
         tko_stats x;
         tko_pool_stats(s.p[i], &x);
-        fprintf(stderr, "pool %d: submitted %lu completed %lu queued %lu running %lu basic %u elastic %u\n", i,
-                (unsigned long)x.submitted, (unsigned long)x.completed, (unsigned long)x.queued,
+        fprintf(stderr,
+                "pool %d: submitted %lu completed %lu queued %lu running %lu basic %u elastic %u\n",
+                i, (unsigned long)x.submitted, (unsigned long)x.completed, (unsigned long)x.queued,
                 (unsigned long)x.running, x.basic_workers, x.elastic_workers);
       }
       cr_assert(0, "round %d: started %ld", round, tt_count_get(&s.started));
@@ -1386,7 +1418,8 @@ Test(attack_hh, trees_across_pools_survive_concurrent_shutdowns_in_every_mode) {
       cr_assert_eq(sd[i].rc, 0, "round %d pool %d mode %d: shutdown %d", round, i, sd[i].mode,
                    sd[i].rc);
     }
-    for (int i = 0; i < ST_POOLS; i++) cr_assert_eq(tko_pool_destroy(s.p[i]), 0);
+    for (int i = 0; i < ST_POOLS; i++)
+      cr_assert_eq(tko_pool_destroy(s.p[i]), 0);
     cr_assert_eq(atomic_load(&s.bad), 0, "round %d: bad %d", round, atomic_load(&s.bad));
     cr_assert_eq(atomic_load(&s.ran) + atomic_load(&s.cancelled), atomic_load(&s.accepted),
                  "round %d: ran %ld + cancelled %ld != accepted %ld", round, atomic_load(&s.ran),
@@ -1525,7 +1558,8 @@ static int gc_member(void *arg) {
 }
 static int gc_waiter(void *arg) {
   gc *x = arg;
-  for (int i = 0; i < 40; i++) tko_group_submit(x->p, &x->g, gc_member, x, i % 3);
+  for (int i = 0; i < 40; i++)
+    tko_group_submit(x->p, &x->g, gc_member, x, i % 3);
   tt_count_add(&x->waiting, 1);
   atomic_store(&x->rc, tko_group_wait(&x->g, TT_LONG_MS));
   return 0;
@@ -1752,8 +1786,10 @@ Test(attack_hh, a_zero_timeout_handle_wait_in_a_task_only_checks) {
   cr_assert_eq(tko_pool_wait_idle(x.p, TT_LONG_MS), 0);
   fprintf(stderr, "zero-timeout handle wait in a task: %d (status %d)\n", atomic_load(&x.rc0),
           atomic_load(&x.st0));
-  if (atomic_load(&x.rc0) == 0) cr_assert_eq(atomic_load(&x.st0), 0);
-  else cr_assert_eq(atomic_load(&x.rc0), -ETIMEDOUT);
+  if (atomic_load(&x.rc0) == 0)
+    cr_assert_eq(atomic_load(&x.st0), 0);
+  else
+    cr_assert_eq(atomic_load(&x.rc0), -ETIMEDOUT);
   cr_assert_eq(atomic_load(&x.ran), 1);
   cr_assert_eq(tko_handle_wait(&x.h, 0), 0);
   cr_assert_eq(tko_pool_destroy(x.p), 0);
@@ -1842,18 +1878,23 @@ Test(attack_hh, many_waiters_on_one_group_from_threads_and_pools) {
     cr_assert_eq(tko_group_submit(owner, &m.g, tt_pin_fn, &pin, 0), 0);
     cr_assert(tt_count_wait_geq(&pin.started, 1));
     atomic_int ran = 0;
-    for (int i = 0; i < 5; i++) cr_assert_eq(tko_group_submit(owner, &m.g, inc_fn, &ran, i), 0);
+    for (int i = 0; i < 5; i++)
+      cr_assert_eq(tko_group_submit(owner, &m.g, inc_fn, &ran, i), 0);
     pthread_t th[4];
-    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, mg_thread, &m);
+    for (int i = 0; i < 4; i++)
+      pthread_create(&th[i], NULL, mg_thread, &m);
     for (int i = 0; i < 3; i++)
-      for (int k = 0; k < 2; k++) cr_assert_eq(tko_submit(q[i], mg_task, &m, k), 0);
+      for (int k = 0; k < 2; k++)
+        cr_assert_eq(tko_submit(q[i], mg_task, &m, k), 0);
     cr_assert(tt_count_wait_geq(&m.waiting, 10));
     tt_gate_open(&pin.gate);
-    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++)
+      pthread_join(th[i], NULL);
     cr_assert(tt_count_wait_geq(&m.done, 10));
     cr_assert_eq(atomic_load(&m.bad), 0);
     cr_assert_eq(atomic_load(&ran), 5);
-    for (int i = 0; i < 3; i++) cr_assert_eq(tko_pool_destroy(q[i]), 0);
+    for (int i = 0; i < 3; i++)
+      cr_assert_eq(tko_pool_destroy(q[i]), 0);
     cr_assert_eq(tko_group_destroy(&m.g), 0);
     cr_assert_eq(tko_pool_destroy(owner), 0);
   }
@@ -1900,7 +1941,8 @@ Test(attack_hh, resizes_while_helpers_nest_lose_nothing) {
     rzn roots[2] = {{&r, 0}, {&r, 0}};
     cr_assert_eq(tko_submit(r.p, rzn_fn, &roots[0], 0), 0);
     cr_assert_eq(tko_submit(r.p, rzn_fn, &roots[1], 0), 0);
-    for (int i = 0; i < 20; i++) cr_assert_eq(tko_pool_resize(r.p, 1 + (unsigned)(i % 3), i % 2), 0);
+    for (int i = 0; i < 20; i++)
+      cr_assert_eq(tko_pool_resize(r.p, 1 + (unsigned)(i % 3), i % 2), 0);
     cr_assert_eq(tko_pool_wait_idle(r.p, TT_LONG_MS), 0);
     cr_assert_eq(atomic_load(&r.bad), 0);
     cr_assert_eq(atomic_load(&r.ran), 2 * 1093); /* (3^7 - 1) / 2 per tree */
@@ -1926,7 +1968,8 @@ static int as_start(tko_async *op, void *arg) {
 }
 static int as_waiter(void *arg) {
   as *a = arg;
-  for (int i = 0; i < 4; i++) tko_group_submit_async(a->p, &a->g, as_start, a, i);
+  for (int i = 0; i < 4; i++)
+    tko_group_submit_async(a->p, &a->g, as_start, a, i);
   tt_count_add(&a->waiting, 1);
   atomic_store(&a->rc, tko_group_wait(&a->g, TT_LONG_MS));
   return 0;
@@ -1943,7 +1986,8 @@ Test(attack_hh, a_helper_waiting_on_async_members_wakes_on_their_completion) {
   cr_assert_eq(tko_submit(a.p, as_waiter, &a, 0), 0);
   cr_assert(tt_count_wait_geq(&a.started, 4), "the helper did not start the async members");
   cr_assert_eq(tko_group_pending(&a.g), 4);
-  for (int i = 0; i < 4; i++) cr_assert_eq(tko_async_complete(a.ops[i], i == 2 ? 9 : 0), 0);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(tko_async_complete(a.ops[i], i == 2 ? 9 : 0), 0);
   cr_assert_eq(tko_pool_wait_idle(a.p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&a.rc), 0);
   cr_assert_eq(tko_group_status(&a.g), 9);
