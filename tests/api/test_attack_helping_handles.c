@@ -1994,3 +1994,75 @@ Test(attack_hh, a_helper_waiting_on_async_members_wakes_on_their_completion) {
   cr_assert_eq(tko_group_destroy(&a.g), 0);
   cr_assert_eq(tko_pool_destroy(a.p), 0);
 }
+
+/* ---- a resume must wake a waiter whose batch-mate it alone can run ------------------------ */
+
+/* T1 and T2 are taken in one batch; T1 pauses the pool and waits on T2
+ * (through a group, or through T2's handle). Nothing may run while paused;
+ * the test's resume must wake T1's wait so that it runs T2. */
+typedef struct rb {
+  tko_pool *p;
+  tko_group g;
+  tko_handle h2;
+  int use_handle;
+  atomic_int ran2, rc1, ran2_paused;
+  tt_count waiting;
+} rb;
+
+static int rb_t2(void *arg) {
+  atomic_fetch_add(&((rb *)arg)->ran2, 1);
+  return 0;
+}
+static int rb_t1(void *arg) {
+  rb *b = arg;
+  tko_pool_pause(b->p);
+  int rc = b->use_handle ? tko_handle_wait(&b->h2, 20) : tko_group_wait(&b->g, 20);
+  atomic_store(&b->ran2_paused, atomic_load(&b->ran2) + (rc == -ETIMEDOUT ? 0 : 100));
+  tt_count_add(&b->waiting, 1);
+  rc = b->use_handle ? tko_handle_wait(&b->h2, TT_LONG_MS) : tko_group_wait(&b->g, TT_LONG_MS);
+  atomic_store(&b->rc1, rc);
+  return 0;
+}
+
+static atomic_int ran_while_paused[2];
+
+static void resume_scene(int use_handle) {
+  tko_options o = tko_basic_options(1);
+  o.max_batch = 2;
+  o.hooks.before_run = noop_hook;
+  rb b;
+  memset(&b, 0, sizeof b);
+  b.use_handle = use_handle;
+  tt_count_init(&b.waiting);
+  atomic_store(&b.rc1, 1);
+  cr_assert_eq(tko_pool_create(&b.p, &o), 0);
+  cr_assert_eq(tko_group_init(&b.g), 0);
+  cr_assert_eq(tko_pool_pause(b.p), 0);
+  cr_assert_eq(tko_submit(b.p, rb_t1, &b, 0), 0);
+  if (use_handle)
+    cr_assert_eq(tko_submit_handle(b.p, &b.h2, rb_t2, &b, 0), 0);
+  else
+    cr_assert_eq(tko_group_submit(b.p, &b.g, rb_t2, &b, 0), 0);
+  cr_assert_eq(tko_pool_resume(b.p), 0);
+  cr_assert(tt_count_wait_geq(&b.waiting, 1));
+  /* T2 was taken before the pause: tko_pool_pause lets a worker still
+   * start what it had taken, so T2 may or may not have run by now. */
+  int paused = atomic_load(&b.ran2_paused);
+  cr_assert(paused == 0 || paused == 1 || paused == 101, "handle %d: %d", use_handle, paused);
+  if (paused) atomic_fetch_add(use_handle ? &ran_while_paused[1] : &ran_while_paused[0], 1);
+  cr_assert_eq(tko_pool_resume(b.p), 0);
+  cr_assert_eq(tko_pool_wait_idle(b.p, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&b.rc1), 0, "handle %d: T1's wait %d", use_handle, atomic_load(&b.rc1));
+  cr_assert_eq(atomic_load(&b.ran2), 1);
+  cr_assert_eq(tko_group_destroy(&b.g), 0);
+  cr_assert_eq(tko_pool_destroy(b.p), 0);
+}
+
+Test(attack_hh, a_resume_wakes_a_waiter_on_a_paused_batch_mate) {
+  for (int round = 0; round < TT_SCALE(30, 10); round++) {
+    resume_scene(0);
+    resume_scene(1);
+  }
+  fprintf(stderr, "batch-mates started while paused: group waits %d, handle waits %d\n",
+          atomic_load(&ran_while_paused[0]), atomic_load(&ran_while_paused[1]));
+}
