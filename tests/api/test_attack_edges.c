@@ -1,0 +1,1084 @@
+/* SPDX-License-Identifier: MIT */
+/* Adversarial tests (attack2) of the contracts in taskorch.h, lanes.h,
+ * coalescer.h and completion.h, through the public headers only. Every wait
+ * is bounded: a hang ends in SIGALRM (a failed test), never a stuck suite.
+ * - hooks_reenter_*: pool hooks, lane on_cancel and tasks of a one-worker,
+ *   capacity-1, CALLER_RUNS pool call back into lanes, keyed submits, stats
+ *   and cancel; nothing may hang, every accepted task runs or is cancelled
+ *   exactly once.
+ * - prefix_*: once a cancel begins (tko_lanes_cancel, shutdown CANCEL or
+ *   CANCEL_NOWAIT), each key's tasks split into a run prefix and a
+ *   cancelled rest, in order, with exclusion, each exactly once.
+ * - cq_*: the completion queue's drain snapshot, capacity, concurrent
+ *   drains, readability and posts from tasks, hooks and on_cancel.
+ * - everything_*: shutdown in every mode racing plain, group, timer, async,
+ *   keyed, lane, coalescer and handle work at once. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <taskorch.h>
+#include <taskorch/coalescer.h>
+#include <taskorch/completion.h>
+#include <taskorch/lanes.h>
+
+#include "tko_test.h"
+#include "tko_test_sync.h"
+
+#define AE_ALARM_S 90u   /* a hang of a whole test: SIGALRM kills it */
+#define AE_WAIT_MS 30000L /* any single bounded wait */
+
+/* ---- tokens: one per accepted task, run or cancelled exactly once ------------ */
+
+#define TOK_MAGIC 0x746f6b656e5f5f31ull
+
+enum { K_PLAIN, K_GROUP, K_TIMER, K_PERIODIC, K_ASYNC, K_KEYED, K_LANE, K_HANDLE };
+
+typedef struct tok {
+  uint64_t magic;
+  atomic_int runs, cancels;
+  atomic_int run_after_cancel;
+  atomic_bool accepted;
+  int kind;
+  uint64_t key;
+  uint32_t seq;
+} tok;
+
+typedef struct tokpool {
+  tok *t;
+  size_t cap;
+  atomic_size_t next;
+} tokpool;
+
+static void tp_init(tokpool *p, size_t cap) {
+  p->t = calloc(cap, sizeof *p->t);
+  cr_assert_not_null(p->t);
+  p->cap = cap;
+  atomic_init(&p->next, 0);
+}
+
+static tok *tp_get(tokpool *p, int kind) {
+  size_t i = atomic_fetch_add(&p->next, 1);
+  if (i >= p->cap) return NULL;
+  tok *t = &p->t[i];
+  t->magic = TOK_MAGIC;
+  t->kind = kind;
+  return t;
+}
+
+static size_t tp_used(tokpool *p) {
+  size_t n = atomic_load(&p->next);
+  return n < p->cap ? n : p->cap;
+}
+
+static void tok_run(tok *t) {
+  if (atomic_load(&t->cancels)) atomic_fetch_add(&t->run_after_cancel, 1);
+  atomic_fetch_add(&t->runs, 1);
+}
+
+static void tok_cancel(tok *t) { atomic_fetch_add(&t->cancels, 1); }
+
+static bool is_tok(const void *p) { return p && ((const tok *)p)->magic == TOK_MAGIC; }
+
+/* Every accepted token ran or was cancelled exactly once (periodic timers:
+ * any number of runs, one cancel, nothing after it); others were untouched. */
+static void tp_check(tokpool *p, const char *what) {
+  size_t n = tp_used(p);
+  long bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    tok *t = &p->t[i];
+    int r = atomic_load(&t->runs), c = atomic_load(&t->cancels);
+    bool ok;
+    if (!atomic_load(&t->accepted)) ok = r == 0 && c == 0;
+    else if (t->kind == K_PERIODIC) ok = c == 1 && atomic_load(&t->run_after_cancel) == 0;
+    else ok = r + c == 1;
+    if (!ok) {
+      if (bad < 8)
+        fprintf(stderr, "%s: token %zu kind %d accepted %d runs %d cancels %d\n", what, i,
+                t->kind, (int)atomic_load(&t->accepted), r, c);
+      bad++;
+    }
+  }
+  cr_assert_eq(bad, 0, "%s: %ld tokens broke exactly-once", what, bad);
+}
+
+/* ============================================================================
+ * 1a. hooks and callbacks that re-enter the library on a tiny bounded pool
+ * ========================================================================== */
+
+typedef struct reenter {
+  tko_pool *pool;
+  tko_lanes *lanes;
+  tokpool toks;
+  atomic_int budget;       /* re-entrant submits left */
+  atomic_int hook_calls;   /* after_run calls, to trigger the cancel */
+  atomic_bool cancelled;   /* tko_lanes_cancel done from a hook */
+  atomic_int bad_rc;       /* a call returned something its header rules out */
+  atomic_int accepted_while_closed; /* lane submit accepted from lane on_cancel */
+  tt_count done;           /* tokens run or cancelled */
+} reenter;
+
+static reenter *g_re;
+
+static int re_task(void *arg);
+
+static void re_check_rc(reenter *re, int rc, const char *what) {
+  if (rc != 0 && rc != -ESHUTDOWN && rc != -EAGAIN) {
+    fprintf(stderr, "%s: unexpected %d\n", what, rc);
+    atomic_fetch_add(&re->bad_rc, 1);
+  }
+}
+
+static void re_submit_some(reenter *re, uint64_t key) {
+  if (atomic_fetch_sub(&re->budget, 1) <= 0) return;
+  tok *t = tp_get(&re->toks, K_LANE);
+  if (!t) return;
+  t->key = key;
+  atomic_store(&t->accepted, true); /* before the submit: it may run at once */
+  int rc = tko_lanes_submit(re->lanes, key, re_task, t, (int)(key & 3));
+  re_check_rc(re, rc, "lanes_submit");
+  if (rc) atomic_store(&t->accepted, false);
+  tok *k = tp_get(&re->toks, K_KEYED);
+  if (!k) return;
+  atomic_store(&k->accepted, true);
+  rc = tko_submit_keyed(re->pool, key + 1, re_task, k, 1);
+  re_check_rc(re, rc, "submit_keyed");
+  if (rc) atomic_store(&k->accepted, false);
+}
+
+static int re_task(void *arg) {
+  tok *t = arg;
+  reenter *re = g_re;
+  tok_run(t);
+  tt_count_add(&re->done, 1);
+  /* same key and another key, from inside a task (maybe a caller-run one) */
+  re_submit_some(re, t->key);
+  re_submit_some(re, t->key + 7);
+  int rc = tko_pool_wait_idle(re->pool, 0);
+  if (rc != -EDEADLK && rc != 0 && rc != -ETIMEDOUT) atomic_fetch_add(&re->bad_rc, 1);
+  return 0;
+}
+
+static void re_before(void *user, const tko_task_info *ti) {
+  reenter *re = user;
+  tko_stats s;
+  tko_pool_stats(re->pool, &s);
+  tko_lane_stats ls;
+  tko_lanes_stats(re->lanes, &ls);
+  re_submit_some(re, ti->id & 15);
+}
+
+static void re_after(void *user, const tko_task_info *ti) {
+  reenter *re = user;
+  tko_stats s;
+  tko_pool_stats(re->pool, &s);
+  re_submit_some(re, (ti->id >> 1) & 15);
+  if (atomic_fetch_add(&re->hook_calls, 1) == 60 && !atomic_exchange(&re->cancelled, true))
+    cr_assert_eq(tko_lanes_cancel(re->lanes), 0);
+}
+
+static void re_pool_cancel(void *user, const tko_task_info *ti) {
+  reenter *re = user;
+  cr_assert_eq(tko_lanes_pool_cancelled(ti), 0, "pool on_cancel saw a lane runner");
+  cr_assert_eq(tko_coalescer_pool_cancelled(ti), 0);
+  cr_assert(is_tok(ti->arg), "pool on_cancel saw a foreign task");
+  tok_cancel(ti->arg);
+  tt_count_add(&re->done, 1);
+  tko_stats s;
+  tko_pool_stats(re->pool, &s);
+  re_submit_some(re, 3);
+}
+
+static void re_lane_cancel(void *user, const tko_lane_task *lt) {
+  reenter *re = user;
+  cr_assert(is_tok(lt->arg));
+  tok_cancel(lt->arg);
+  tt_count_add(&re->done, 1);
+  /* the table is closed: a submit must be refused */
+  tok *t = tp_get(&re->toks, K_LANE);
+  if (t) {
+    atomic_store(&t->accepted, true);
+    int rc = tko_lanes_submit(re->lanes, lt->key, re_task, t, 0);
+    if (rc == 0) atomic_fetch_add(&re->accepted_while_closed, 1);
+    else atomic_store(&t->accepted, false);
+  }
+  cr_assert_eq(tko_lanes_cancel(re->lanes), 0); /* idempotent, nested */
+  cr_assert_eq(tko_lanes_wait_idle(re->lanes, 0), -EDEADLK);
+  re_submit_some(re, lt->key + 2); /* keyed: pool may still be running */
+  tko_stats s;
+  tko_pool_stats(re->pool, &s);
+}
+
+typedef struct re_sub_arg {
+  reenter *re;
+  uint64_t base;
+} re_sub_arg;
+
+static void *re_submitter(void *arg) {
+  re_sub_arg *a = arg;
+  reenter *re = a->re;
+  for (int i = 0; i < 150; i++) {
+    tok *t = tp_get(&re->toks, (i & 1) ? K_KEYED : K_LANE);
+    if (!t) break;
+    t->key = a->base + (uint64_t)(i % 5);
+    atomic_store(&t->accepted, true);
+    int rc = (i & 1) ? tko_submit_keyed(re->pool, t->key, re_task, t, i % 4)
+                     : tko_lanes_submit(re->lanes, t->key, re_task, t, i % 4);
+    re_check_rc(re, rc, "submitter");
+    if (rc) atomic_store(&t->accepted, false);
+  }
+  return NULL;
+}
+
+static void hooks_reenter_scene(tko_shutdown_mode mode, bool cancel_lanes) {
+  static reenter re;
+  memset(&re, 0, sizeof re);
+  g_re = &re;
+  tp_init(&re.toks, 8192);
+  tt_count_init(&re.done);
+  atomic_init(&re.budget, 400);
+  if (!cancel_lanes) atomic_store(&re.cancelled, true); /* never from a hook */
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  o.max_batch = 1;
+  o.hooks.user = &re;
+  o.hooks.before_run = re_before;
+  o.hooks.after_run = re_after;
+  o.hooks.on_cancel = re_pool_cancel;
+  cr_assert_eq(tko_pool_create(&re.pool, &o), 0);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.lanes = 8;
+  lo.max_drain = 2;
+  lo.user = &re;
+  lo.on_cancel = re_lane_cancel;
+  cr_assert_eq(tko_lanes_create(&re.lanes, re.pool, &lo), 0);
+
+  pthread_t th[2];
+  re_sub_arg args[2] = {{&re, 100}, {&re, 200}};
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, re_submitter, &args[i]), 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  int rc = tko_lanes_wait_idle(re.lanes, AE_WAIT_MS);
+  cr_assert_eq(rc, 0, "lanes_wait_idle: %d", rc);
+  rc = tko_pool_shutdown(re.pool, mode);
+  cr_assert_eq(rc, 0);
+  if (mode == TKO_CANCEL_NOWAIT) cr_assert_eq(tko_pool_shutdown(re.pool, TKO_DRAIN), 0);
+  tko_stats s;
+  tko_pool_stats(re.pool, &s);
+  cr_assert_eq(s.queued + s.running, 0);
+  cr_assert_eq(s.submitted, s.completed + s.cancelled, "submitted %llu completed %llu cancelled %llu",
+               (unsigned long long)s.submitted, (unsigned long long)s.completed,
+               (unsigned long long)s.cancelled);
+  cr_assert_eq(tko_lanes_destroy(re.lanes), 0);
+  cr_assert_eq(tko_pool_destroy(re.pool), 0);
+  cr_assert_eq(atomic_load(&re.bad_rc), 0);
+  cr_assert_eq(atomic_load(&re.accepted_while_closed), 0,
+               "a lane submit from on_cancel was accepted on a closed table");
+  tp_check(&re.toks, "hooks_reenter");
+  tko_lane_stats ls;
+  (void)ls;
+  free(re.toks.t);
+}
+
+Test(attack_edges, hooks_reenter_lanes_cancel_from_hook) {
+  alarm(AE_ALARM_S);
+  for (int i = 0; i < 3; i++) hooks_reenter_scene(TKO_DRAIN, true);
+  alarm(0);
+}
+
+Test(attack_edges, hooks_reenter_shutdown_cancel) {
+  alarm(AE_ALARM_S);
+  for (int i = 0; i < 3; i++) hooks_reenter_scene(TKO_CANCEL, false);
+  alarm(0);
+}
+
+Test(attack_edges, hooks_reenter_shutdown_nowait) {
+  alarm(AE_ALARM_S);
+  for (int i = 0; i < 3; i++) hooks_reenter_scene(TKO_CANCEL_NOWAIT, true);
+  alarm(0);
+}
+
+/* Shutdown and destroy from a hook, wait_idle from a task: -EDEADLK. */
+static tko_pool *g_dl_pool;
+static atomic_int g_dl_bad;
+static void dl_before(void *user, const tko_task_info *ti) {
+  (void)user;
+  (void)ti;
+  if (tko_pool_shutdown(g_dl_pool, TKO_DRAIN) != -EDEADLK) atomic_fetch_add(&g_dl_bad, 1);
+  if (tko_pool_shutdown_timed(g_dl_pool, TKO_CANCEL_NOWAIT, 0) != -EDEADLK)
+    atomic_fetch_add(&g_dl_bad, 1);
+  if (tko_pool_destroy(g_dl_pool) != -EDEADLK) atomic_fetch_add(&g_dl_bad, 1);
+}
+static int dl_task(void *arg) {
+  tt_count *c = arg;
+  if (tko_pool_wait_idle(g_dl_pool, 1000) != -EDEADLK) atomic_fetch_add(&g_dl_bad, 1);
+  if (tko_pool_shutdown(g_dl_pool, TKO_CANCEL) != -EDEADLK) atomic_fetch_add(&g_dl_bad, 1);
+  tt_count_add(c, 1);
+  return 0;
+}
+
+Test(attack_edges, deadlk_from_hooks_and_tasks) {
+  alarm(AE_ALARM_S);
+  static tt_count c = TT_COUNT_INIT;
+  tko_options o = tko_basic_options(2);
+  o.hooks.before_run = dl_before;
+  cr_assert_eq(tko_pool_create(&g_dl_pool, &o), 0);
+  for (int i = 0; i < 20; i++) cr_assert_eq(tko_submit(g_dl_pool, dl_task, &c, 0), 0);
+  for (int i = 0; i < 20; i++) cr_assert_eq(tko_submit_keyed(g_dl_pool, (uint64_t)i % 3, dl_task, &c, 0), 0);
+  cr_assert(tt_count_wait_geq(&c, 40));
+  cr_assert_eq(tko_pool_destroy(g_dl_pool), 0);
+  cr_assert_eq(atomic_load(&g_dl_bad), 0);
+  alarm(0);
+}
+
+/* ============================================================================
+ * 1b. per-key prefix: run a prefix, cancel the rest, never out of order
+ * ========================================================================== */
+
+#define PX_KEYS 24
+#define PX_PER_KEY 400
+
+typedef struct pkey {
+  atomic_int running;   /* exclusion */
+  atomic_uint next_run; /* order */
+  tok t[PX_PER_KEY];
+  atomic_uint accepted; /* submits that returned 0, in order */
+} pkey;
+
+typedef struct prefix {
+  pkey k[PX_KEYS];
+  tko_pool *pool;
+  tko_lanes *lanes;
+  int use; /* 0: user lanes, 1: keyed tasks, 2: both (odd keys keyed) */
+  atomic_int violations;
+  atomic_long runs;
+  atomic_bool stop;
+  bool slow_cancel;
+} prefix;
+
+static prefix *g_px;
+
+static void px_ran(prefix *px, tok *t) {
+  pkey *k = &px->k[t->key];
+  if (atomic_fetch_add(&k->running, 1) != 0) {
+    fprintf(stderr, "key %llu: two tasks at once\n", (unsigned long long)t->key);
+    atomic_fetch_add(&px->violations, 1);
+  }
+  unsigned exp = atomic_fetch_add(&k->next_run, 1);
+  if (exp != t->seq) {
+    fprintf(stderr, "key %llu: ran seq %u, expected %u\n", (unsigned long long)t->key, t->seq, exp);
+    atomic_fetch_add(&px->violations, 1);
+  }
+  tok_run(t);
+  atomic_fetch_add(&px->runs, 1);
+  atomic_fetch_sub(&k->running, 1);
+}
+
+static int px_task(void *arg) {
+  px_ran(g_px, arg);
+  return 0;
+}
+
+static void px_batch(void *user, const tko_lane_batch *b) {
+  prefix *px = user;
+  for (size_t i = 0; i < b->count; i++) px_ran(px, b->tasks[i].arg);
+}
+
+static void px_cancel_tok(prefix *px, tok *t) {
+  tok_cancel(t);
+  if (px->slow_cancel && (t->seq % 16) == 0) tt_spin_ns(200000);
+}
+
+static void px_lane_cancel(void *user, const tko_lane_task *lt) { px_cancel_tok(user, lt->arg); }
+
+static void px_pool_cancel(void *user, const tko_task_info *ti) {
+  prefix *px = user;
+  if (!is_tok(ti->arg)) {
+    fprintf(stderr, "pool on_cancel saw a foreign task (fn %p)\n", (void *)ti->fn);
+    atomic_fetch_add(&px->violations, 1);
+    return;
+  }
+  px_cancel_tok(px, ti->arg);
+}
+
+typedef struct px_sub {
+  prefix *px;
+  int first, step;
+} px_sub;
+
+static void *px_submitter(void *arg) {
+  px_sub *s = arg;
+  prefix *px = s->px;
+  for (unsigned seq = 0; seq < PX_PER_KEY && !atomic_load(&px->stop); seq++) {
+    for (int key = s->first; key < PX_KEYS; key += s->step) {
+      pkey *k = &px->k[key];
+      tok *t = &k->t[seq];
+      t->magic = TOK_MAGIC;
+      t->kind = K_LANE;
+      t->key = (uint64_t)key;
+      t->seq = seq;
+      atomic_store(&t->accepted, true);
+      bool keyed = px->use == 1 || (px->use == 2 && (key & 1));
+      int rc = keyed ? tko_submit_keyed(px->pool, (uint64_t)key, px_task, t, key % 3)
+                     : tko_lanes_submit(px->lanes, (uint64_t)key, px_task, t, key % 3);
+      if (rc != 0) {
+        atomic_store(&t->accepted, false);
+        if (rc != -ESHUTDOWN) {
+          fprintf(stderr, "submit: %d\n", rc);
+          atomic_fetch_add(&px->violations, 1);
+        }
+        return NULL; /* closed: every later submit of these keys would fail too */
+      }
+      atomic_fetch_add(&k->accepted, 1);
+    }
+  }
+  return NULL;
+}
+
+/* Each key: seqs 0..r-1 ran once, r..accepted-1 were cancelled once. */
+static void px_check(prefix *px) {
+  cr_assert_eq(atomic_load(&px->violations), 0);
+  for (int key = 0; key < PX_KEYS; key++) {
+    pkey *k = &px->k[key];
+    unsigned acc = atomic_load(&k->accepted), r = atomic_load(&k->next_run);
+    cr_assert_leq(r, acc);
+    for (unsigned s = 0; s < PX_PER_KEY; s++) {
+      tok *t = &k->t[s];
+      int runs = atomic_load(&t->runs), cancels = atomic_load(&t->cancels);
+      if (s < r) cr_assert(runs == 1 && cancels == 0, "key %d seq %u: runs %d cancels %d (prefix %u)", key, s, runs, cancels, r);
+      else if (s < acc) cr_assert(runs == 0 && cancels == 1, "key %d seq %u: runs %d cancels %d (prefix %u, accepted %u)", key, s, runs, cancels, r, acc);
+      else cr_assert(runs == 0 && cancels == 0);
+    }
+  }
+}
+
+typedef enum { PX_LANES_CANCEL, PX_SHUT_CANCEL, PX_SHUT_NOWAIT, PX_SHUT_DRAIN } px_how;
+
+/* Returns whether the cancel came while work was still queued (else the
+ * scene proved nothing and is rerun). */
+static bool px_scene(int use, bool batch, px_how how, unsigned lanes, int workers) {
+  static prefix px;
+  memset(&px, 0, sizeof px);
+  g_px = &px;
+  px.use = use;
+  px.slow_cancel = true;
+  tko_options o = tko_basic_options((unsigned)workers);
+  o.hooks.user = &px;
+  o.hooks.on_cancel = px_pool_cancel;
+  cr_assert_eq(tko_pool_create(&px.pool, &o), 0);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.lanes = lanes;
+  lo.max_drain = 4;
+  lo.user = &px;
+  lo.on_cancel = px_lane_cancel;
+  if (batch) lo.batch = px_batch;
+  cr_assert_eq(tko_lanes_create(&px.lanes, px.pool, &lo), 0);
+  pthread_t th[3];
+  px_sub subs[3] = {{&px, 0, 3}, {&px, 1, 3}, {&px, 2, 3}};
+  for (int i = 0; i < 3; i++) cr_assert_eq(pthread_create(&th[i], NULL, px_submitter, &subs[i]), 0);
+  /* let some run, then cancel while submitters still go */
+  while (atomic_load(&px.runs) < PX_KEYS * 20) sched_yield();
+  tko_lane_stats ls;
+  tko_lanes_stats(px.lanes, &ls);
+  tko_stats ps;
+  tko_pool_stats(px.pool, &ps);
+  bool queued = ls.queued > 0 || ps.queued > 0;
+  switch (how) {
+  case PX_LANES_CANCEL: cr_assert_eq(tko_lanes_cancel(px.lanes), 0); break;
+  case PX_SHUT_CANCEL: cr_assert_eq(tko_pool_shutdown(px.pool, TKO_CANCEL), 0); break;
+  case PX_SHUT_NOWAIT: cr_assert_eq(tko_pool_shutdown(px.pool, TKO_CANCEL_NOWAIT), 0); break;
+  case PX_SHUT_DRAIN: cr_assert_eq(tko_pool_shutdown(px.pool, TKO_DRAIN), 0); break;
+  }
+  atomic_store(&px.stop, true);
+  for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+  if (how == PX_LANES_CANCEL) {
+    /* keyed tasks of the pool still run: let them finish */
+    cr_assert_eq(tko_pool_wait_idle(px.pool, AE_WAIT_MS), 0);
+    cr_assert_eq(tko_lanes_wait_idle(px.lanes, AE_WAIT_MS), 0);
+  }
+  cr_assert_eq(tko_lanes_destroy(px.lanes), 0);
+  cr_assert_eq(tko_pool_destroy(px.pool), 0);
+  px_check(&px);
+  if (how == PX_SHUT_DRAIN) {
+    for (int key = 0; key < PX_KEYS; key++)
+      cr_assert_eq(atomic_load(&px.k[key].next_run), atomic_load(&px.k[key].accepted));
+  }
+  return queued;
+}
+
+static void px_run(int use, bool batch, px_how how, unsigned lanes, int workers) {
+  alarm(AE_ALARM_S * 2);
+  int real = 0;
+  for (int i = 0; i < TT_SCALE(12, 4); i++) real += px_scene(use, batch, how, lanes, workers);
+  cr_assert_gt(real, 0, "no round cancelled with work queued");
+  alarm(0);
+}
+
+Test(attack_edges, prefix_lanes_cancel) { px_run(0, false, PX_LANES_CANCEL, 64, 2); }
+Test(attack_edges, prefix_lanes_cancel_batch_collide) { px_run(0, true, PX_LANES_CANCEL, 4, 2); }
+Test(attack_edges, prefix_shutdown_cancel_lanes) { px_run(0, false, PX_SHUT_CANCEL, 16, 2); }
+Test(attack_edges, prefix_shutdown_cancel_keyed) { px_run(1, false, PX_SHUT_CANCEL, 16, 2); }
+Test(attack_edges, prefix_shutdown_nowait_mixed) { px_run(2, false, PX_SHUT_NOWAIT, 8, 2); }
+Test(attack_edges, prefix_shutdown_nowait_batch) { px_run(0, true, PX_SHUT_NOWAIT, 8, 3); }
+Test(attack_edges, prefix_shutdown_drain_mixed) { px_run(2, true, PX_SHUT_DRAIN, 4, 2); }
+Test(attack_edges, prefix_lanes_cancel_mixed_one_worker) { px_run(2, false, PX_LANES_CANCEL, 8, 1); }
+
+/* ============================================================================
+ * 2. completion queue
+ * ========================================================================== */
+
+static bool cq_readable(tko_cq *cq, int ms) {
+  struct pollfd p = {.fd = tko_cq_fd(cq), .events = POLLIN};
+  return poll(&p, 1, ms) == 1;
+}
+
+Test(attack_edges, cq_capacity_one_holds_one) {
+  tko_cq *cq;
+  cr_assert_eq(tko_cq_create(&cq, 1, NULL), 0);
+  for (int round = 0; round < 100; round++) {
+    cr_assert_eq(tko_cq_post(cq, (uint64_t)round, round, NULL), 0);
+    cr_assert_eq(tko_cq_post(cq, 999, 0, NULL), -EAGAIN);
+    cr_assert(cq_readable(cq, 0));
+    tko_completion c[2];
+    cr_assert_eq(tko_cq_destroy(cq), -EBUSY);
+    cr_assert_eq(tko_cq_take(cq, c, 2), 1);
+    cr_assert_eq(c[0].id, (uint64_t)round);
+    cr_assert_eq(c[0].status, round);
+    cr_assert_eq(tko_cq_take(cq, c, 2), 0);
+  }
+  cr_assert_eq(tko_cq_destroy(cq), 0);
+}
+
+typedef struct cq_snap {
+  tko_cq *cq;
+  long delivered, reposted, refused;
+  uint64_t limit; /* ids >= limit were posted during the drain */
+  long late;      /* such ids delivered by the same drain */
+} cq_snap;
+
+static void snap_fn(void *user, const tko_completion *c) {
+  cq_snap *s = user;
+  s->delivered++;
+  if (c->id >= s->limit) s->late++;
+  int rc = tko_cq_post(s->cq, s->limit + c->id, 0, NULL);
+  if (rc == 0) s->reposted++;
+  else if (rc == -EAGAIN) s->refused++;
+  else cr_assert(0, "post from drain: %d", rc);
+}
+
+Test(attack_edges, cq_drain_snapshot_full_ring) {
+  alarm(AE_ALARM_S);
+  for (size_t cap = 1; cap <= 64; cap *= 4) {
+    tko_cq *cq;
+    cr_assert_eq(tko_cq_create(&cq, cap, NULL), 0);
+    for (size_t i = 0; i < cap; i++) cr_assert_eq(tko_cq_post(cq, i, 0, NULL), 0);
+    cr_assert_eq(tko_cq_post(cq, 12345, 0, NULL), -EAGAIN);
+    cq_snap s = {.cq = cq, .limit = 1000000};
+    long n = tko_cq_drain(cq, snap_fn, &s, 0);
+    cr_assert_eq(n, (long)cap);
+    cr_assert_eq(s.late, 0, "drain delivered a completion posted from its own callback");
+    if (s.reposted) cr_assert(cq_readable(cq, 0), "reposts queued, descriptor quiet");
+    /* next drain gets exactly the reposts */
+    cq_snap s2 = {.cq = cq, .limit = 1u << 30};
+    n = tko_cq_drain(cq, snap_fn, &s2, 0);
+    cr_assert_eq(n, s.reposted);
+    tko_completion c[128];
+    while (tko_cq_take(cq, c, 128) > 0) {
+    }
+    cr_assert_eq(tko_cq_destroy(cq), 0);
+  }
+  alarm(0);
+}
+
+Test(attack_edges, cq_drain_max_rearms) {
+  tko_cq *cq;
+  cr_assert_eq(tko_cq_create(&cq, 8, NULL), 0);
+  for (int i = 0; i < 5; i++) cr_assert_eq(tko_cq_post(cq, (uint64_t)i, 0, NULL), 0);
+  cq_snap s = {.cq = cq, .limit = 1000};
+  tko_completion c[8];
+  cr_assert_eq(tko_cq_take(cq, c, 2), 2);
+  cr_assert(cq_readable(cq, 0), "take stopped at max with completions left, descriptor quiet");
+  cr_assert_eq(c[0].id, 0);
+  cr_assert_eq(c[1].id, 1);
+  (void)s;
+  cr_assert_eq(tko_cq_take(cq, c, 8), 3);
+  cr_assert_eq(c[0].id, 2);
+  cr_assert_eq(tko_cq_destroy(cq), 0);
+}
+
+/* Posters and drainers at once: every completion delivered exactly once, and
+ * a loop that only drains when the descriptor is readable never strands one. */
+#define CQ_POSTERS 3
+#define CQ_PER 20000
+
+typedef struct cq_mt {
+  tko_cq *cq;
+  atomic_uchar seen[CQ_POSTERS * CQ_PER];
+  atomic_long delivered, dup;
+  atomic_bool posting_done;
+  uint64_t last_per_drain_poster[8]; /* unused: concurrent drains order nothing */
+} cq_mt;
+
+static void mt_fn(void *user, const tko_completion *c) {
+  cq_mt *m = user;
+  if (atomic_fetch_add(&m->seen[c->id], 1) != 0) atomic_fetch_add(&m->dup, 1);
+  atomic_fetch_add(&m->delivered, 1);
+}
+
+typedef struct mt_poster {
+  cq_mt *m;
+  int idx;
+} mt_poster;
+
+static void *mt_post(void *arg) {
+  mt_poster *p = arg;
+  for (int i = 0; i < CQ_PER; i++) {
+    uint64_t id = (uint64_t)p->idx * CQ_PER + (uint64_t)i;
+    int rc;
+    while ((rc = tko_cq_post(p->m->cq, id, 0, NULL)) == -EAGAIN) sched_yield();
+    cr_assert_eq(rc, 0);
+  }
+  return NULL;
+}
+
+static void *mt_drain(void *arg) {
+  cq_mt *m = arg;
+  tko_completion c[7];
+  int k = 0;
+  uint64_t quiet_since = 0;
+  while (atomic_load(&m->delivered) < CQ_POSTERS * CQ_PER) {
+    /* the other drainer may take the last ones: poll in short steps, and
+     * fail only when nothing moved for AE_WAIT_MS (a stranded completion) */
+    if (!cq_readable(m->cq, 50)) {
+      long d = atomic_load(&m->delivered);
+      if (!quiet_since) quiet_since = tt_now_ns();
+      cr_assert(tt_now_ns() - quiet_since < (uint64_t)AE_WAIT_MS * 1000000u,
+                "descriptor quiet for 30 s with %ld of %d delivered", d, CQ_POSTERS * CQ_PER);
+      continue;
+    }
+    quiet_since = 0;
+    if (k++ & 1) {
+      long n = tko_cq_drain(m->cq, mt_fn, m, 5);
+      cr_assert_geq(n, 0);
+    } else {
+      long n = tko_cq_take(m->cq, c, 7);
+      cr_assert_geq(n, 0);
+      for (long i = 0; i < n; i++) mt_fn(m, &c[i]);
+    }
+  }
+  return NULL;
+}
+
+Test(attack_edges, cq_concurrent_drains_exactly_once) {
+  alarm(AE_ALARM_S * 2);
+  static cq_mt m;
+  memset(&m, 0, sizeof m);
+  cr_assert_eq(tko_cq_create(&m.cq, 16, NULL), 0);
+  pthread_t p[CQ_POSTERS], d[2];
+  mt_poster pa[CQ_POSTERS];
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&d[i], NULL, mt_drain, &m), 0);
+  for (int i = 0; i < CQ_POSTERS; i++) {
+    pa[i] = (mt_poster){&m, i};
+    cr_assert_eq(pthread_create(&p[i], NULL, mt_post, &pa[i]), 0);
+  }
+  for (int i = 0; i < CQ_POSTERS; i++) pthread_join(p[i], NULL);
+  for (int i = 0; i < 2; i++) pthread_join(d[i], NULL);
+  cr_assert_eq(atomic_load(&m.dup), 0);
+  cr_assert_eq(atomic_load(&m.delivered), CQ_POSTERS * CQ_PER);
+  cr_assert_eq(tko_cq_destroy(m.cq), 0);
+  alarm(0);
+}
+
+/* Single loop thread, posts from pool tasks, hooks and on_cancel during a
+ * shutdown: the loop drains only on readability and gets every completion. */
+typedef struct cq_pool {
+  tko_cq *cq;
+  tko_pool *pool;
+  atomic_long posted, refused;
+  atomic_uchar seen[1 << 16];
+  atomic_long dup;
+} cq_pool;
+
+static void cqp_post(cq_pool *cp, uint64_t id) {
+  int rc = tko_cq_post(cp->cq, id, 0, NULL);
+  if (rc == 0) atomic_fetch_add(&cp->posted, 1);
+  else {
+    cr_assert_eq(rc, -EAGAIN);
+    atomic_fetch_add(&cp->refused, 1);
+  }
+}
+
+static atomic_ulong g_cqp_id;
+static int cqp_task(void *arg) {
+  cqp_post(arg, atomic_fetch_add(&g_cqp_id, 1));
+  return 0;
+}
+static void cqp_after(void *user, const tko_task_info *ti) {
+  (void)ti;
+  cqp_post(user, atomic_fetch_add(&g_cqp_id, 1));
+}
+static void cqp_cancel(void *user, const tko_task_info *ti) {
+  (void)ti;
+  cqp_post(user, atomic_fetch_add(&g_cqp_id, 1));
+}
+static void cqp_fn(void *user, const tko_completion *c) {
+  cq_pool *cp = user;
+  if (atomic_fetch_add(&cp->seen[c->id & 0xffff], 1) != 0) atomic_fetch_add(&cp->dup, 1);
+}
+
+typedef struct cqp_sub {
+  cq_pool *cp;
+  atomic_bool done;
+} cqp_sub;
+
+static void *cqp_submitter(void *arg) {
+  cqp_sub *s = arg;
+  for (int i = 0; i < 3000; i++) {
+    int rc = tko_submit(s->cp->pool, cqp_task, s->cp, i % 5);
+    if (rc == -ESHUTDOWN) break;
+    cr_assert_eq(rc, 0);
+    if ((i & 63) == 0) cqp_post(s->cp, atomic_fetch_add(&g_cqp_id, 1)); /* foreign thread */
+  }
+  atomic_store(&s->done, true);
+  return NULL;
+}
+
+static void cq_pool_scene(tko_shutdown_mode mode) {
+  static cq_pool cp;
+  memset(&cp, 0, sizeof cp);
+  atomic_store(&g_cqp_id, 0);
+  cr_assert_eq(tko_cq_create(&cp.cq, 1 << 16, NULL), 0);
+  tko_options o = tko_basic_options(2);
+  o.hooks.user = &cp;
+  o.hooks.after_run = cqp_after;
+  o.hooks.on_cancel = cqp_cancel;
+  cr_assert_eq(tko_pool_create(&cp.pool, &o), 0);
+  static cqp_sub s;
+  s.cp = &cp;
+  atomic_store(&s.done, false);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, cqp_submitter, &s), 0);
+  long got = 0;
+  int spins = 0;
+  /* the loop: drain on readability, shut down part way */
+  while (got < 2000) {
+    cr_assert(cq_readable(cp.cq, (int)AE_WAIT_MS), "quiet descriptor, %ld delivered", got);
+    long n = tko_cq_drain(cp.cq, cqp_fn, &cp, 0);
+    cr_assert_geq(n, 0);
+    got += n;
+    if (++spins > 1000000) break;
+  }
+  cr_assert_eq(tko_pool_shutdown(cp.pool, mode), 0);
+  pthread_join(th, NULL);
+  cr_assert_eq(tko_pool_destroy(cp.pool), 0); /* every poster is done now */
+  while (got < atomic_load(&cp.posted)) {
+    cr_assert(cq_readable(cp.cq, (int)AE_WAIT_MS), "quiet descriptor after shutdown, %ld of %ld",
+              got, atomic_load(&cp.posted));
+    long n = tko_cq_drain(cp.cq, cqp_fn, &cp, 0);
+    cr_assert_geq(n, 0);
+    got += n;
+  }
+  cr_assert_eq(got, atomic_load(&cp.posted));
+  cr_assert_eq(atomic_load(&cp.dup), 0);
+  cr_assert_eq(tko_cq_destroy(cp.cq), 0);
+}
+
+Test(attack_edges, cq_posts_from_tasks_hooks_shutdown) {
+  alarm(AE_ALARM_S * 2);
+  for (int i = 0; i < TT_SCALE(4, 2); i++) {
+    cq_pool_scene(TKO_DRAIN);
+    cq_pool_scene(TKO_CANCEL);
+    cq_pool_scene(TKO_CANCEL_NOWAIT);
+  }
+  alarm(0);
+}
+
+/* ============================================================================
+ * 3. shutdown in every mode racing every task kind
+ * ========================================================================== */
+
+#define EV_TIMERS 24
+#define EV_MARK_KEYS 8
+
+typedef struct everything {
+  tko_pool *pool;
+  tko_lanes *lanes;
+  tko_coalescer *co;
+  tko_cq *async_cq; /* async starts hand their op to the completer here */
+  tokpool toks;
+  tko_group group;
+  tko_timer timers[EV_TIMERS];
+  tok *timer_tok[EV_TIMERS];
+  tko_handle handles[512];
+  tok *handle_tok[512];
+  atomic_int nhandles;
+  atomic_bool stop, completer_stop;
+  atomic_int bad;
+  atomic_long runs;
+  /* coalescer: per key, last accepted value and last flushed value */
+  atomic_ullong last_mark[2][EV_MARK_KEYS];
+  atomic_ullong last_flush[2][EV_MARK_KEYS];
+  atomic_int flush_order_bad;
+} everything;
+
+static everything *g_ev;
+
+static void ev_bad(const char *what, int rc) {
+  fprintf(stderr, "everything: %s -> %d\n", what, rc);
+  atomic_fetch_add(&g_ev->bad, 1);
+}
+
+static int ev_task(void *arg) {
+  tok *t = arg;
+  tok_run(t);
+  atomic_fetch_add(&g_ev->runs, 1);
+  if (t->kind == K_PLAIN && (t->seq & 7) == 0) {
+    int rc = tko_pool_wait_idle(g_ev->pool, 0);
+    if (rc != -EDEADLK) ev_bad("wait_idle from task", rc);
+    rc = tko_pool_shutdown(g_ev->pool, TKO_DRAIN);
+    if (rc != -EDEADLK) ev_bad("shutdown from task", rc);
+    tko_stats s;
+    tko_pool_stats(g_ev->pool, &s);
+    if (s.completed + s.cancelled + s.queued + s.running > s.submitted) ev_bad("stats sum", 0);
+  }
+  return 0;
+}
+
+static int ev_async(tko_async *op, void *arg) {
+  tok *t = arg;
+  tok_run(t);
+  if (tko_async_arg(op) != arg) ev_bad("async_arg", 0);
+  int rc = tko_cq_post(g_ev->async_cq, 0, 0, op);
+  if (rc != 0) {
+    ev_bad("async post", rc);
+    return -EIO; /* completes at once */
+  }
+  return 0;
+}
+
+static void ev_complete_fn(void *user, const tko_completion *c) {
+  (void)user;
+  int rc = tko_async_complete(c->user, 0);
+  if (rc != 0) ev_bad("async_complete", rc);
+}
+
+static void *ev_completer(void *arg) {
+  everything *ev = arg;
+  while (!atomic_load(&ev->completer_stop)) {
+    struct pollfd p = {.fd = tko_cq_fd(ev->async_cq), .events = POLLIN};
+    if (poll(&p, 1, 20) == 1) tko_cq_drain(ev->async_cq, ev_complete_fn, NULL, 0);
+  }
+  tko_cq_drain(ev->async_cq, ev_complete_fn, NULL, 0);
+  return NULL;
+}
+
+static void ev_pool_cancel(void *user, const tko_task_info *ti) {
+  everything *ev = user;
+  if (tko_lanes_pool_cancelled(ti)) {
+    ev_bad("pool on_cancel saw a lane runner", 0);
+    return;
+  }
+  if (tko_coalescer_pool_cancelled(ti)) {
+    ev_bad("pool on_cancel saw a sweep", 0);
+    return;
+  }
+  if (!is_tok(ti->arg)) {
+    ev_bad("pool on_cancel saw a foreign task", 0);
+    return;
+  }
+  tok_cancel(ti->arg);
+  int rc = tko_pool_shutdown(ev->pool, TKO_CANCEL);
+  if (rc != -EDEADLK) ev_bad("shutdown from on_cancel", rc);
+}
+
+static void ev_lane_cancel(void *user, const tko_lane_task *lt) {
+  (void)user;
+  tok_cancel(lt->arg);
+}
+
+static void ev_before(void *user, const tko_task_info *ti) {
+  everything *ev = user;
+  (void)ti;
+  tko_stats s;
+  tko_pool_stats(ev->pool, &s);
+  if ((ti->id & 63) == 1) {
+    int rc = tko_pool_shutdown(ev->pool, TKO_CANCEL);
+    if (rc != -EDEADLK) ev_bad("shutdown from before_run", rc);
+  }
+}
+
+static void ev_flush(void *user, const tko_coalesce_entry *e, size_t n) {
+  everything *ev = user;
+  for (size_t i = 0; i < n; i++) {
+    int th = (int)(e[i].key / 100), k = (int)(e[i].key % 100);
+    uint64_t prev = atomic_load(&ev->last_flush[th][k]);
+    if (e[i].value < prev) atomic_fetch_add(&ev->flush_order_bad, 1);
+    atomic_store(&ev->last_flush[th][k], e[i].value);
+  }
+}
+
+typedef struct ev_sub {
+  everything *ev;
+  int idx;
+} ev_sub;
+
+static int ev_submit_one(everything *ev, int kind, tok *t, uint32_t i) {
+  switch (kind) {
+  case K_PLAIN: return tko_submit(ev->pool, ev_task, t, (int)(i % 4));
+  case K_GROUP: return tko_group_submit(ev->pool, &ev->group, ev_task, t, (int)(i % 4));
+  case K_ASYNC: return tko_submit_async(ev->pool, ev_async, t, (int)(i % 4));
+  case K_KEYED: return tko_submit_keyed(ev->pool, i % 13, ev_task, t, (int)(i % 4));
+  case K_LANE: return tko_lanes_submit(ev->lanes, i % 11, ev_task, t, (int)(i % 4));
+  case K_HANDLE: {
+    int h = atomic_fetch_add(&ev->nhandles, 1);
+    if (h >= 512) return -ENOSPC;
+    ev->handle_tok[h] = t;
+    return tko_submit_handle(ev->pool, &ev->handles[h], ev_task, t, (int)(i % 4));
+  }
+  }
+  return -ENOSYS;
+}
+
+static void *ev_submitter(void *arg) {
+  ev_sub *s = arg;
+  everything *ev = s->ev;
+  static const int kinds[] = {K_PLAIN, K_GROUP, K_ASYNC, K_KEYED, K_LANE, K_HANDLE};
+  uint64_t marks = 0;
+  for (uint32_t i = 0; !atomic_load(&ev->stop); i++) {
+    int kind = kinds[(i + (uint32_t)s->idx) % 6];
+    tok *t = tp_get(&ev->toks, kind);
+    if (!t) break;
+    t->seq = i;
+    atomic_store(&t->accepted, true);
+    int rc = ev_submit_one(ev, kind, t, i);
+    if (rc == -ENOSPC) rc = tko_submit(ev->pool, ev_task, t, 0), t->kind = K_PLAIN;
+    if (rc != 0) {
+      atomic_store(&t->accepted, false);
+      if (rc != -ESHUTDOWN) ev_bad("submit", rc);
+    }
+    if ((i & 3) == 0) {
+      int k = (int)(marks % EV_MARK_KEYS);
+      uint64_t v = ++marks;
+      rc = tko_coalescer_mark(ev->co, (uint64_t)(s->idx * 100 + k), v);
+      if (rc == 0) atomic_store(&ev->last_mark[s->idx][k], v);
+      else if (rc != -ESHUTDOWN) ev_bad("mark", rc);
+    }
+  }
+  return NULL;
+}
+
+static void everything_scene(tko_shutdown_mode mode) {
+  static everything ev;
+  memset(&ev, 0, sizeof ev);
+  g_ev = &ev;
+  tp_init(&ev.toks, 200000);
+  cr_assert_eq(tko_group_init(&ev.group), 0);
+  cr_assert_eq(tko_cq_create(&ev.async_cq, 1 << 17, NULL), 0);
+  tko_options o = tko_basic_options(2);
+  o.hooks.user = &ev;
+  o.hooks.on_cancel = ev_pool_cancel;
+  o.hooks.before_run = ev_before;
+  o.max_async_inflight = 8;
+  cr_assert_eq(tko_pool_create(&ev.pool, &o), 0);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.lanes = 8;
+  lo.user = &ev;
+  lo.on_cancel = ev_lane_cancel;
+  cr_assert_eq(tko_lanes_create(&ev.lanes, ev.pool, &lo), 0);
+  cr_assert_eq(tko_coalescer_create(&ev.co, ev.pool, 1, ev_flush, &ev, NULL), 0);
+  pthread_t completer;
+  cr_assert_eq(pthread_create(&completer, NULL, ev_completer, &ev), 0);
+  for (int i = 0; i < EV_TIMERS; i++) {
+    tko_timer_init(&ev.timers[i]);
+    bool periodic = i % 4 == 0;
+    tok *t = tp_get(&ev.toks, periodic ? K_PERIODIC : K_TIMER);
+    ev.timer_tok[i] = t;
+    atomic_store(&t->accepted, true);
+    int rc = periodic ? tko_submit_every(ev.pool, &ev.timers[i], 1, ev_task, t, 1)
+                      : tko_submit_after(ev.pool, &ev.timers[i], i % 5, ev_task, t, 1);
+    cr_assert_eq(rc, 0);
+  }
+  pthread_t th[2];
+  ev_sub subs[2] = {{&ev, 0}, {&ev, 1}};
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, ev_submitter, &subs[i]), 0);
+  while (atomic_load(&ev.runs) < 3000) sched_yield();
+  int rc = tko_pool_shutdown(ev.pool, mode);
+  cr_assert_eq(rc, 0);
+  if (mode == TKO_CANCEL_NOWAIT) {
+    rc = tko_pool_shutdown_timed(ev.pool, TKO_DRAIN, AE_WAIT_MS);
+    cr_assert_eq(rc, 0, "shutdown after NOWAIT: %d", rc);
+  }
+  atomic_store(&ev.stop, true);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  /* a NOWAIT-racing submit may be accepted late: a second shutdown settles it */
+  cr_assert_eq(tko_pool_shutdown(ev.pool, TKO_CANCEL), 0);
+  tko_stats s;
+  tko_pool_stats(ev.pool, &s);
+  cr_assert_eq(s.queued, 0);
+  cr_assert_eq(s.running, 0);
+  cr_assert_eq(s.async_inflight, 0);
+  cr_assert_eq(s.submitted, s.completed + s.cancelled,
+               "mode %d: submitted %llu != completed %llu + cancelled %llu", (int)mode,
+               (unsigned long long)s.submitted, (unsigned long long)s.completed,
+               (unsigned long long)s.cancelled);
+  cr_assert_eq(tko_group_wait(&ev.group, 0), 0);
+  cr_assert_eq(tko_group_pending(&ev.group), 0);
+  cr_assert_eq(tko_group_destroy(&ev.group), 0);
+  int nh = atomic_load(&ev.nhandles);
+  if (nh > 512) nh = 512;
+  for (int h = 0; h < nh; h++) {
+    tok *t = ev.handle_tok[h];
+    if (!atomic_load(&t->accepted)) continue;
+    cr_assert_eq(tko_handle_wait(&ev.handles[h], 0), 0);
+    int st = tko_handle_status(&ev.handles[h]);
+    if (atomic_load(&t->runs)) cr_assert_eq(st, 0);
+    else cr_assert_eq(st, -ECANCELED);
+  }
+  for (int i = 0; i < EV_TIMERS; i++) cr_assert_eq(tko_timer_cancel(&ev.timers[i]), -ENOENT);
+  tko_lane_stats ls;
+  tko_lanes_stats(ev.lanes, &ls);
+  cr_assert_eq(ls.queued, 0);
+  cr_assert_eq(ls.submitted, ls.completed + ls.cancelled);
+  cr_assert_eq(tko_lanes_destroy(ev.lanes), 0);
+  cr_assert_eq(tko_coalescer_destroy(ev.co), 0);
+  cr_assert_eq(tko_pool_destroy(ev.pool), 0);
+  atomic_store(&ev.completer_stop, true);
+  pthread_join(completer, NULL);
+  cr_assert_eq(tko_cq_destroy(ev.async_cq), 0);
+  cr_assert_eq(atomic_load(&ev.bad), 0);
+  cr_assert_eq(atomic_load(&ev.flush_order_bad), 0);
+  for (int th_i = 0; th_i < 2; th_i++)
+    for (int k = 0; k < EV_MARK_KEYS; k++)
+      cr_assert_eq(atomic_load(&ev.last_flush[th_i][k]), atomic_load(&ev.last_mark[th_i][k]),
+                   "coalescer key %d/%d: last flushed %llu, last marked %llu", th_i, k,
+                   (unsigned long long)atomic_load(&ev.last_flush[th_i][k]),
+                   (unsigned long long)atomic_load(&ev.last_mark[th_i][k]));
+  tp_check(&ev.toks, "everything");
+  free(ev.toks.t);
+}
+
+Test(attack_edges, everything_shutdown_drain) {
+  alarm(AE_ALARM_S * 2);
+  for (int i = 0; i < TT_SCALE(3, 1); i++) everything_scene(TKO_DRAIN);
+  alarm(0);
+}
+
+Test(attack_edges, everything_shutdown_cancel) {
+  alarm(AE_ALARM_S * 2);
+  for (int i = 0; i < TT_SCALE(3, 1); i++) everything_scene(TKO_CANCEL);
+  alarm(0);
+}
+
+Test(attack_edges, everything_shutdown_nowait) {
+  alarm(AE_ALARM_S * 2);
+  for (int i = 0; i < TT_SCALE(3, 1); i++) everything_scene(TKO_CANCEL_NOWAIT);
+  alarm(0);
+}
