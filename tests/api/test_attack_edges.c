@@ -1066,6 +1066,7 @@ static int ev_submit_one(everything *ev, int kind, tok *t, uint32_t i) {
     int h = atomic_fetch_add(&ev->nhandles, 1);
     if (h >= 512) return -ENOSPC;
     ev->handle_tok[h] = t;
+    t->by_depth = h; /* its handle's index */
     return tko_submit_handle(ev->pool, &ev->handles[h], ev_task, t, (int)(i % 4));
   }
   }
@@ -1085,6 +1086,11 @@ static void *ev_submitter(void *arg) {
     atomic_store(&t->accepted, true);
     int rc = ev_submit_one(ev, kind, t, i);
     if (rc == -ENOSPC) rc = tko_submit(ev->pool, ev_task, t, 0), t->kind = K_PLAIN;
+    if (rc == 0 && t->kind == K_HANDLE && i % 3 == 0) {
+      int crc = tko_handle_cancel(&ev->handles[t->by_depth]);
+      if (crc == 0) t->seq |= 1u << 31; /* promised never to run */
+      else if (crc != -EBUSY && crc != -EALREADY) ev_bad("handle_cancel", crc);
+    }
     if (rc != 0) {
       atomic_store(&t->accepted, false);
       if (rc != -ESHUTDOWN) ev_bad("submit", rc);
@@ -1164,6 +1170,7 @@ static void everything_scene(tko_shutdown_mode mode) {
     if (!atomic_load(&t->accepted)) continue;
     cr_assert_eq(tko_handle_wait(&ev.handles[h], 0), 0);
     int st = tko_handle_status(&ev.handles[h]);
+    if (t->seq & (1u << 31)) cr_assert_eq(atomic_load(&t->runs), 0, "a handle cancelled with 0 ran");
     if (atomic_load(&t->runs)) cr_assert_eq(st, 0);
     else cr_assert_eq(st, -ECANCELED);
   }
@@ -1359,6 +1366,231 @@ Test(attack_edges, caller_runs_lane_submit_waits_for_room_for_appended) {
   alarm(AE_ALARM_S);
   cr_own_scene(32, false, CR_DIRECT);
   cr_own_scene(1, false, CR_DIRECT);
+}
+
+/* ============================================================================
+ * 2'. completion queue: a poster stopped inside its post (the header's
+ * exception) never strands a completion behind a quiet descriptor
+ * ========================================================================== */
+
+#include <semaphore.h>
+#include <signal.h>
+
+static sem_t g_stall_sem;
+static atomic_int g_stalls;
+static void stall_handler(int sig) {
+  (void)sig;
+  atomic_fetch_add(&g_stalls, 1);
+  while (sem_wait(&g_stall_sem) != 0) {
+  }
+}
+
+#define ST_PER 20000
+
+typedef struct stall_post {
+  tko_cq *cq;
+  uint64_t base;
+  atomic_bool done;
+} stall_post;
+
+static void *stall_poster(void *arg) {
+  stall_post *p = arg;
+  for (uint64_t i = 0; i < ST_PER; i++) {
+    int rc;
+    while ((rc = tko_cq_post(p->cq, p->base + i, 0, NULL)) == -EAGAIN) sched_yield();
+    cr_assert_eq(rc, 0);
+  }
+  atomic_store(&p->done, true);
+  return NULL;
+}
+
+typedef struct stall_loop {
+  uint64_t next[2]; /* per poster: the next id expected (one drainer: in order) */
+  long got, out_of_order;
+} stall_loop;
+
+static void stall_fn(void *user, const tko_completion *c) {
+  stall_loop *l = user;
+  int who = c->id >= 1000000;
+  uint64_t idx = c->id - (who ? 1000000 : 0);
+  if (idx != l->next[who]) l->out_of_order++;
+  l->next[who] = idx + 1;
+  l->got++;
+}
+
+Test(attack_edges, cq_stalled_poster_never_strands) {
+  alarm(AE_ALARM_S * 2);
+  cr_assert_eq(sem_init(&g_stall_sem, 0, 0), 0);
+  struct sigaction sa = {.sa_handler = stall_handler};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  cr_assert_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+  tko_cq *cq;
+  cr_assert_eq(tko_cq_create(&cq, 64, NULL), 0);
+  static stall_post p[2];
+  p[0] = (stall_post){.cq = cq, .base = 0};
+  p[1] = (stall_post){.cq = cq, .base = 1000000};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, stall_poster, &p[i]), 0);
+  stall_loop l = {{0, 0}, 0, 0};
+  long stalls_sent = 0, quiet_while_stalled = 0;
+  while (l.got < 2 * ST_PER) {
+    /* now and then stop poster 0 wherever it is - inside tko_cq_post too */
+    bool stalled = false;
+    if ((l.got & 7) == 0 && !atomic_load(&p[0].done)) {
+      cr_assert_eq(pthread_kill(th[0], SIGUSR1), 0);
+      stalls_sent++;
+      stalled = true;
+    }
+    /* while it is stopped the descriptor may be quiet (the exception);
+     * poll short, then release it: it must leave the descriptor readable */
+    if (!cq_readable(cq, stalled ? 1 : (int)AE_WAIT_MS)) {
+      cr_assert(stalled || l.got >= 2 * ST_PER, "quiet descriptor with %ld of %d delivered",
+                l.got, 2 * ST_PER);
+      quiet_while_stalled++;
+    } else {
+      long n = tko_cq_drain(cq, stall_fn, &l, 0);
+      cr_assert_geq(n, 0);
+    }
+    if (stalled) cr_assert_eq(sem_post(&g_stall_sem), 0);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  cr_assert_eq(l.out_of_order, 0, "one poster's completions out of order");
+  cr_assert_eq(l.got, 2 * ST_PER);
+  cr_assert_eq(tko_cq_destroy(cq), 0);
+  if (getenv("AE_VERBOSE"))
+    fprintf(stderr, "stalls sent %ld taken %d, quiet polls while stalled %ld\n", stalls_sent,
+            atomic_load(&g_stalls), quiet_while_stalled);
+  alarm(0);
+}
+
+/* ============================================================================
+ * 3'. shutdown steps: a timed-out DRAIN, then CANCEL, cancels what is queued
+ * ========================================================================== */
+
+static atomic_int g_sd_runs, g_sd_cancels;
+static int sd_task(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&g_sd_runs, 1);
+  return 0;
+}
+static void sd_cancel(void *user, const tko_task_info *ti) {
+  (void)user;
+  (void)ti;
+  atomic_fetch_add(&g_sd_cancels, 1);
+}
+
+Test(attack_edges, shutdown_timed_drain_then_cancel) {
+  alarm(AE_ALARM_S);
+  static tt_pin pin = TT_PIN_INIT;
+  tko_pool *pool;
+  tko_options o = tko_basic_options(1);
+  o.max_batch = 1;
+  o.hooks.on_cancel = sd_cancel;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  cr_assert_eq(tko_submit(pool, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  for (int i = 0; i < 50; i++) cr_assert_eq(tko_submit(pool, sd_task, NULL, 0), 0);
+  for (int i = 0; i < 20; i++) cr_assert_eq(tko_submit_keyed(pool, (uint64_t)i % 4, sd_task, NULL, 0), 0);
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_DRAIN, 0), -ETIMEDOUT);
+  cr_assert_eq(tko_submit(pool, sd_task, NULL, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_CANCEL, 0), -ETIMEDOUT);
+  cr_assert_eq(atomic_load(&g_sd_cancels), 70, "the CANCEL after a timed-out DRAIN cancelled %d of 70",
+               atomic_load(&g_sd_cancels));
+  cr_assert_eq(tko_pool_shutdown_timed(pool, TKO_CANCEL_NOWAIT, 0), 0);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&g_sd_runs), 0);
+  tko_stats s;
+  tko_pool_stats(pool, &s);
+  cr_assert_eq(s.submitted, 71);
+  cr_assert_eq(s.completed, 1);
+  cr_assert_eq(s.cancelled, 70);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  alarm(0);
+}
+
+/* ============================================================================
+ * 3''. coalescer marks racing close: flushed or rejected, never lost
+ * ========================================================================== */
+
+#define CO_KEYS 16
+typedef struct co_race {
+  tko_coalescer *co;
+  atomic_ullong last_mark[2][CO_KEYS], last_flush[2][CO_KEYS];
+  atomic_long rejected, accepted;
+  atomic_int order_bad;
+  atomic_int go;
+} co_race;
+
+static void co_flush(void *user, const tko_coalesce_entry *e, size_t n) {
+  co_race *r = user;
+  for (size_t i = 0; i < n; i++) {
+    int th = (int)(e[i].key >> 32), k = (int)(e[i].key & 0xffffffffu);
+    if (e[i].value < atomic_load(&r->last_flush[th][k])) atomic_fetch_add(&r->order_bad, 1);
+    atomic_store(&r->last_flush[th][k], e[i].value);
+  }
+  /* a mark from flush_fn goes to the next sweep (or is refused once closed) */
+  int rc = tko_coalescer_mark(r->co, ((uint64_t)1 << 40), 1);
+  if (rc != 0 && rc != -ESHUTDOWN) atomic_fetch_add(&r->order_bad, 1000);
+  if (tko_coalescer_flush(r->co) != -EDEADLK) atomic_fetch_add(&r->order_bad, 1000);
+}
+
+typedef struct co_arg {
+  co_race *r;
+  int th;
+} co_arg;
+
+static void *co_marker(void *arg) {
+  co_arg *a = arg;
+  co_race *r = a->r;
+  atomic_fetch_add(&r->go, 1);
+  for (uint64_t v = 1;; v++) {
+    int k = (int)(v % CO_KEYS);
+    int rc = tko_coalescer_mark(r->co, ((uint64_t)a->th << 32) | (uint64_t)k, v);
+    if (rc == -ESHUTDOWN) {
+      atomic_fetch_add(&r->rejected, 1);
+      break;
+    }
+    cr_assert_eq(rc, 0);
+    atomic_store(&r->last_mark[a->th][k], v);
+    atomic_fetch_add(&r->accepted, 1);
+  }
+  return NULL;
+}
+
+Test(attack_edges, coalescer_marks_racing_close) {
+  alarm(AE_ALARM_S);
+  for (int round = 0; round < TT_SCALE(20, 5); round++) {
+    static co_race r;
+    memset(&r, 0, sizeof r);
+    tko_pool *pool;
+    tko_options o = tko_basic_options(2);
+    cr_assert_eq(tko_pool_create(&pool, &o), 0);
+    cr_assert_eq(tko_coalescer_create(&r.co, pool, (unsigned)(round % 2), co_flush, &r, NULL), 0);
+    pthread_t th[2];
+    co_arg a[2] = {{&r, 0}, {&r, 1}};
+    for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, co_marker, &a[i]), 0);
+    while (atomic_load(&r.accepted) < 2000) sched_yield();
+    if (round % 3 == 0) cr_assert_eq(tko_coalescer_flush(r.co), 0);
+    if (round % 4 == 1) cr_assert_eq(tko_pool_shutdown(pool, TKO_CANCEL), 0);
+    cr_assert_eq(tko_coalescer_close(r.co), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    cr_assert_eq(tko_coalescer_mark(r.co, 1, 1), -ESHUTDOWN);
+    tko_coalesce_stats cs;
+    tko_coalescer_stats(r.co, &cs);
+    cr_assert_eq(cs.dirty, 0);
+    cr_assert_eq(tko_coalescer_destroy(r.co), 0);
+    cr_assert_eq(tko_pool_destroy(pool), 0);
+    cr_assert_eq(atomic_load(&r.order_bad), 0);
+    for (int t = 0; t < 2; t++)
+      for (int k = 0; k < CO_KEYS; k++)
+        cr_assert_eq(atomic_load(&r.last_flush[t][k]), atomic_load(&r.last_mark[t][k]),
+                     "round %d key %d/%d: flushed %llu, marked %llu", round, t, k,
+                     (unsigned long long)atomic_load(&r.last_flush[t][k]),
+                     (unsigned long long)atomic_load(&r.last_mark[t][k]));
+  }
+  alarm(0);
 }
 
 #if 0
