@@ -102,6 +102,8 @@ static void tp_check(tokpool *p, const char *what) {
     int r = atomic_load(&t->runs), c = atomic_load(&t->cancels);
     bool ok;
     if (!atomic_load(&t->accepted)) ok = r == 0 && c == 0;
+    else if (t->kind == K_PERIODIC && (t->seq & (1u << 31)))
+      ok = c <= 1 && atomic_load(&t->run_after_cancel) == 0; /* tko_timer_cancel'd */
     else if (t->kind == K_PERIODIC) ok = c == 1 && atomic_load(&t->run_after_cancel) == 0;
     else ok = r + c == 1;
     if (!ok) {
@@ -576,7 +578,12 @@ static void px_check(prefix *px) {
   }
 }
 
-typedef enum { PX_LANES_CANCEL, PX_SHUT_CANCEL, PX_SHUT_NOWAIT, PX_SHUT_DRAIN } px_how;
+typedef enum { PX_LANES_CANCEL, PX_SHUT_CANCEL, PX_SHUT_NOWAIT, PX_SHUT_DRAIN, PX_BOTH } px_how;
+
+static void *px_lanes_canceller(void *arg) {
+  cr_assert_eq(tko_lanes_cancel(arg), 0);
+  return NULL;
+}
 
 /* Returns whether the cancel came while work was still queued (else the
  * scene proved nothing and is rerun). */
@@ -612,6 +619,13 @@ static bool px_scene(int use, bool batch, px_how how, unsigned lanes, int worker
   case PX_SHUT_CANCEL: cr_assert_eq(tko_pool_shutdown(px.pool, TKO_CANCEL), 0); break;
   case PX_SHUT_NOWAIT: cr_assert_eq(tko_pool_shutdown(px.pool, TKO_CANCEL_NOWAIT), 0); break;
   case PX_SHUT_DRAIN: cr_assert_eq(tko_pool_shutdown(px.pool, TKO_DRAIN), 0); break;
+  case PX_BOTH: {
+    pthread_t c;
+    cr_assert_eq(pthread_create(&c, NULL, px_lanes_canceller, px.lanes), 0);
+    cr_assert_eq(tko_pool_shutdown(px.pool, TKO_CANCEL), 0);
+    pthread_join(c, NULL);
+    break;
+  }
   }
   atomic_store(&px.stop, true);
   for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
@@ -655,6 +669,7 @@ Test(attack_edges, prefix_shutdown_nowait_mixed) { px_run(2, false, PX_SHUT_NOWA
 Test(attack_edges, prefix_shutdown_nowait_batch) { px_run(0, true, PX_SHUT_NOWAIT, 8, 3); }
 Test(attack_edges, prefix_shutdown_drain_mixed) { px_run(2, true, PX_SHUT_DRAIN, 4, 2); }
 Test(attack_edges, prefix_lanes_cancel_mixed_one_worker) { px_run(2, false, PX_LANES_CANCEL, 8, 1); }
+Test(attack_edges, prefix_lanes_cancel_racing_shutdown_cancel) { px_run(2, true, PX_BOTH, 8, 2); }
 
 /* ============================================================================
  * 2. completion queue
@@ -943,11 +958,13 @@ typedef struct everything {
   tko_timer timers[EV_TIMERS];
   tok *timer_tok[EV_TIMERS];
   tko_handle handles[512];
+  tko_timer late_timers[2048]; /* armed by the submitters, racing shutdown */
+  atomic_int nlate;
   tok *handle_tok[512];
   atomic_int nhandles;
   atomic_bool stop, completer_stop;
   atomic_int bad;
-  atomic_long runs;
+  atomic_long runs, cancels, accepted;
   /* coalescer: per key, last accepted value and last flushed value */
   atomic_ullong last_mark[2][EV_MARK_KEYS];
   atomic_ullong last_flush[2][EV_MARK_KEYS];
@@ -960,6 +977,8 @@ static void ev_bad(const char *what, int rc) {
   fprintf(stderr, "everything: %s -> %d\n", what, rc);
   atomic_fetch_add(&g_ev->bad, 1);
 }
+
+static int rc_unused(int rc) { return rc; }
 
 static int ev_task(void *arg) {
   tok *t = arg;
@@ -974,12 +993,18 @@ static int ev_task(void *arg) {
     tko_pool_stats(g_ev->pool, &s);
     if (s.completed + s.cancelled + s.queued + s.running > s.submitted) ev_bad("stats sum", 0);
   }
+  /* a member waiting on its own group, a task on its own handle */
+  if (t->kind == K_GROUP && (rc_unused(tko_group_wait(&g_ev->group, 1000)) != -EDEADLK))
+    ev_bad("group_wait from a member", 0);
+  if (t->kind == K_HANDLE && tko_handle_wait(&g_ev->handles[t->by_depth], 1000) != -EDEADLK)
+    ev_bad("handle_wait from its task", 0);
   return 0;
 }
 
 static int ev_async(tko_async *op, void *arg) {
   tok *t = arg;
   tok_run(t);
+  atomic_fetch_add(&g_ev->runs, 1);
   if (tko_async_arg(op) != arg) ev_bad("async_arg", 0);
   int rc = tko_cq_post(g_ev->async_cq, 0, 0, op);
   if (rc != 0) {
@@ -1019,14 +1044,21 @@ static void ev_pool_cancel(void *user, const tko_task_info *ti) {
     ev_bad("pool on_cancel saw a foreign task", 0);
     return;
   }
-  tok_cancel(ti->arg);
+  tok *t = ti->arg;
+  tok_cancel(t);
+  atomic_fetch_add(&ev->cancels, 1);
   int rc = tko_pool_shutdown(ev->pool, TKO_CANCEL);
   if (rc != -EDEADLK) ev_bad("shutdown from on_cancel", rc);
+  if (t->kind == K_GROUP && (rc = tko_group_wait(&ev->group, 1000)) != -EDEADLK)
+    ev_bad("group_wait from on_cancel of a member", rc);
+  if (t->kind == K_HANDLE && (rc = tko_handle_wait(&ev->handles[t->by_depth], 1000)) != -EDEADLK)
+    ev_bad("handle_wait from on_cancel of its task", rc);
 }
 
 static void ev_lane_cancel(void *user, const tko_lane_task *lt) {
-  (void)user;
+  everything *ev = user;
   tok_cancel(lt->arg);
+  atomic_fetch_add(&ev->cancels, 1);
 }
 
 static void ev_before(void *user, const tko_task_info *ti) {
@@ -1062,6 +1094,12 @@ static int ev_submit_one(everything *ev, int kind, tok *t, uint32_t i) {
   case K_ASYNC: return tko_submit_async(ev->pool, ev_async, t, (int)(i % 4));
   case K_KEYED: return tko_submit_keyed(ev->pool, i % 13, ev_task, t, (int)(i % 4));
   case K_LANE: return tko_lanes_submit(ev->lanes, i % 11, ev_task, t, (int)(i % 4));
+  case K_TIMER: {
+    int n = atomic_fetch_add(&ev->nlate, 1);
+    if (n >= 2048) return -ENOSPC;
+    tko_timer_init(&ev->late_timers[n]);
+    return tko_submit_after(ev->pool, &ev->late_timers[n], (long)(i % 3), ev_task, t, 1);
+  }
   case K_HANDLE: {
     int h = atomic_fetch_add(&ev->nhandles, 1);
     if (h >= 512) return -ENOSPC;
@@ -1076,10 +1114,23 @@ static int ev_submit_one(everything *ev, int kind, tok *t, uint32_t i) {
 static void *ev_submitter(void *arg) {
   ev_sub *s = arg;
   everything *ev = s->ev;
-  static const int kinds[] = {K_PLAIN, K_GROUP, K_ASYNC, K_KEYED, K_LANE, K_HANDLE};
+  static const int kinds[] = {K_PLAIN, K_GROUP, K_ASYNC, K_KEYED, K_LANE, K_HANDLE, K_TIMER};
   uint64_t marks = 0;
   for (uint32_t i = 0; !atomic_load(&ev->stop); i++) {
-    int kind = kinds[(i + (uint32_t)s->idx) % 6];
+    /* keep the backlog bounded, so that shutdown meets a busy pool and
+     * submitters still going rather than a token pool used up */
+    while (atomic_load(&ev->accepted) - atomic_load(&ev->runs) - atomic_load(&ev->cancels) > 3000 &&
+           !atomic_load(&ev->stop))
+      sched_yield();
+    int kind = kinds[(i + (uint32_t)s->idx) % 7];
+    if (s->idx == 0 && i == 500) {
+      /* a periodic timer cancelled while the pool runs or shuts down */
+      tok *pt = ev->timer_tok[0];
+      pt->seq |= 1u << 31;
+      int crc = tko_timer_cancel(&ev->timers[0]);
+      if (crc != 0 && crc != -ENOENT) ev_bad("timer_cancel", crc);
+      if (crc == -ENOENT) pt->seq &= ~(1u << 31); /* shutdown had it: one on_cancel */
+    }
     tok *t = tp_get(&ev->toks, kind);
     if (!t) break;
     t->seq = i;
@@ -1094,6 +1145,8 @@ static void *ev_submitter(void *arg) {
     if (rc != 0) {
       atomic_store(&t->accepted, false);
       if (rc != -ESHUTDOWN) ev_bad("submit", rc);
+    } else if (t->kind != K_PERIODIC) {
+      atomic_fetch_add(&ev->accepted, 1);
     }
     if ((i & 3) == 0) {
       int k = (int)(marks % EV_MARK_KEYS);
@@ -1140,7 +1193,7 @@ static void everything_scene(tko_shutdown_mode mode) {
   pthread_t th[2];
   ev_sub subs[2] = {{&ev, 0}, {&ev, 1}};
   for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, ev_submitter, &subs[i]), 0);
-  while (atomic_load(&ev.runs) < 3000) sched_yield();
+  while (atomic_load(&ev.runs) < 20000) sched_yield();
   int rc = tko_pool_shutdown(ev.pool, mode);
   cr_assert_eq(rc, 0);
   if (mode == TKO_CANCEL_NOWAIT) {
@@ -1175,6 +1228,8 @@ static void everything_scene(tko_shutdown_mode mode) {
     else cr_assert_eq(st, -ECANCELED);
   }
   for (int i = 0; i < EV_TIMERS; i++) cr_assert_eq(tko_timer_cancel(&ev.timers[i]), -ENOENT);
+  for (int i = 0; i < atomic_load(&ev.nlate) && i < 2048; i++)
+    cr_assert_eq(tko_timer_cancel(&ev.late_timers[i]), -ENOENT);
   tko_lane_stats ls;
   tko_lanes_stats(ev.lanes, &ls);
   cr_assert_eq(ls.queued, 0);
