@@ -344,6 +344,14 @@ static void *re_submitter(void *arg) {
   return NULL;
 }
 
+static void re_batch(void *user, const tko_lane_batch *b) {
+  reenter *re = user;
+  cr_assert_eq(tko_lanes_wait_idle(re->lanes, 0), -EDEADLK);
+  for (size_t i = 0; i < b->count; i++) b->tasks[i].fn(b->tasks[i].arg);
+}
+
+static bool g_re_batch;
+
 static void hooks_reenter_scene(tko_shutdown_mode mode, bool cancel_lanes) {
   static reenter re;
   memset(&re, 0, sizeof re);
@@ -366,6 +374,7 @@ static void hooks_reenter_scene(tko_shutdown_mode mode, bool cancel_lanes) {
   lo.max_drain = 2;
   lo.user = &re;
   lo.on_cancel = re_lane_cancel;
+  if (g_re_batch) lo.batch = re_batch;
   cr_assert_eq(tko_lanes_create(&re.lanes, re.pool, &lo), 0);
 
   pthread_t th[2];
@@ -415,6 +424,15 @@ Test(attack_edges, hooks_reenter_lanes_cancel_from_hook) {
 Test(attack_edges, hooks_reenter_shutdown_cancel) {
   alarm(AE_ALARM_S);
   for (int i = 0; i < 3; i++) hooks_reenter_scene(TKO_CANCEL, false);
+  alarm(0);
+}
+
+Test(attack_edges, hooks_reenter_batch_mode) {
+  alarm(AE_ALARM_S);
+  g_re_batch = true;
+  hooks_reenter_scene(TKO_DRAIN, true);
+  hooks_reenter_scene(TKO_CANCEL, false);
+  hooks_reenter_scene(TKO_CANCEL_NOWAIT, true);
   alarm(0);
 }
 
@@ -675,9 +693,29 @@ Test(attack_edges, prefix_lanes_cancel_racing_shutdown_cancel) { px_run(2, true,
  * 2. completion queue
  * ========================================================================== */
 
+static void snap_nop(void *user, const tko_completion *c) {
+  (void)user;
+  (void)c;
+}
+
 static bool cq_readable(tko_cq *cq, int ms) {
   struct pollfd p = {.fd = tko_cq_fd(cq), .events = POLLIN};
   return poll(&p, 1, ms) == 1;
+}
+
+Test(attack_edges, cq_capacity_rounds_up) {
+  size_t caps[][2] = {{3, 4}, {5, 8}, {0, 1024}, {1024, 1024}, {1025, 2048}};
+  for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+    tko_cq *cq;
+    cr_assert_eq(tko_cq_create(&cq, caps[c][0], NULL), 0);
+    for (size_t i = 0; i < caps[c][1]; i++) cr_assert_eq(tko_cq_post(cq, i, 0, NULL), 0);
+    cr_assert_eq(tko_cq_post(cq, 0, 0, NULL), -EAGAIN, "capacity %zu held more than %zu",
+                 caps[c][0], caps[c][1]);
+    cr_assert_eq(tko_cq_drain(cq, snap_nop, NULL, 0), (long)caps[c][1]);
+    cr_assert_eq(tko_cq_destroy(cq), 0);
+  }
+  cr_assert_eq(tko_lanes_pool_cancelled(NULL), 0);
+  cr_assert_eq(tko_coalescer_pool_cancelled(NULL), 0);
 }
 
 Test(attack_edges, cq_capacity_one_holds_one) {
