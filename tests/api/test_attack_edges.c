@@ -11,8 +11,13 @@
  *   cancelled rest, in order, with exclusion, each exactly once.
  * - cq_*: the completion queue's drain snapshot, capacity, concurrent
  *   drains, readability and posts from tasks, hooks and on_cancel.
+ * - caller_runs_*: a CALLER_RUNS lane or keyed submit on a full pool runs
+ *   its own task only; the appended ones wait for room.
  * - everything_*: shutdown in every mode racing plain, group, timer, async,
- *   keyed, lane, coalescer and handle work at once. */
+ *   keyed, lane, coalescer and handle work at once; shutdown_timed_* and
+ *   coalescer_marks_racing_close: the shutdown steps and close races.
+ * Tests that show a break of a header's promise stay compiled out under
+ * #if 0 at the end of the file, each with the promise it breaks. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
