@@ -46,11 +46,14 @@
  * TKO_FULL_REJECT fails with -EAGAIN,
  * and TKO_FULL_CALLER_RUNS makes the submitting thread run the lane's first
  * visit itself - its own task, since the lane was idle - before the submit
- * returns; tasks appended meanwhile go to a runner in the pool, which that
- * thread queues, waiting for room as TKO_FULL_BLOCK would (it never runs
- * them). A shutdown of the pool waits for such a submit's own task to
- * finish. A runner on a pool worker that cannot requeue itself (full queue,
- * or shutdown) keeps draining its lane on its worker, past max_drain, for
+ * returns, counted by the pool as a task it runs on its caller; tasks
+ * appended meanwhile go to a runner in the pool, which that thread queues,
+ * waiting for room as TKO_FULL_BLOCK would (it never runs them) - unless
+ * the submit is made from a task of the pool (one the pool runs on its
+ * caller included), which may not wait: it drains its lane itself, as a
+ * runner on a worker does. A shutdown of the pool waits for such a submit's
+ * own task to finish. A runner on a pool worker that cannot requeue itself
+ * (full queue, or shutdown) keeps draining its lane on its worker, past max_drain, for
  * as long as its lane has tasks: on a bounded pool that stays full, a lane
  * fed as fast as its worker drains it holds that worker for good, and with
  * one worker no queued task runs meanwhile, however heavy. Give

@@ -487,28 +487,40 @@ static bool hand_on(tko_lanes *l, lane *ln);
 static bool lane_cancel(tko_lanes *l, lane *ln, bool unschedule);
 static void visit_exited(void *arg);
 
+/* One visit: entered with ln->mu held by the owner of the runner token;
+ * takes at most `most` tasks from the head, runs them with the lane
+ * unlocked, and returns with the mutex held and the visit counted. */
+static void visit_once(tko_lanes *l, lane *ln, size_t most) {
+  size_t n = ln->count < most ? ln->count : most;
+  for (size_t i = 0; i < n; i++)
+    ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
+  tko__mutex_unlock(&ln->mu);
+  visit v = {l, current_lanes, ln, n, 0, 0};
+  if (n) {
+    /* A cleanup attribute (lanes.c is built with -fexceptions): a few
+     * stores a visit. */
+    pthread_cleanup_push(visit_exited, &v);
+    run_visit(&v);
+    pthread_cleanup_pop(0);
+  }
+  tko__mutex_lock(&ln->mu);
+  count_visit(l, ln, n, v.failed);
+}
+
+/* After a visit, ln->mu held by the token's owner: hands the token on, or
+ * drives the lane on here while it must (hand_on); returns with the mutex
+ * released. */
+static void hand_on_or_drive(tko_lanes *l, lane *ln) {
+  while (!hand_on(l, ln)) visit_once(l, ln, l->opts.max_drain);
+}
+
 /* Drives the lane: entered with ln->mu held by the owner of the runner
  * token; returns with the mutex released and the token either passed to a
  * new runner in the pool or given back (scheduled cleared, runner_done).
  * The first visit takes at most `first` tasks, later ones max_drain. */
 static void drive_first(tko_lanes *l, lane *ln, size_t first) {
-  for (size_t most = first;; most = l->opts.max_drain) {
-    size_t n = ln->count < most ? ln->count : most;
-    for (size_t i = 0; i < n; i++)
-      ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
-    tko__mutex_unlock(&ln->mu);
-    visit v = {l, current_lanes, ln, n, 0, 0};
-    if (n) {
-      /* A cleanup attribute (lanes.c is built with -fexceptions): a few
-       * stores a visit. */
-      pthread_cleanup_push(visit_exited, &v);
-      run_visit(&v);
-      pthread_cleanup_pop(0);
-    }
-    tko__mutex_lock(&ln->mu);
-    count_visit(l, ln, n, v.failed);
-    if (hand_on(l, ln)) return;
-  }
+  visit_once(l, ln, first);
+  hand_on_or_drive(l, ln);
 }
 
 static void drive(tko_lanes *l, lane *ln) { drive_first(l, ln, l->opts.max_drain); }
@@ -627,8 +639,15 @@ static void visit_exited(void *arg) {
 
 static int lane_runner(void *arg) {
   lane *ln = arg;
-  if (starting_lane == ln) { /* run at once by the pool on the submitting thread */
+  if (starting_lane == ln) {
+    /* Run at once by the pool on the submitting thread, which owns the
+     * token with the lane unlocked (start_unlocked): the first visit - one
+     * task, the submitter's own - runs here, inside the pool's run of the
+     * runner, so the pool counts it running; the submitter hands on. */
     caller_ran = true;
+    tko__mutex_lock(&ln->mu);
+    visit_once(ln->owner, ln, 1);
+    tko__mutex_unlock(&ln->mu);
     return 0;
   }
   tko__mutex_lock(&ln->mu);
@@ -640,17 +659,19 @@ static int lane_runner(void *arg) {
  * owns the runner token and its task is accepted. With may_run_here, a
  * full TKO_FULL_CALLER_RUNS queue makes the pool run the runner here at
  * once, through its hooks - host code, so the lane must be unlocked - and
- * this thread then runs the lane's first visit itself: one task, its own
- * (the lane was idle when it was accepted, and nothing takes from a lane
- * whose token this thread holds but a cancel), never what others appended
- * meanwhile. If the pool refuses (shut down meanwhile), this thread drives
- * the lane itself, as a runner whose requeue was refused does, so the
- * accepted tasks still run. */
+ * the runner runs the lane's first visit there: one task, its own (the
+ * lane was idle when it was accepted, and nothing takes from a lane whose
+ * token this thread holds but a cancel), never what others appended
+ * meanwhile, which this thread then hands to a runner in the pool. If the
+ * pool refuses (shut down meanwhile), this thread drives the lane itself,
+ * as a runner whose requeue was refused does, so the accepted tasks still
+ * run. */
 static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here) {
   int rc = submit_runner(l, ln, weight, -1, may_run_here);
   if (rc == 0) return;
   tko__mutex_lock(&ln->mu);
-  drive_first(l, ln, rc == 1 ? 1 : l->opts.max_drain);
+  if (rc == 1) hand_on_or_drive(l, ln); /* the runner ran the first visit */
+  else drive_first(l, ln, l->opts.max_drain);
 }
 
 /* A submit that will drive its lane, or wait for room for its runner, on

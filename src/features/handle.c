@@ -266,6 +266,9 @@ int tko_handle_wait(tko_handle *handle, long timeout_ms) {
   if (finished(tko__load_acquire(&h->state))) return 0; /* pairs with end's release */
   if (tko__pool_forked(h->pool)) return -ECHILD;        /* it ends in the parent */
   if (waits_on_itself(h)) return -EDEADLK;
+  /* A timeout too long for the clock's nanoseconds waits without a limit
+   * (about 292 years: no deadline a caller can tell from none). */
+  if (timeout_ms > (long)((UINT64_MAX - tko__now_ns()) / 1000000u) - 1) timeout_ms = -1;
   uint64_t deadline = timeout_ms < 0 ? 0 : tko__now_ns() + (uint64_t)timeout_ms * 1000000u;
   tko__worker *w = tko__current_worker;
   if (w && w->pool == h->pool && !tko__pool_forked(w->pool)) {

@@ -1073,17 +1073,14 @@ Test(attack_hh, huge_group_and_idle_timeouts_wait_instead_of_timing_out) {
   huge_timeout_scene(2);
 }
 
-#if 0
-/* BUG (contract violation, kept off so the branch stays green): tko_handle_wait
- * with a timeout above about INT64_MAX / 1e6 ms (LONG_MAX included, which the
- * header accepts: only values below -1 are -EINVAL) returns -ETIMEDOUT at once
- * while the task still runs - the deadline in nanoseconds overflows.
- * tko_group_wait and tko_pool_wait_idle with the same timeout wait correctly. */
+/* tko_handle_wait with a timeout above about INT64_MAX / 1e6 ms (LONG_MAX
+ * included, which the header accepts: only values below -1 are -EINVAL)
+ * waits without a limit, as tko_group_wait and tko_pool_wait_idle do: its
+ * deadline in nanoseconds would overflow. */
 Test(attack_hh, huge_handle_timeouts_wait_instead_of_timing_out) {
   huge_timeout_scene(1);
   huge_timeout_scene(3);
 }
-#endif
 
 Test(attack_hh, handle_calls_refuse_bad_arguments) {
   tko_pool *p = mk_pool(1, 0, NULL);
@@ -1433,16 +1430,13 @@ Test(attack_hh, trees_across_pools_survive_concurrent_shutdowns_in_every_mode) {
 
 /* ---- handles: cancel racing a batch-mate's wait; a cross-pool handle cycle ---- */
 
-#if 0
-/* BUG (contract violation, kept off so the branch stays green): a worker
- * that took T1 and T2 in one batch, running T1, which waits on T2's handle,
- * while another thread cancels T2 (0: taken, not started, so status stays
- * -EINPROGRESS until the worker reaches it) waits on T2 until T1's timeout:
- * the worker alone can finish T2's cancel, and it is asleep in T1's wait.
- * With timeout -1 the worker, and a later destroy, hang for good. The
- * header promises that a batch-mate "is reached by running that batch on
- * to it". Seen with a before_run hook set (the pool then times its tasks
- * and takes batches of 2), in about 1 round in 10-200. */
+/* A worker that took T1 and T2 in one batch, running T1, which waits on
+ * T2's handle while another thread cancels T2 (0: taken, not started, so
+ * status stays -EINPROGRESS until the worker reaches it): the wait runs the
+ * batch on to T2 (the header: a batch-mate "is reached by running that
+ * batch on to it"), which the worker then hands to on_cancel, and ends.
+ * With a before_run hook set the pool times its tasks and takes batches
+ * of 2; the race is met in about 1 round in 10-200. */
 /* One worker takes T1 and T2 together (max_batch 2; the pool is paused
  * while they are queued). T1 waits on T2's handle while the test thread
  * cancels T2: exactly one of "ran" and "on_cancel", and T1's wait ends. */
@@ -1490,7 +1484,6 @@ Test(attack_hh, cancel_races_a_batch_mates_wait_for_the_handle) {
   }
 }
 
-#endif
 
 /* A handle wait helps only the handle's own pool: a task of A waiting on a
  * handle of B, whose task waits on a handle queued in A, has nobody to run
@@ -1711,15 +1704,10 @@ Test(attack_hh, a_group_wait_on_a_member_taken_in_the_same_batch_ends) {
   }
 }
 
-#if 0
-/* BUG (contract violation, kept off so the branch stays green; the same
- * fault as cancel_races_a_batch_mates_wait_for_the_handle, deterministic):
+/* The deterministic form of cancel_races_a_batch_mates_wait_for_the_handle:
  * T1 cancels the handle of T2, which its worker took in the same batch
- * (cancel returns 0; T2 reaches on_cancel only when the worker gets to it),
- * then waits on that handle: the wait sleeps until its timeout (-ETIMEDOUT
- * here; with -1 the worker and any later destroy hang for good), since only
- * this worker, asleep in T1, can finish T2's cancel. The header: a batch-
- * mate "is reached by running that batch on to it". */
+ * (cancel returns 0; T2 reaches on_cancel when the worker gets to it), then
+ * waits on that handle: the wait runs the batch on to T2 and ends. */
 typedef struct hbm {
   tko_handle h2;
   atomic_int ran2, rc_cancel, rc_wait;
@@ -1759,7 +1747,6 @@ Test(attack_hh, a_task_cancelling_then_waiting_on_its_batch_mates_handle) {
     cr_assert_eq(tko_pool_destroy(p), 0);
   }
 }
-#endif
 
 /* A zero-timeout handle wait from a worker on a queued handle of its pool:
  * 0 (it ran the task) or -ETIMEDOUT (it only looked), consistent with the
