@@ -789,3 +789,76 @@ Test(handle, waits_that_run_their_task_nest_at_most_tko_max_help_depth_deep) {
   }
   cr_assert_eq(tko_pool_destroy(ch.pool), 0);
 }
+
+/* ---- waits from a worker on a task it may not run ------------------------------ */
+
+typedef struct far_wait {
+  tko_handle *h;
+  tt_count timed_out; /* the timed wait returned */
+  int rc_timed, status_timed, rc_end;
+} far_wait;
+
+static int far_waiter_fn(void *arg) {
+  far_wait *fw = arg;
+  fw->rc_timed = tko_handle_wait(fw->h, 10);
+  fw->status_timed = tko_handle_status(fw->h);
+  tt_count_add(&fw->timed_out, 1);
+  fw->rc_end = tko_handle_wait(fw->h, -1);
+  return 0;
+}
+
+/* The task runs on the pool's other worker: the waiting worker sleeps until
+ * it ends (a timed wait times out meanwhile). */
+Test(handle, a_worker_waiting_on_a_task_running_on_another_worker_sleeps_until_its_end) {
+  tko_pool *p = make_pool(2, NULL);
+  tt_pin pin = TT_PIN_INIT;
+  tko_handle h;
+  static far_wait fw;
+  memset(&fw, 0, sizeof fw);
+  tt_count_init(&fw.timed_out);
+  fw.h = &h;
+  cr_assert_eq(tko_submit_handle(p, &h, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit(p, far_waiter_fn, &fw, 0), 0);
+  cr_assert(tt_count_wait_geq(&fw.timed_out, 1));
+  cr_assert_eq(fw.rc_timed, -ETIMEDOUT);
+  cr_assert_eq(fw.status_timed, -EINPROGRESS);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0, "the waiter missed the end");
+  cr_assert_eq(fw.rc_end, 0);
+  cr_assert_eq(tko_handle_status(&h), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+  tt_count_fini(&fw.timed_out);
+}
+
+/* A worker of pool A waits on a task queued in paused pool B: it runs only
+ * its own pool's tasks, so the task stays queued until B resumes and runs
+ * it. */
+Test(handle, a_worker_of_another_pool_waits_without_running_the_task) {
+  seen s;
+  tko_pool *a = make_pool(1, NULL);
+  tko_pool *b = make_pool(1, &s);
+  atomic_int ran = 0;
+  tko_handle h;
+  static far_wait fw;
+  memset(&fw, 0, sizeof fw);
+  tt_count_init(&fw.timed_out);
+  fw.h = &h;
+  cr_assert_eq(tko_pool_pause(b), 0);
+  cr_assert_eq(tko_submit_handle(b, &h, count_fn, &ran, 0), 0);
+  cr_assert_eq(tko_submit(a, far_waiter_fn, &fw, 0), 0);
+  cr_assert(tt_count_wait_geq(&fw.timed_out, 1));
+  cr_assert_eq(fw.rc_timed, -ETIMEDOUT);
+  cr_assert_eq(fw.status_timed, -EINPROGRESS);
+  cr_assert_eq(atomic_load(&ran), 0, "pool A's worker ran pool B's task");
+  cr_assert_eq(tko_pool_resume(b), 0);
+  cr_assert_eq(tko_pool_wait_idle(a, TT_LONG_MS), 0, "the waiter missed the end");
+  cr_assert_eq(fw.rc_end, 0);
+  cr_assert_eq(tko_handle_status(&h), 7);
+  cr_assert_eq(atomic_load(&ran), 1);
+  cr_assert_eq(atomic_load(&s.started_id), tko_handle_id(&h), "pool B ran it");
+  cr_assert_eq(tko_pool_destroy(a), 0);
+  cr_assert_eq(tko_pool_destroy(b), 0);
+  tt_count_fini(&fw.timed_out);
+  tt_count_fini(&s.cancels);
+}
