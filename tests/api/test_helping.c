@@ -326,3 +326,77 @@ Test(helping, of_two_sleeping_helpers_the_first_leaves_at_its_deadline_the_other
   tt_count_fini(&t.started);
   tt_count_fini(&t.returned);
 }
+
+/* ---- with aging and hooks ------------------------------------------------------- */
+
+/* Aging on and a before_run hook (the pool times its tasks): the wait still
+ * takes its group's member from the head of its weight's queue, and the
+ * peer queued behind it stays queued until the wait has returned; the
+ * member's failure is the group's status and counts as failed without an
+ * on_failure hook. */
+typedef struct aged {
+  tko_pool *pool;
+  tko_group g;
+  atomic_int next;
+  int seen[4]; /* 1: the member ran, 2: the wait returned, 3: the peer ran */
+  int wait_rc;
+} aged;
+
+static void aged_mark(aged *a, int what) {
+  int i = atomic_fetch_add(&a->next, 1);
+  if (i < 4) a->seen[i] = what;
+}
+
+static int aged_member_fn(void *arg) {
+  aged_mark(arg, 1);
+  return 5;
+}
+
+static int aged_peer_fn(void *arg) {
+  aged_mark(arg, 3);
+  return 0;
+}
+
+static int aged_parent_fn(void *arg) {
+  aged *a = arg;
+  if (tko_group_submit(a->pool, &a->g, aged_member_fn, a, 0) ||
+      tko_submit(a->pool, aged_peer_fn, a, 0)) {
+    a->wait_rc = -1;
+    return 0;
+  }
+  a->wait_rc = tko_group_wait(&a->g, -1);
+  aged_mark(a, 2);
+  return 0;
+}
+
+static void count_start(void *user, const tko_task_info *t) {
+  (void)t;
+  atomic_fetch_add((atomic_int *)user, 1);
+}
+
+Test(helping, with_aging_and_timing_a_wait_runs_its_member_and_leaves_the_peer_queued) {
+  static aged a;
+  memset(&a, 0, sizeof a);
+  a.wait_rc = 1;
+  atomic_int starts = 0;
+  tko_options o = tko_basic_options(1);
+  o.aging_ms = 1000;
+  o.hooks.user = &starts;
+  o.hooks.before_run = count_start;
+  cr_assert_eq(tko_pool_create(&a.pool, &o), 0);
+  cr_assert_eq(tko_group_init(&a.g), 0);
+  cr_assert_eq(tko_submit(a.pool, aged_parent_fn, &a, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(a.pool, TT_LONG_MS), 0);
+  cr_assert_eq(a.wait_rc, 0);
+  cr_assert_eq(atomic_load(&a.next), 3);
+  int want[3] = {1, 2, 3};
+  for (int i = 0; i < 3; i++) cr_assert_eq(a.seen[i], want[i], "step %d was %d", i, a.seen[i]);
+  cr_assert_eq(tko_group_status(&a.g), 5);
+  tko_stats st;
+  tko_pool_stats(a.pool, &st);
+  cr_assert_eq(st.failed, 1);
+  cr_assert_eq(st.completed, 3);
+  cr_assert_eq(atomic_load(&starts), 3);
+  cr_assert_eq(tko_group_destroy(&a.g), 0);
+  cr_assert_eq(tko_pool_destroy(a.pool), 0);
+}
