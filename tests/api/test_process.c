@@ -159,7 +159,7 @@ static int run_in_child(int (*fn)(void *), void *arg) {
     int r = fn(arg);
     ssize_t w = write(pipefd[1], &r, sizeof r);
     (void)w;
-    _exit(0);
+    tt_child_exit(0);
   }
   close(pipefd[1]);
   int r = -1;
@@ -289,6 +289,8 @@ Test(process, timer_calls_in_a_forked_child_get_echild) {
 typedef struct fork_group {
   tko_group g;
   tft_token tok[3];
+  tko_handle h; /* a handle queued beside the members: the same rule */
+  tft_token htok;
   int child_result;
 } fork_group;
 
@@ -301,6 +303,10 @@ static int child_group(void *arg) {
   if (tko_group_pending(&f->g) != 3) bad |= 8;
   for (int i = 0; i < 3; i++)
     if (atomic_load(&f->tok[i].runs) || atomic_load(&f->tok[i].cancels)) bad |= 16;
+  if (tko_handle_cancel(&f->h) != -ECHILD) bad |= 32;
+  if (tko_handle_wait(&f->h, 0) != -ECHILD || tko_handle_wait(&f->h, -1) != -ECHILD) bad |= 64;
+  if (tko_handle_status(&f->h) != -EINPROGRESS) bad |= 128;
+  if (atomic_load(&f->htok.runs) || atomic_load(&f->htok.cancels)) bad |= 256;
   return bad;
 }
 
@@ -316,7 +322,7 @@ static int fork_from_task(int (*fn)(void *), void *arg) {
     int r = fn(arg);
     ssize_t w = write(pipefd[1], &r, sizeof r);
     (void)w;
-    _exit(0);
+    tt_child_exit(0);
   }
   close(pipefd[1]);
   int r = -1;
@@ -346,6 +352,7 @@ static void group_calls_in_a_forked_child(bool from_task) {
   cr_assert_eq(tko_pool_pause(p), 0);
   if (from_task) cr_assert_eq(tko_submit(p, forking_task, &f, 10), 0);
   for (int i = 0; i < 3; i++) cr_assert_eq(tko_group_submit(p, &f.g, tft_run, &f.tok[i], 0), 0);
+  cr_assert_eq(tko_submit_handle(p, &f.h, tft_run, &f.htok, 0), 0);
   if (!from_task) f.child_result = run_in_child(child_group, &f);
   cr_assert_eq(tko_pool_resume(p), 0);
   cr_assert_eq(tko_group_wait(&f.g, TT_LONG_MS), 0);
@@ -355,6 +362,9 @@ static void group_calls_in_a_forked_child(bool from_task) {
     cr_assert_eq(atomic_load(&f.tok[i].runs), 1);
     cr_assert_eq(atomic_load(&f.tok[i].cancels), 0);
   }
+  cr_assert_eq(tko_handle_wait(&f.h, TT_LONG_MS), 0);
+  cr_assert_eq(tko_handle_status(&f.h), 0, "the parent's handle ran there");
+  cr_assert_eq(atomic_load(&f.htok.runs), 1);
   cr_assert_eq(tko_group_destroy(&f.g), 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
