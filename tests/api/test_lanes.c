@@ -694,13 +694,6 @@ static bool thread_asleep(int tid) {
   return close && close[1] == ' ' && close[2] == 'S';
 }
 
-static int held_lane_task(void *arg) {
-  pin *g = arg;
-  lt_count_add(&g->started, 1);
-  lt_count_wait(&g->released, 1);
-  return 0;
-}
-
 Test(lanes, destroy_waits_for_a_runner_that_is_running) {
   tko_pool *p = make_pool(2);
   tko_lanes *l;
@@ -709,7 +702,7 @@ Test(lanes, destroy_waits_for_a_runner_that_is_running) {
   lt_count_init(&g.started);
   lt_count_init(&g.released);
   atomic_long ran = 0;
-  cr_assert_eq(tko_lanes_submit(l, 7, held_lane_task, &g, 0), 0);
+  cr_assert_eq(tko_lanes_submit(l, 7, pin_task, &g, 0), 0);
   cr_assert(lt_count_wait(&g.started, 1));
   cr_assert_eq(tko_lanes_submit(l, 7, count_fn, &ran, 0), 0);
   running_destroy d = {.l = l, .ran = &ran, .rc = 1};
