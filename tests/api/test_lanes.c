@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,7 +21,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include <sched.h>
 
 #include <taskorch.h>
 #include <taskorch/lanes.h>
