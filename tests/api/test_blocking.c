@@ -431,7 +431,8 @@ Test(blocking, a_region_begun_while_helping_ends_with_its_task_only) {
  * and exits with 0 if it got -ECHILD. */
 static int fork_and_begin(void *arg) {
   pid_t pid = fork();
-  if (pid == 0) _exit(tko_blocking_begin() == -ECHILD && tko_blocking_end() == -ECHILD ? 0 : 1);
+  if (pid == 0)
+    tt_child_exit(tko_blocking_begin() == -ECHILD && tko_blocking_end() == -ECHILD ? 0 : 1);
   int status = -1;
   if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
     atomic_fetch_add(&((kctx *)arg)->bad, 1);

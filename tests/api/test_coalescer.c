@@ -210,14 +210,14 @@ static bool bc_wait_leq(byte_count *b, long limit) {
  * the tables to hundreds of KiB; once the ticks have found nothing dirty for
  * a second, both shrink back to initial_keys, exactly the bytes held at
  * create, and the coalescer still works. */
-Test(coalescer, tables_shrink_back_after_a_burst) {
+static void shrink_back_after_a_burst(unsigned interval_ms) {
   byte_count b = {.live = 0};
   b.al = (tko_allocator){bc_alloc, bc_realloc, bc_free, &b};
   tko_pool *p = make_pool(1);
   flush_log *g = log_new();
   tko_coalesce_options o = {.allocator = &b.al};
   tko_coalescer *c;
-  cr_assert_eq(tko_coalescer_create(&c, p, 1, log_flush, g, &o), 0);
+  cr_assert_eq(tko_coalescer_create(&c, p, interval_ms, log_flush, g, &o), 0);
   long at_create = atomic_load(&b.live);
   enum { KEYS = 20000 };
   /* Paused, the pool holds the first tick's sweep task, so no sweep empties
@@ -236,6 +236,14 @@ Test(coalescer, tables_shrink_back_after_a_burst) {
   cr_assert_eq(atomic_load(&b.live), 0);
   tko_pool_destroy(p);
   log_free(g);
+}
+
+Test(coalescer, tables_shrink_back_after_a_burst) { shrink_back_after_a_burst(1); }
+
+/* With an interval of a second or more, the first tick that finds nothing
+ * dirty gives the memory back. */
+Test(coalescer, tables_shrink_back_after_a_burst_at_one_idle_tick_of_a_long_interval) {
+  shrink_back_after_a_burst(1000);
 }
 
 Test(coalescer, reentrant_calls_from_flush_fn) {

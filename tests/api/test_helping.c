@@ -6,11 +6,16 @@
  * worker), and two pools whose tasks wait on each other's groups do not
  * deadlock. No test sleeps to wait for something; waits that a broken
  * rule would hang carry a long bound, and a timeout there is a failure. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "taskorch.h"
 #include "tko_test.h"
@@ -235,4 +240,163 @@ Test(helping, the_end_of_another_pools_group_wakes_a_sleeping_helper) {
   cr_assert_eq(tko_pool_destroy(s.a), 0);
   cr_assert_eq(tko_pool_destroy(s.b), 0);
   tt_count_fini(&s.waiting);
+}
+
+/* Two helpers of pool A sleep on one group of pool B at once (B's only
+ * member is held by the test). The one that began to wait first has a deadline and
+ * leaves at it, -ETIMEDOUT with the member still pending, from behind the
+ * other in both lists (the group's and the pool's); the other, with no
+ * deadline, returns 0 when the member ends. */
+typedef struct two_helpers {
+  tko_pool *a, *b;
+  tko_group g;
+  tt_pin member;
+  tt_count started, returned;
+  atomic_int timed_tid;
+  int rc_timed, rc_open;
+  uint64_t pending_at_timeout;
+} two_helpers;
+
+/* Whether thread tid of this process is asleep (state S in its stat). */
+static bool asleep(int tid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *close = strrchr(buf, ')'); /* the name may hold spaces */
+  return close && close[1] == ' ' && close[2] == 'S';
+}
+
+static int timed_helper_fn(void *arg) {
+  two_helpers *t = arg;
+  atomic_store(&t->timed_tid, (int)syscall(SYS_gettid));
+  tt_count_add(&t->started, 1);
+  t->rc_timed = tko_group_wait(&t->g, 500);
+  t->pending_at_timeout = tko_group_pending(&t->g);
+  tt_count_add(&t->returned, 1);
+  return 0;
+}
+
+/* Started first, so that the timed helper cannot run it as its help; it
+ * waits after the timed helper has begun to, behind it. */
+static int open_helper_fn(void *arg) {
+  two_helpers *t = arg;
+  tt_count_add(&t->started, 1);
+  (void)tt_count_wait_geq(&t->started, 2);
+  /* Behind the timed helper: it is asleep in its wait (or, on a slow
+   * machine, the order is left to chance; the test asserts no order). */
+  uint64_t end = tt_now_ns() + 200000000u;
+  while (!asleep(atomic_load(&t->timed_tid)) && tt_now_ns() < end) sched_yield();
+  t->rc_open = tko_group_wait(&t->g, -1);
+  tt_count_add(&t->returned, 1);
+  return 0;
+}
+
+Test(helping, of_two_sleeping_helpers_the_first_leaves_at_its_deadline_the_other_at_the_end) {
+  static two_helpers t;
+  memset(&t, 0, sizeof t);
+  t.member = (tt_pin)TT_PIN_INIT;
+  tt_count_init(&t.started);
+  tt_count_init(&t.returned);
+  t.rc_timed = t.rc_open = 1;
+  tko_options o = tko_basic_options(2);
+  cr_assert_eq(tko_pool_create(&t.a, &o), 0);
+  o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&t.b, &o), 0);
+  cr_assert_eq(tko_group_init(&t.g), 0);
+  cr_assert_eq(tko_group_submit(t.b, &t.g, tt_pin_fn, &t.member, 0), 0);
+  cr_assert(tt_count_wait_geq(&t.member.started, 1));
+  cr_assert_eq(tko_submit(t.a, open_helper_fn, &t, 0), 0);
+  cr_assert(tt_count_wait_geq(&t.started, 1));
+  cr_assert_eq(tko_submit(t.a, timed_helper_fn, &t, 0), 0);
+  cr_assert(tt_count_wait_geq(&t.returned, 1), "the timed helper never returned");
+  cr_assert_eq(t.rc_timed, -ETIMEDOUT);
+  cr_assert_eq(t.pending_at_timeout, 1);
+  cr_assert_eq(tt_count_get(&t.returned), 1, "the open helper returned before the end");
+  tt_gate_open(&t.member.gate);
+  cr_assert_eq(tko_pool_wait_idle(t.a, TT_LONG_MS), 0, "the open helper was never woken");
+  cr_assert_eq(t.rc_open, 0);
+  cr_assert_eq(tko_group_status(&t.g), 0);
+  cr_assert_eq(tko_group_destroy(&t.g), 0);
+  cr_assert_eq(tko_pool_destroy(t.a), 0);
+  cr_assert_eq(tko_pool_destroy(t.b), 0);
+  tt_count_fini(&t.started);
+  tt_count_fini(&t.returned);
+}
+
+/* ---- with aging and hooks ------------------------------------------------------- */
+
+/* Aging on and a before_run hook (the pool times its tasks): the wait still
+ * takes its group's member from the head of its weight's queue, and the
+ * peer queued behind it stays queued until the wait has returned; the
+ * member's failure is the group's status and counts as failed without an
+ * on_failure hook. */
+typedef struct aged {
+  tko_pool *pool;
+  tko_group g;
+  atomic_int next;
+  int seen[4]; /* 1: the member ran, 2: the wait returned, 3: the peer ran */
+  int wait_rc;
+} aged;
+
+static void aged_mark(aged *a, int what) {
+  int i = atomic_fetch_add(&a->next, 1);
+  if (i < 4) a->seen[i] = what;
+}
+
+static int aged_member_fn(void *arg) {
+  aged_mark(arg, 1);
+  return 5;
+}
+
+static int aged_peer_fn(void *arg) {
+  aged_mark(arg, 3);
+  return 0;
+}
+
+static int aged_parent_fn(void *arg) {
+  aged *a = arg;
+  if (tko_group_submit(a->pool, &a->g, aged_member_fn, a, 0) ||
+      tko_submit(a->pool, aged_peer_fn, a, 0)) {
+    a->wait_rc = -1;
+    return 0;
+  }
+  a->wait_rc = tko_group_wait(&a->g, -1);
+  aged_mark(a, 2);
+  return 0;
+}
+
+static void count_start(void *user, const tko_task_info *t) {
+  (void)t;
+  atomic_fetch_add((atomic_int *)user, 1);
+}
+
+Test(helping, with_aging_and_timing_a_wait_runs_its_member_and_leaves_the_peer_queued) {
+  static aged a;
+  memset(&a, 0, sizeof a);
+  a.wait_rc = 1;
+  atomic_int starts = 0;
+  tko_options o = tko_basic_options(1);
+  o.aging_ms = 1000;
+  o.hooks.user = &starts;
+  o.hooks.before_run = count_start;
+  cr_assert_eq(tko_pool_create(&a.pool, &o), 0);
+  cr_assert_eq(tko_group_init(&a.g), 0);
+  cr_assert_eq(tko_submit(a.pool, aged_parent_fn, &a, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(a.pool, TT_LONG_MS), 0);
+  cr_assert_eq(a.wait_rc, 0);
+  cr_assert_eq(atomic_load(&a.next), 3);
+  int want[3] = {1, 2, 3};
+  for (int i = 0; i < 3; i++) cr_assert_eq(a.seen[i], want[i], "step %d was %d", i, a.seen[i]);
+  cr_assert_eq(tko_group_status(&a.g), 5);
+  tko_stats st;
+  tko_pool_stats(a.pool, &st);
+  cr_assert_eq(st.failed, 1);
+  cr_assert_eq(st.completed, 3);
+  cr_assert_eq(atomic_load(&starts), 3);
+  cr_assert_eq(tko_group_destroy(&a.g), 0);
+  cr_assert_eq(tko_pool_destroy(a.pool), 0);
 }

@@ -387,3 +387,59 @@ Test(keyed, each_submitters_keyed_tasks_of_a_key_run_in_its_order) {
 Test(keyed, each_submitters_lane_tasks_of_a_key_run_in_its_order) {
   per_key_order_under_submitters(true);
 }
+
+/* A worker of pool A submits a keyed task to pool B, whose bounded queue is
+ * full and whose policy is TKO_FULL_CALLER_RUNS: the task runs on A's
+ * worker before the submit returns, counted by B as a caller's run. */
+typedef struct cross_keyed {
+  tko_pool *b;
+  pthread_t submitter, ran_on;
+  atomic_int ran;
+  int rc, ran_at_return;
+} cross_keyed;
+
+static int keyed_here_fn(void *arg) {
+  cross_keyed *x = arg;
+  x->ran_on = pthread_self();
+  atomic_fetch_add(&x->ran, 1);
+  return 0;
+}
+
+static int submit_keyed_to_b(void *arg) {
+  cross_keyed *x = arg;
+  x->submitter = pthread_self();
+  x->rc = tko_submit_keyed(x->b, 1, keyed_here_fn, x, 0);
+  x->ran_at_return = atomic_load(&x->ran);
+  return 0;
+}
+
+Test(keyed, a_full_caller_runs_pool_runs_a_keyed_task_on_another_pools_worker) {
+  static cross_keyed x;
+  memset(&x, 0, sizeof x);
+  x.rc = 1;
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  cr_assert_eq(tko_pool_create(&x.b, &o), 0);
+  o = tko_basic_options(1);
+  tko_pool *a;
+  cr_assert_eq(tko_pool_create(&a, &o), 0);
+  static tft_token filler;
+  memset(&filler, 0, sizeof filler);
+  cr_assert_eq(tko_pool_pause(x.b), 0);
+  cr_assert_eq(tko_submit(x.b, tft_run, &filler, 0), 0); /* the queue is full */
+  cr_assert_eq(tko_submit(a, submit_keyed_to_b, &x, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(a, KT_HANG_MS), 0);
+  cr_assert_eq(x.rc, 0);
+  cr_assert_eq(x.ran_at_return, 1, "the keyed task had not run when the submit returned");
+  cr_assert(pthread_equal(x.ran_on, x.submitter), "it ran on another thread");
+  tko_stats st;
+  tko_pool_stats(x.b, &st);
+  cr_assert_eq(st.completed, 1);
+  cr_assert_eq(atomic_load(&filler.runs), 0);
+  cr_assert_eq(tko_pool_resume(x.b), 0);
+  cr_assert_eq(tko_pool_wait_idle(x.b, KT_HANG_MS), 0);
+  cr_assert_eq(atomic_load(&filler.runs), 1);
+  cr_assert_eq(tko_pool_destroy(a), 0);
+  cr_assert_eq(tko_pool_destroy(x.b), 0);
+}

@@ -11,13 +11,16 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <taskorch.h>
 #include <taskorch/lanes.h>
@@ -612,6 +615,74 @@ Test(lanes, destroy_drains_queued_tasks) {
   cr_assert_eq(tko_lanes_destroy(l), 0);
   cr_assert_eq(atomic_load(&n), 5000);
   tko_pool_destroy(p);
+}
+
+/* A runner still running when destroy comes finishes its lane on its
+ * worker, and destroy waits for it: destroy returns after the lane's held
+ * task and the task queued behind it have run. */
+typedef struct running_destroy {
+  tko_lanes *l;
+  atomic_long *ran;
+  atomic_int tid;
+  long ran_at_return;
+  int rc;
+} running_destroy;
+
+static void *destroy_thread(void *arg) {
+  running_destroy *d = arg;
+  atomic_store(&d->tid, (int)syscall(SYS_gettid));
+  d->rc = tko_lanes_destroy(d->l);
+  d->ran_at_return = atomic_load(d->ran);
+  return NULL;
+}
+
+/* Whether thread tid of this process is asleep (state S in its stat). */
+static bool thread_asleep(int tid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *close = strrchr(buf, ')'); /* the name may hold spaces */
+  return close && close[1] == ' ' && close[2] == 'S';
+}
+
+Test(lanes, destroy_waits_for_a_runner_that_is_running) {
+  tko_pool *p = make_pool(2);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  pin g;
+  lt_count_init(&g.started);
+  lt_count_init(&g.released);
+  atomic_long ran = 0;
+  cr_assert_eq(tko_lanes_submit(l, 7, pin_task, &g, 0), 0);
+  cr_assert(lt_count_wait(&g.started, 1));
+  cr_assert_eq(tko_lanes_submit(l, 7, count_fn, &ran, 0), 0);
+  running_destroy d = {.l = l, .ran = &ran, .rc = 1};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, destroy_thread, &d), 0);
+  /* Best effort, no assertion: destroy asleep in its wait for the runner
+   * before the held task ends. */
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    int tid = atomic_load(&d.tid);
+    if (tid && thread_asleep(tid)) break;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec > 2) break;
+    sched_yield();
+  }
+  cr_assert_eq(atomic_load(&ran), 0);
+  unpin(&g);
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  cr_assert_eq(d.rc, 0);
+  cr_assert_eq(d.ran_at_return, 1, "destroy returned before the running lane finished");
+  cr_assert_eq(tko_pool_wait_idle(p, LT_LONG_MS), 0);
+  tko_pool_destroy(p);
+  pin_fini(&g);
 }
 
 typedef struct where_ctx {

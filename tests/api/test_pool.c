@@ -657,6 +657,31 @@ Test(pool, stats_show_the_queue_memory_it_grew_and_kept) {
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
+/* A large initial capacity (its slab a mapping of its own, not malloc's)
+ * holds that many queued tasks without growing. */
+Test(pool, a_large_initial_capacity_holds_its_backlog_without_growing) {
+  tko_pool *p;
+  tko_options o = tko_basic_options(1);
+  o.initial_capacity = (size_t)1 << 15;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_stats s0, s1;
+  tko_pool_stats(p, &s0);
+  cr_assert_gt(s0.queue_bytes, 0, "the initial slab is counted");
+  gate_task g;
+  gate_task_init(&g);
+  cr_assert_eq(tko_submit(p, gate_fn, &g, 0), 0);
+  cr_assert(tt_count_wait_geq(&g.started, 1));
+  atomic_long n = 0;
+  const long backlog = 20000; /* below the capacity, far above the inbox */
+  for (long i = 0; i < backlog; i++) cr_assert_eq(tko_submit(p, count_fn, &n, (int)(i & 3)), 0);
+  tko_pool_stats(p, &s1);
+  cr_assert_eq(s1.queue_bytes, s0.queue_bytes, "a backlog below the capacity grew the slab");
+  tt_gate_open(&g.gate);
+  pool_wait(p);
+  cr_assert_eq(atomic_load(&n), backlog);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
 typedef struct counting_alloc {
   atomic_long allocs, frees; /* calls, realloc counted as an alloc */
   atomic_long live;          /* blocks not yet freed */

@@ -159,7 +159,7 @@ static int run_in_child(int (*fn)(void *), void *arg) {
     int r = fn(arg);
     ssize_t w = write(pipefd[1], &r, sizeof r);
     (void)w;
-    _exit(0);
+    tt_child_exit(0);
   }
   close(pipefd[1]);
   int r = -1;
@@ -255,11 +255,15 @@ Test(process, fork_while_the_pool_is_busy_gives_a_child_that_can_destroy_its_cop
  * its timer thread, they start one in the child for the copy, which tko_pool_destroy then frees
  * under that thread's feet. Fix: return -ECHILD from arm() (and from tko_timer_cancel for a forked
  * pool). */
+static tko_timer parent_timer; /* armed in the parent for the second child */
+static bool parent_timer_armed;
+
 static int child_timer(void *arg) {
   tko_timer t;
   tko_timer_init(&t);
   int bad = 0;
   if (tko_submit_after(arg, &t, 0, tt_nop_fn, NULL, 0) != -ECHILD) bad |= 1;
+  if (parent_timer_armed && tko_timer_cancel(&parent_timer) != -ECHILD) bad |= 4;
   if (tko_pool_destroy(arg) != 0) bad |= 2;
   return bad;
 }
@@ -273,11 +277,13 @@ Test(process, timer_calls_in_a_forked_child_get_echild) {
   cr_assert_eq(tko_pool_create(&p, &o), 0);
   int r = run_in_child(child_timer, p); /* no timer thread yet in the parent */
   cr_assert_eq(r, 0, "child result 0x%x", r);
-  tko_timer t;
-  tko_timer_init(&t);
-  cr_assert_eq(tko_submit_after(p, &t, 3600000, tt_nop_fn, NULL, 0), 0); /* starts it */
+  tko_timer_init(&parent_timer);
+  cr_assert_eq(tko_submit_after(p, &parent_timer, 3600000, tt_nop_fn, NULL, 0), 0); /* starts it */
+  parent_timer_armed = true;
   r = run_in_child(child_timer, p);
   cr_assert_eq(r, 0, "child result 0x%x", r);
+  cr_assert_eq(tko_timer_cancel(&parent_timer), 0, "the child's cancel reached the parent's timer");
+  parent_timer_armed = false;
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
@@ -289,6 +295,10 @@ Test(process, timer_calls_in_a_forked_child_get_echild) {
 typedef struct fork_group {
   tko_group g;
   tft_token tok[3];
+  tko_handle h; /* a handle queued beside the members: the same rule */
+  tft_token htok;
+  tko_group empty; /* made before the fork, no member */
+  tko_pool *pool;
   int child_result;
 } fork_group;
 
@@ -301,6 +311,16 @@ static int child_group(void *arg) {
   if (tko_group_pending(&f->g) != 3) bad |= 8;
   for (int i = 0; i < 3; i++)
     if (atomic_load(&f->tok[i].runs) || atomic_load(&f->tok[i].cancels)) bad |= 16;
+  if (tko_handle_cancel(&f->h) != -ECHILD) bad |= 32;
+  if (tko_handle_wait(&f->h, 0) != -ECHILD || tko_handle_wait(&f->h, -1) != -ECHILD) bad |= 64;
+  if (tko_handle_status(&f->h) != -EINPROGRESS) bad |= 128;
+  if (atomic_load(&f->htok.runs) || atomic_load(&f->htok.cancels)) bad |= 256;
+  if (tko_group_submit(f->pool, &f->g, tft_run, &f->tok[0], 0) != -ECHILD) bad |= 512;
+  if (tko_group_status(&f->g) != 0) bad |= 1024;
+  /* A copy with nothing pending is done; its cancel has nothing to do. */
+  if (tko_group_wait(&f->empty, -1) != 0 || tko_group_cancel(&f->empty) != 0) bad |= 2048;
+  /* Destroy leaves the copies alone (their mutexes may be held for good). */
+  if (tko_group_destroy(&f->g) != 0 || tko_group_destroy(&f->empty) != 0) bad |= 4096;
   return bad;
 }
 
@@ -316,7 +336,7 @@ static int fork_from_task(int (*fn)(void *), void *arg) {
     int r = fn(arg);
     ssize_t w = write(pipefd[1], &r, sizeof r);
     (void)w;
-    _exit(0);
+    tt_child_exit(0);
   }
   close(pipefd[1]);
   int r = -1;
@@ -342,10 +362,13 @@ static void group_calls_in_a_forked_child(bool from_task) {
   static fork_group f;
   memset(&f, 0, sizeof f);
   f.child_result = -2;
+  f.pool = p;
   cr_assert_eq(tko_group_init(&f.g), 0);
+  cr_assert_eq(tko_group_init(&f.empty), 0);
   cr_assert_eq(tko_pool_pause(p), 0);
   if (from_task) cr_assert_eq(tko_submit(p, forking_task, &f, 10), 0);
   for (int i = 0; i < 3; i++) cr_assert_eq(tko_group_submit(p, &f.g, tft_run, &f.tok[i], 0), 0);
+  cr_assert_eq(tko_submit_handle(p, &f.h, tft_run, &f.htok, 0), 0);
   if (!from_task) f.child_result = run_in_child(child_group, &f);
   cr_assert_eq(tko_pool_resume(p), 0);
   cr_assert_eq(tko_group_wait(&f.g, TT_LONG_MS), 0);
@@ -355,6 +378,10 @@ static void group_calls_in_a_forked_child(bool from_task) {
     cr_assert_eq(atomic_load(&f.tok[i].runs), 1);
     cr_assert_eq(atomic_load(&f.tok[i].cancels), 0);
   }
+  cr_assert_eq(tko_handle_wait(&f.h, TT_LONG_MS), 0);
+  cr_assert_eq(tko_handle_status(&f.h), 0, "the parent's handle ran there");
+  cr_assert_eq(atomic_load(&f.htok.runs), 1);
+  cr_assert_eq(tko_group_destroy(&f.empty), 0);
   cr_assert_eq(tko_group_destroy(&f.g), 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
@@ -508,6 +535,15 @@ static int child_ext(void *arg) {
   if (tko_lanes_destroy(x->l) != 0) bad |= 1 << 3;
   if (tko_coalescer_mark(x->c, 1, 1) != -ECHILD || tko_coalescer_flush(x->c) != -ECHILD) bad |= 1 << 4;
   if (tko_coalescer_close(x->c) != -ECHILD) bad |= 1 << 5;
+  /* A snapshot of a copy reads zeros: its locks may be held for good. */
+  tko_lane_stats ls;
+  memset(&ls, 0xff, sizeof ls);
+  tko_lanes_stats(x->l, &ls);
+  if (ls.submitted || ls.completed || ls.cancelled) bad |= 1 << 7;
+  tko_coalesce_stats cs;
+  memset(&cs, 0xff, sizeof cs);
+  tko_coalescer_stats(x->c, &cs);
+  if (cs.marks || cs.sweeps || cs.dirty) bad |= 1 << 8;
   if (tko_coalescer_destroy(x->c) != 0) bad |= 1 << 6;
   return bad;
 }

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Sanitized builds run the same loops with fewer iterations: TSan and ASan
  * slow every memory access and would push the suite far past its budget. */
@@ -30,6 +31,21 @@
 #else
 #define TT_SCALE(plain, sanitized) (plain)
 #endif
+
+/* A forked child ends with _exit, which skips the exit handlers that write
+ * gcov's counters: in a coverage build (TT_COVERAGE, tests/CMakeLists.txt)
+ * the child writes them first, so that the calls it checked count in the
+ * report (a copied pool's -ECHILD paths run only in children). */
+#ifdef TT_COVERAGE
+void __gcov_dump(void);
+#endif
+
+static inline _Noreturn void tt_child_exit(int code) {
+#ifdef TT_COVERAGE
+  __gcov_dump();
+#endif
+  _exit(code);
+}
 
 /* Generous upper bound for any wait in the suites: reaching it means a hang. */
 #define TT_LONG_MS 60000L
