@@ -14,7 +14,7 @@
  * with each lock's role, and checks the order in debug and sanitizer
  * builds; every lock below is taken through its wrappers with its rank.
  * Outermost first: spawn_mu, the queue lock, help_mu; every other lock
- * (gate_mu, idle.mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
+ * (gate_mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
  * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
  * a hook or an attachment's close callback runs; shutdown holds no lock
  * while it waits (the shutter role, under gate_mu, serialises shutdown
