@@ -565,6 +565,13 @@ static inline bool tko__resize_hint(tko_pool *pool, const tko__worker *w) {
   if (w->kind == TKO_WORKER_BASIC) return w->index >= tko__load_relaxed(&pool->basic_target);
   return tko__load_relaxed(&pool->elastic_count) > tko__load_relaxed(&pool->elastic_max);
 }
+/* The same with seq_cst loads, for a worker about to sleep: its re-check
+ * after sleep_prepare, the other half of a shrink's seq_cst stores before
+ * it wakes every sleeper (resize.c, signal.c). */
+static inline bool tko__resize_hint_seq(tko_pool *pool, const tko__worker *w) {
+  if (w->kind == TKO_WORKER_BASIC) return w->index >= tko__load_seq(&pool->basic_target);
+  return tko__load_seq(&pool->elastic_count) > tko__load_seq(&pool->elastic_max);
+}
 /* Decides under spawn_mu whether w retires for a shrink, and if so gives up
  * its place (a basic slot becomes LEAVING, an elastic worker releases its
  * count and slot as an idle one does). */

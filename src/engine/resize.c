@@ -166,7 +166,8 @@ int tko_pool_resize(tko_pool *pool, unsigned basic_workers, unsigned max_elastic
   bool shrink = basic_workers < tko__load_relaxed(&pool->basic_target) ||
                 max_elastic < tko__load_relaxed(&pool->elastic_max);
   /* seq_cst stores, read relaxed by the hints: the decisions re-read them
-   * under spawn_mu, and sleepers after their sleep_prepare (see above). */
+   * under spawn_mu, and sleepers seq_cst after their sleep_prepare (see
+   * above). */
   tko__store_seq(&pool->basic_target, basic_workers);
   tko__store_seq(&pool->elastic_max, max_elastic);
   tko__mutex_unlock(&pool->spawn_mu, TKO__RANK_SPAWN);

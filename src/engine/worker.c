@@ -824,7 +824,7 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
    * new target here (resize.c, signal.c). */
   enum tko__look look = tko__look_seq(pool);
   if (look == TKO__LOOK_WORK || (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) ||
-      tko__resize_hint(pool, w)) {
+      tko__resize_hint_seq(pool, w)) {
     tko__idle_sleep_cancel(&pool->idle, &w->sleeper); /* searching either way */
     return WOKEN;
   }
