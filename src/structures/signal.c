@@ -313,16 +313,18 @@ static void wake(tko__idle *idle, tko__sleeper *s, uint64_t turn) {
 }
 
 #ifdef TKO_TEST_SEAMS
-void (*_Atomic tko__test_wake_window)(bool claimed);
+void (*_Atomic tko__test_wake_window)(enum tko__wake_point at);
 #endif
 
 /* Claims the lowest set bit, or returns NULL. */
 static tko__sleeper *claim_one(tko__idle *idle, uint64_t *turn) {
+  void (*seam)(enum tko__wake_point) = TKO__SEAM(tko__test_wake_window); /* tko_signal.h */
   for (unsigned w = 0; w < idle->nwords; w++) {
     /* seq_cst: the scan is after the caller's (2') (see the essay). */
     uint64_t bits = tko__load_seq(&idle->asleep[w]);
     while (bits) {
       uint64_t mask = bits & -bits;
+      if (seam) seam(TKO__WAKE_SCANNED);
       uint64_t before = tko__and_seq(&idle->asleep[w], ~mask);
       if (before & mask) {
         tko__sleeper *s = sleeper_at(idle, w * 64 + (unsigned)__builtin_ctzll(mask));
@@ -343,12 +345,12 @@ bool tko__idle_wake_one(tko__idle *idle) {
    * publish. */
   uint64_t st = tko__load_seq(&idle->state);
   if (tko__idle_sleeping(st) == 0) return false;
-  void (*seam)(bool) = TKO__SEAM(tko__test_wake_window); /* tko_signal.h, seam.h */
-  if (seam) seam(false);
+  void (*seam)(enum tko__wake_point) = TKO__SEAM(tko__test_wake_window); /* tko_signal.h */
+  if (seam) seam(TKO__WAKE_DECIDED);
   uint64_t turn;
   tko__sleeper *s = claim_one(idle, &turn);
   if (!s) return false;
-  if (seam) seam(true);
+  if (seam) seam(TKO__WAKE_CLAIMED);
   wake(idle, s, turn);
   return true;
 }

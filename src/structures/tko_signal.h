@@ -103,11 +103,16 @@ bool tko__idle_wake_one(tko__idle *idle);
 /* Wakes every sleeper (shutdown, a shrink). */
 void tko__idle_wake_all(tko__idle *idle);
 
+/* Where a waker is (the test seam below). */
+enum tko__wake_point {
+  TKO__WAKE_DECIDED, /* it saw a sleeper counted, before its scan */
+  TKO__WAKE_SCANNED, /* it read a word with bits set, before its claim */
+  TKO__WAKE_CLAIMED  /* it claimed a sleeper, before its unpark */
+};
 #ifdef TKO_TEST_SEAMS
-/* Test seam: when set, a waker calls it after it decided to wake (claimed
- * false: before its claim) and after its claim, before its unpark (claimed
- * true). NULL outside tests. */
-extern void (*_Atomic tko__test_wake_window)(bool claimed);
+/* Test seam: when set, tko__idle_wake_one calls it at each of those
+ * points. NULL outside tests. */
+extern void (*_Atomic tko__test_wake_window)(enum tko__wake_point at);
 #endif
 
 static inline uint32_t tko__idle_searching(uint64_t state) { return (uint32_t)state; }

@@ -3,9 +3,11 @@
  * semantics within a thread and across threads, and the idle word's
  * searching/sleeping counts and the idle set through search, sleep_prepare,
  * sleep, sleep_cancel, wake_one and wake_all: wakers racing each other
- * claim each sleeper once, a cancel racing a waker settles once, and the
- * Dekker handshake never loses a wake-up. */
+ * claim each sleeper once, a waker that loses its bit to a cancel claims
+ * another (seam tko__test_wake_window), a cancel racing a waker settles
+ * once, and the Dekker handshake never loses a wake-up. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -291,12 +293,14 @@ Test(signal, wake_all_wakes_every_sleeper) {
  * wake_one calls as sleepers, every call claims one (a waker that loses
  * the race for a bit looks at the others again), each sleeper holds one
  * permit, and the counts balance. */
-enum { CLAIM_SLEEPERS = 64, CLAIM_WAKERS = 4 };
+enum { CLAIM_SLEEPERS = 64, CLAIM_WAKERS = 2 };
 
 typedef struct claim_race {
   tko__idle idle;
   tko__sleeper s[CLAIM_SLEEPERS];
-  tt_count go, done;
+  atomic_long go; /* the round the wakers may start: they spin on it, so
+                     that they start together and race for the same bits */
+  tt_count done;
   atomic_int wins;
   atomic_bool stop;
 } claim_race;
@@ -304,7 +308,9 @@ typedef struct claim_race {
 static void *claim_waker(void *arg) {
   claim_race *c = arg;
   for (long r = 1;; r++) {
-    if (!tt_count_wait_geq(&c->go, r) || atomic_load(&c->stop)) return NULL;
+    for (unsigned spins = 0; atomic_load(&c->go) < r; spins++)
+      if (spins % 1024 == 1023) sched_yield(); /* a machine with fewer cores */
+    if (atomic_load(&c->stop)) return NULL;
     for (int i = 0; i < CLAIM_SLEEPERS / CLAIM_WAKERS; i++)
       if (tko__idle_wake_one(&c->idle)) atomic_fetch_add(&c->wins, 1);
     tt_count_add(&c->done, 1);
@@ -315,7 +321,6 @@ Test(signal, racing_wakers_claim_each_sleeper_exactly_once) {
   claim_race *c = calloc(1, sizeof *c);
   cr_assert_not_null(c);
   set_init(&c->idle, c->s, CLAIM_SLEEPERS);
-  tt_count_init(&c->go);
   tt_count_init(&c->done);
   pthread_t t[CLAIM_WAKERS];
   for (int i = 0; i < CLAIM_WAKERS; i++)
@@ -327,7 +332,7 @@ Test(signal, racing_wakers_claim_each_sleeper_exactly_once) {
       tko__idle_sleep_prepare(&c->idle, &c->s[i]);
     }
     atomic_store(&c->wins, 0);
-    tt_count_add(&c->go, 1);
+    atomic_store(&c->go, r);
     cr_assert(tt_count_wait_geq(&c->done, r * CLAIM_WAKERS));
     cr_assert_eq(atomic_load(&c->wins), CLAIM_SLEEPERS, "round %ld: a call claimed nobody", r);
     cr_assert_not(tko__idle_wake_one(&c->idle), "round %ld: a sleeper claimed twice", r);
@@ -339,11 +344,66 @@ Test(signal, racing_wakers_claim_each_sleeper_exactly_once) {
     }
   }
   atomic_store(&c->stop, true);
-  tt_count_add(&c->go, 1); /* the wakers see stop and leave */
+  atomic_store(&c->go, rounds + 1); /* the wakers see stop and leave */
   for (int i = 0; i < CLAIM_WAKERS; i++) pthread_join(t[i], NULL);
   set_fini(c->s, CLAIM_SLEEPERS);
-  tt_count_fini(&c->go);
   tt_count_fini(&c->done);
+  free(c);
+}
+
+/* A waker that read a word and finds its bit gone when it claims (the
+ * sleeper cancelled meanwhile, and another went to sleep) looks at the
+ * word again and claims the other: no wake-up is lost to the race. The
+ * seam parks the waker between its read and its claim. */
+typedef struct scan_race {
+  tko__idle idle;
+  tko__sleeper s[2];
+  tt_count scanned;
+  tt_gate go_on;
+  atomic_bool parked_once;
+  bool woke;
+} scan_race;
+
+static scan_race *scan_cur;
+
+static void park_after_the_scan(enum tko__wake_point at) {
+  if (at != TKO__WAKE_SCANNED || atomic_exchange(&scan_cur->parked_once, true)) return;
+  tt_count_add(&scan_cur->scanned, 1);
+  tt_gate_wait(&scan_cur->go_on);
+}
+
+static void *scan_waker(void *arg) {
+  scan_race *c = arg;
+  c->woke = tko__idle_wake_one(&c->idle);
+  return NULL;
+}
+
+Test(signal, a_waker_whose_bit_was_taken_claims_another) {
+  scan_race *c = calloc(1, sizeof *c);
+  cr_assert_not_null(c);
+  set_init(&c->idle, c->s, 2);
+  tt_count_init(&c->scanned);
+  c->go_on = (tt_gate)TT_GATE_INIT;
+  scan_cur = c;
+  tko__idle_search_begin(&c->idle);
+  tko__idle_search_begin(&c->idle);
+  tko__idle_sleep_prepare(&c->idle, &c->s[0]);
+  atomic_store(&tko__test_wake_window, park_after_the_scan);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, scan_waker, c), 0);
+  cr_assert(tt_count_wait_geq(&c->scanned, 1)); /* it read bit 0 set */
+  cr_assert(tko__idle_sleep_cancel(&c->idle, &c->s[0]), "the waker has not claimed it yet");
+  tko__idle_sleep_prepare(&c->idle, &c->s[1]);
+  tt_gate_open(&c->go_on);
+  pthread_join(t, NULL);
+  atomic_store(&tko__test_wake_window, NULL);
+  cr_assert(c->woke, "the waker gave up after losing bit 0; sleeper 1 sleeps on");
+  cr_assert(tko__parker_park(&c->s[1].parker, 0));
+  cr_assert_not(tko__parker_park(&c->s[0].parker, 0));
+  cr_assert_eq(state_of(&c->idle), 2 * TKO__SEARCHING_ONE);
+  scan_cur = NULL;
+  tt_count_fini(&c->scanned);
+  set_fini(c->s, 2);
   free(c);
 }
 

@@ -562,7 +562,7 @@ enum { WAKE_PER = 300 };
 
 typedef struct wake_stall {
   tko_pool *pool;
-  bool claimed; /* park after the claim, else before it */
+  enum tko__wake_point at; /* where to park: decided, or claimed */
   tt_count parked, ran, ran_parked;
   tt_gate release;
   atomic_bool returned; /* the parked thread's submit returned */
@@ -572,8 +572,8 @@ typedef struct wake_stall {
 static wake_stall *wake_cur;
 static _Thread_local bool park_in_wake;
 
-static void park_in_wake_window(bool claimed) {
-  if (!park_in_wake || claimed != wake_cur->claimed) return;
+static void park_in_wake_window(enum tko__wake_point at) {
+  if (!park_in_wake || at != wake_cur->at) return;
   park_in_wake = false;
   tt_count_add(&wake_cur->parked, 1);
   tt_gate_wait(&wake_cur->release);
@@ -608,7 +608,7 @@ static bool settled(tko_pool *pool) {
  * that woke by itself meanwhile, from a timed sleep, can leave it nobody
  * to wake). */
 static bool parked_waker_scene(void *arg) {
-  wake_stall w = {.claimed = *(bool *)arg, .release = TT_GATE_INIT};
+  wake_stall w = {.at = *(enum tko__wake_point *)arg, .release = TT_GATE_INIT};
   tt_count_init(&w.parked);
   tt_count_init(&w.ran);
   tt_count_init(&w.ran_parked);
@@ -640,7 +640,7 @@ static bool parked_waker_scene(void *arg) {
   atomic_store(&tko__test_wake_window, NULL);
   if (parked) {
     cr_assert(all_ran, "the others' tasks waited for a waker parked %s its claim",
-              w.claimed ? "after" : "before");
+              w.at == TKO__WAKE_CLAIMED ? "after" : "before");
     cr_assert(slept, "a worker going to sleep waited for the parked waker");
     for (int i = 0; i < SUBMITTERS; i++) cr_assert_eq(oa[i].rc, 0);
     cr_assert_eq(w.rc, 0);
@@ -658,11 +658,11 @@ static bool parked_waker_scene(void *arg) {
 }
 
 Test(stalled_submit, a_waker_parked_before_its_claim_holds_back_nobody) {
-  bool claimed = false;
-  cr_assert(tt_rerun(parked_waker_scene, &claimed), "the submit never reached the wake-up");
+  enum tko__wake_point at = TKO__WAKE_DECIDED;
+  cr_assert(tt_rerun(parked_waker_scene, &at), "the submit never reached the wake-up");
 }
 
 Test(stalled_submit, a_waker_parked_after_its_claim_holds_back_nobody) {
-  bool claimed = true;
-  cr_assert(tt_rerun(parked_waker_scene, &claimed), "the submit never reached the wake-up");
+  enum tko__wake_point at = TKO__WAKE_CLAIMED;
+  cr_assert(tt_rerun(parked_waker_scene, &at), "the submit never reached the wake-up");
 }
