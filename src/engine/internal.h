@@ -15,7 +15,7 @@
  * builds; every mutex below is a tko__mutex, bound to its rank where
  * pool.c initialises it, and taken through witness.h's wrappers.
  * Outermost first: spawn_mu, the queue lock, help_mu; every other lock
- * (gate_mu, idle.mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
+ * (gate_mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
  * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
  * a hook or an attachment's close callback runs; shutdown holds no lock
  * while it waits (the shutter role, under gate_mu, serialises shutdown
@@ -565,6 +565,13 @@ int tko__worker_spawn(tko_pool *pool, tko__worker *w, pthread_t *t);
 static inline bool tko__resize_hint(tko_pool *pool, const tko__worker *w) {
   if (w->kind == TKO_WORKER_BASIC) return w->index >= tko__load_relaxed(&pool->basic_target);
   return tko__load_relaxed(&pool->elastic_count) > tko__load_relaxed(&pool->elastic_max);
+}
+/* The same with seq_cst loads, for a worker about to sleep: its re-check
+ * after sleep_prepare, the other half of a shrink's seq_cst stores before
+ * it wakes every sleeper (resize.c, signal.c). */
+static inline bool tko__resize_hint_seq(tko_pool *pool, const tko__worker *w) {
+  if (w->kind == TKO_WORKER_BASIC) return w->index >= tko__load_seq(&pool->basic_target);
+  return tko__load_seq(&pool->elastic_count) > tko__load_seq(&pool->elastic_max);
 }
 /* Decides under spawn_mu whether w retires for a shrink, and if so gives up
  * its place (a basic slot becomes LEAVING, an elastic worker releases its

@@ -136,7 +136,7 @@ static void free_pool(tko_pool *pool) {
   const tko_allocator *a = pool->opts.allocator;
   pool->magic = 0; /* see TKO__POOL_MAGIC */
   tko__keyed_free(pool);
-  for (unsigned i = 0; i < pool->nslots; i++) tko__parker_fini(&pool->slots[i].sleeper.parker);
+  for (unsigned i = 0; i < pool->nslots; i++) tko__sleeper_fini(&pool->slots[i].sleeper);
   tko__mem_free(a, pool->slots_raw);
   for (unsigned i = 0; pool->shards && i < pool->nshards; i++)
     tko__queue_fini(&pool->shards[i].queue);
@@ -146,7 +146,6 @@ static void free_pool(tko_pool *pool) {
   tko__mutex_destroy(&pool->async_mu);
   tko__inbox_fini(&pool->inbox, a);
   if (pool->rings.uid) tko__rings_fini(&pool->rings); /* uid: set once initialised */
-  tko__idle_fini(&pool->idle);
   tko__mutex_destroy(&pool->spawn_mu);
   pthread_cond_destroy(&pool->spawn_cv);
   tko__mutex_destroy(&pool->help_mu);
@@ -175,8 +174,7 @@ static int init_sync(tko_pool *pool) {
       pthread_cond_init(&pool->timer_cv, &ca) | tko__mutex_init(&pool->async_mu, TKO__RANK_ASYNC) |
       pthread_cond_init(&pool->spawn_cv, &ca) | tko__mutex_init(&pool->help_mu, TKO__RANK_HELP);
   pthread_condattr_destroy(&ca);
-  if (bad) return -ENOMEM;
-  return tko__idle_init(&pool->idle);
+  return bad ? -ENOMEM : 0;
 }
 
 int tko_pool_create(tko_pool **out, const tko_options *opts) {
@@ -247,12 +245,14 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
     return rc;
   }
   pool->magic = TKO__POOL_MAGIC;
+  /* Slot i's sleeper is bit i of the idle set. */
+  tko__idle_init(&pool->idle, &pool->slots[0].sleeper, sizeof *pool->slots, pool->nslots);
   worker_init(&pool->caller, pool, UINT32_MAX, TKO_WORKER_BASIC);
   for (unsigned i = 0; i < pool->nslots; i++) {
     bool basic = i < pool->elastic_base;
     worker_init(&pool->slots[i], pool, basic ? i : i - pool->elastic_base,
                 basic ? TKO_WORKER_BASIC : TKO_WORKER_ELASTIC);
-    if (tko__parker_init(&pool->slots[i].sleeper.parker)) {
+    if (tko__sleeper_init(&pool->slots[i].sleeper, i)) {
       pool->nslots = i;
       free_pool(pool);
       return -ENOMEM;

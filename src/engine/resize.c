@@ -19,10 +19,10 @@
  * never both retire for one place and a grow never races a decision. The
  * rest of its batch goes back to the queue where it was taken from
  * (worker.c: requeue_taken), so nothing is lost or reordered. Sleepers are
- * woken so that they look too: a shrink stores its target, then wakes every
- * listed sleeper under idle.mu; a worker that lists itself under idle.mu
- * after that re-reads the target before it parks (worker.c: worker_sleep),
- * the mutex ordering the store before that read, so none sleeps past it.
+ * woken so that they look too: a shrink stores its target seq_cst, then
+ * wakes every sleeper in the idle set; a worker whose bit that wake missed
+ * set it after the wake's claim, and re-reads the target before it parks
+ * (worker.c: worker_sleep), so none sleeps past it (signal.c).
  *
  * Growing. Under spawn_mu, for each slot below the target that has no
  * working thread: a LEAVING one is handed back (its thread, after its stop
@@ -47,8 +47,8 @@
  * from CLOSING on (-ESHUTDOWN once shutdown began). A leaving thread counts
  * in the pool's threads until its end, like any worker.
  *
- * Locks (ranked in witness.h): spawn_mu, then idle.mu inside the wake-ups,
- * gate_mu as a leaf; no lock is held while joining or creating a thread. */
+ * Locks (ranked in witness.h): spawn_mu, gate_mu as a leaf (the wake-ups
+ * take none); no lock is held while joining or creating a thread. */
 #include <errno.h>
 
 #include "internal.h"
@@ -166,7 +166,8 @@ int tko_pool_resize(tko_pool *pool, unsigned basic_workers, unsigned max_elastic
   bool shrink = basic_workers < tko__load_relaxed(&pool->basic_target) ||
                 max_elastic < tko__load_relaxed(&pool->elastic_max);
   /* seq_cst stores, read relaxed by the hints: the decisions re-read them
-   * under spawn_mu, and sleepers under idle.mu (see above). */
+   * under spawn_mu, and sleepers seq_cst after their sleep_prepare (see
+   * above). */
   tko__store_seq(&pool->basic_target, basic_workers);
   tko__store_seq(&pool->elastic_max, max_elastic);
   tko__mutex_unlock(&pool->spawn_mu);

@@ -3,7 +3,7 @@
  *
  * A worker is in one of three states, as counted in idle.state (signal.c):
  * busy (running tasks it took), searching (awake, looking at the queue), or
- * sleeping (on the idle list). Each take visits one shard's lock - its
+ * sleeping (in the idle set). Each take visits one shard's lock - its
  * home shard first, another that holds a heavier task, any other when that
  * one is empty (pick_for_take, take_batch) - and takes a share of that
  * shard's backlog split by the workers there could be, so that one worker
@@ -819,14 +819,13 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
   /* Step (2) of signal.c's essay: seq_cst, after sleep_prepare's RMW; pairs
    * with a submit's reservation CAS (inbox.h). closing is stored seq_cst
    * before shutdown wakes every sleeper. */
-  /* A shrink stores its target before it wakes every sleeper under
-   * idle.mu, which sleep_prepare took too: a sleeper it missed reads the
-   * new target here (resize.c). */
+  /* A shrink stores its target seq_cst before it wakes every sleeper: a
+   * sleeper it missed set its bit after that wake's claim, and reads the
+   * new target here (resize.c, signal.c). */
   enum tko__look look = tko__look_seq(pool);
   if (look == TKO__LOOK_WORK || (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) ||
-      tko__resize_hint(pool, w)) {
-    if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper))
-      tko__parker_park(&w->sleeper.parker, UINT64_MAX);
+      tko__resize_hint_seq(pool, w)) {
+    tko__idle_sleep_cancel(&pool->idle, &w->sleeper); /* searching either way */
     return WOKEN;
   }
   /* Decay: after a burst, a worker that then sleeps elastic_idle_ms
@@ -852,12 +851,11 @@ static enum sleep_result worker_sleep(tko_pool *pool, tko__worker *w) {
     timeout = poll_ms * 1000000ull;
   }
   w->hole_poll_ms = poll_ms;
-  if (tko__parker_park(&w->sleeper.parker, timeout)) {
+  if (tko__idle_sleep(&pool->idle, &w->sleeper, timeout)) {
     w->hole_poll_ms = 0; /* woken by a submit: the next hole starts afresh */
     return WOKEN;
   }
-  if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper)) {
-    tko__parker_park(&w->sleeper.parker, UINT64_MAX); /* a waker claimed us */
+  if (!tko__idle_sleep_cancel(&pool->idle, &w->sleeper)) { /* a waker claimed us */
     w->hole_poll_ms = 0;
     return WOKEN;
   }

@@ -42,6 +42,10 @@
   TKO__AUDITED(RMW, p, atomic_fetch_sub_explicit((p), (v), memory_order_relaxed))
 #define tko__sub_seq(p, v) \
   TKO__AUDITED(RMW, p, atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst))
+#define tko__or_seq(p, v) \
+  TKO__AUDITED(RMW, p, atomic_fetch_or_explicit((p), (v), memory_order_seq_cst))
+#define tko__and_seq(p, v) \
+  TKO__AUDITED(RMW, p, atomic_fetch_and_explicit((p), (v), memory_order_seq_cst))
 #define tko__exchange_seq(p, v) \
   TKO__AUDITED(RMW, p, atomic_exchange_explicit((p), (v), memory_order_seq_cst))
 #define tko__exchange_acquire(p, v) \

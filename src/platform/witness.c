@@ -30,7 +30,6 @@ static const char *const names[TKO__RANK_COUNT] = {
     [TKO__RANK_LANE] = "a lane's mu (lanes.c)",
     [TKO__RANK_SPAWN] = "spawn_mu",
     [TKO__RANK_QUEUE] = "the queue lock",
-    [TKO__RANK_IDLE_LIST] = "idle.mu (signal.c)",
     [TKO__RANK_HELP] = "help_mu",
     [TKO__RANK_GROUP] = "a group's mu (group.c)",
     [TKO__RANK_GATE] = "gate_mu",

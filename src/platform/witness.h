@@ -53,7 +53,6 @@ typedef enum tko__rank {
   /* Leaves: nothing is taken while one is held. */
   TKO__RANK_LEAF,
   TKO__RANK_GATE = TKO__RANK_LEAF, /* internal.h: gate_mu, the lifecycle (lifecycle.c) */
-  TKO__RANK_IDLE_LIST,  /* tko_signal.h: idle.mu, the sleeping workers (signal.c) */
   TKO__RANK_SPACE,      /* internal.h: space_mu, bounded queues' blocked submitters */
   TKO__RANK_IDLE_WAIT,  /* internal.h: idle_mu, wait_idle's and shutdown's waiters */
   TKO__RANK_TIMER,      /* internal.h: timer_mu, the timers' heap and records */

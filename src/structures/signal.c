@@ -3,11 +3,12 @@
  *
  * The cost to avoid is a system call per submit. A submit therefore reads one
  * word, idle.state, which counts workers that are *searching* (awake, about
- * to look at the queue) and workers that are *sleeping* (on the idle list,
+ * to look at the queue) and workers that are *sleeping* (in the idle set,
  * parked or about to park). It wakes somebody only when nobody is searching
  * and somebody sleeps; a searching worker is bound to look at the queue
  * again, so waking another would be wasted. A woken worker is counted as
- * searching by its waker, before it even runs, so a burst of submits wakes
+ * searching by its waker right after the unpark, before it even runs (or
+ * by itself, if it runs first: see below), so a burst of submits wakes
  * one worker, not one per task; when that worker finds work and stops
  * searching, the worker loop wakes the next sleeper if work remains (the
  * "last searcher wakes one more" rule from Tokio), so parallelism ramps up
@@ -69,27 +70,76 @@
  * itself. A sleeper that prepared its sleep after the RMW re-checks for
  * work itself. (elastic.c: tko__elastic_spawn.)
  *
- * Wakes are never lost in the parker either: a waker claims a sleeper under
- * idle.mu (unlinking it and moving it from sleeping to searching in one RMW),
- * then leaves a permit in that sleeper's parker. A permit left before the
- * sleeper parks makes the park return at once (futex_wait refuses to sleep
- * when the word is no longer 0). A sleeper that cancels (found work, timed
- * out) takes itself off the list under the same mutex; if it is no longer
- * listed a waker has claimed it, and it consumes the permit that is coming,
- * so permits never pile up and counts never drift.
+ * The idle set. Who sleeps is a bitmap, one bit per worker slot
+ * (idle.asleep, 64 slots a word), that no lock guards, so that a waker
+ * stopped anywhere (preempted, or in a debugger) holds back nobody but the
+ * one sleeper it claimed, and a worker going to sleep waits for nobody. A
+ * sleeper sets only its own bit; a bit is cleared by exactly one party,
+ * whose atomic AND finds it set: a waker, which thereby claims that
+ * sleeper, or the sleeper itself, cancelling. A claim is one fetch_and on
+ * one bit, so there is no ABA: the bit cannot be set again until its
+ * sleeper has consumed the claim's permit, and a lost race leaves the
+ * other bits alone.
  *
- * LIFO: wakers take the most recently idle worker, whose cache is warm; the
- * others stay asleep long enough for elastic ones to reach their idle timeout
- * and retire.
+ * Going to sleep (tko__idle_sleep_prepare) is one seq_cst RMW of
+ * idle.state, searching to sleeping, then a seq_cst fetch_or of the bit:
+ * the count first, so that a waker, which lowers the count only after it
+ * claimed the bit, never takes it below zero. The fetch_or is step (1) of
+ * the Dekker pairs above: a waker's scan of the set is seq_cst loads after
+ * its (2'), so either it sees the bit, or its scan precedes the fetch_or
+ * and the sleeper's re-check (2) sees the work. A waker that finds the
+ * count raised and no bit yet (the sleeper between its two RMWs) wakes
+ * nobody, for the same reason. A shrink's or a shutdown's wake_all is the
+ * same pair: its seq_cst store of the target (or of closing) precedes its
+ * claim of the whole set, so a sleeper it missed reads the store in its
+ * re-check.
  *
- * Lock order: idle.mu is a leaf; nothing else is taken while holding it. */
+ * Waking (tko__idle_wake_one) claims the lowest set bit: basic workers
+ * (the lower slots) before elastic ones, which then stay asleep long
+ * enough to reach their idle timeout and retire. The waker leaves a permit
+ * in the sleeper's parker; a permit left before the sleeper parks makes
+ * the park return at once (futex_wait refuses to sleep when the word is no
+ * longer 0). A sleeper that cancels (it found work in its re-check, or
+ * timed out) clears its own bit: if the bit was already clear, a waker
+ * claimed it, and it waits for that waker's permit and consumes it, so
+ * permits never pile up and counts never drift.
+ *
+ * Who counts the woken worker as searching. The waker, after its unpark,
+ * so that a burst of submits wakes one worker, not one per task; but a
+ * waker stopped between its claim and its unpark must not leave a
+ * searcher that never looks, or every submit after it would count on that
+ * searcher and wake nobody. So whichever comes first does it: the waker
+ * after its unpark, or the woken sleeper as soon as it has the permit.
+ * The sleeper's turn word settles it with one CAS each, from OPEN to
+ * WAKER (the waker's, which then moves the count and stores DONE) or to
+ * DONE (the sleeper's, which then moves the count itself); a sleeper that
+ * finds WAKER waits the two instructions until DONE, so that its own
+ * search_end never comes before the waker's count. A count that comes
+ * late loses no wake-up: a submit that saw it and skipped its wake counts
+ * on the decrement this worker makes when it stops searching, which its
+ * re-check follows (the pairs above). The word carries
+ * the sleep's round, read by the waker right after its claim, so that a
+ * waker late with its CAS cannot count a later sleep of the same worker.
+ * Until then the claimed sleeper counts as sleeping with no bit set: a
+ * submit that sees it finds no bit to claim, and signal_work goes on as
+ * if nobody slept (an elastic spawn, where the pool has them).
+ *
+ * What a stopped waker holds back: before its claim, nothing; after it,
+ * the one sleeper it claimed (still counted sleeping, so no submit counts
+ * on it); after its unpark, nothing but, for two instructions, that
+ * sleeper's return from its sleep.
+ *
+ * Lock order: no lock is taken here; a parker's fallback mutex (no futex)
+ * is a leaf. */
 #include "invariant.h"
 #include "tko_signal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <time.h>
 
 #include "atomics.h"
+#include "seam.h"
 #include "witness.h"
 
 int tko__parker_init(tko__parker *pk) {
@@ -163,13 +213,22 @@ void tko__parker_unpark(tko__parker *pk) {
 #endif
 }
 
-int tko__idle_init(tko__idle *idle) {
-  atomic_init(&idle->state, 0);
-  idle->top = NULL;
-  return tko__mutex_init(&idle->mu, TKO__RANK_IDLE_LIST) ? -ENOMEM : 0;
+int tko__sleeper_init(tko__sleeper *s, unsigned bit) {
+  s->bit = bit;
+  atomic_init(&s->turn, TKO__TURN_DONE);
+  return tko__parker_init(&s->parker);
 }
 
-void tko__idle_fini(tko__idle *idle) { tko__mutex_destroy(&idle->mu); }
+void tko__sleeper_fini(tko__sleeper *s) { tko__parker_fini(&s->parker); }
+
+void tko__idle_init(tko__idle *idle, tko__sleeper *first, size_t stride, unsigned n) {
+  TKO__INVARIANT(n <= TKO__IDLE_BITS);
+  atomic_init(&idle->state, 0);
+  for (unsigned i = 0; i < TKO__IDLE_WORDS; i++) atomic_init(&idle->asleep[i], 0);
+  idle->nwords = (n + 63) / 64;
+  idle->first = first;
+  idle->stride = stride;
+}
 
 void tko__idle_search_begin(tko__idle *idle) { tko__add_seq(&idle->state, TKO__SEARCHING_ONE); }
 
@@ -179,66 +238,132 @@ bool tko__idle_search_end(tko__idle *idle) {
   return tko__idle_searching(before) == 1;
 }
 
-static void unlink_sleeper(tko__idle *idle, tko__sleeper *s) {
-  if (s->prev) s->prev->next = s->next;
-  else idle->top = s->next;
-  if (s->next) s->next->prev = s->prev;
-  s->prev = s->next = NULL;
-  s->listed = false;
+static tko__sleeper *sleeper_at(tko__idle *idle, unsigned bit) {
+  return (tko__sleeper *)((char *)idle->first + (size_t)bit * idle->stride);
+}
+
+static uint64_t mask_of(const tko__sleeper *s) { return (uint64_t)1 << (s->bit % 64); }
+
+/* A claimed sleeper moves from sleeping to searching. */
+static void count_searching(tko__idle *idle) {
+  tko__add_seq(&idle->state, TKO__SEARCHING_ONE - TKO__SLEEPING_ONE);
+}
+
+/* A strong CAS: true if *p held expected and now holds desired. */
+static bool turn_cas(atomic_uint_fast64_t *p, uint64_t expected, uint64_t desired) {
+  uint64_t seen = expected;
+  while (!tko__cas_seq(p, &seen, desired))
+    if (seen != expected) return false;
+  return true;
 }
 
 void tko__idle_sleep_prepare(tko__idle *idle, tko__sleeper *s) {
-  tko__mutex_lock(&idle->mu);
-  s->prev = NULL;
-  s->next = idle->top;
-  if (idle->top) idle->top->prev = s;
-  idle->top = s;
-  s->listed = true;
-  /* Step (1) of the essay: seq_cst, ordered before the caller's re-check. */
+  /* Owner only until the fetch_or below publishes it (seq_cst, a release):
+   * a waker reads it after its claim. */
+  uint64_t round = (tko__load_relaxed(&s->turn) >> 2) + 1;
+  tko__store_relaxed(&s->turn, round << 2 | TKO__TURN_OPEN);
   tko__add_seq(&idle->state, TKO__SLEEPING_ONE - TKO__SEARCHING_ONE);
-  tko__mutex_unlock(&idle->mu);
+  /* Step (1) of the essay: seq_cst, ordered before the caller's re-check. */
+  tko__or_seq(&idle->asleep[s->bit / 64], mask_of(s));
+}
+
+/* The sleeper's half of the count, once it holds the permit: counts itself
+ * searching unless its waker got there first, then waits for that waker's
+ * count to land. */
+static void woken(tko__idle *idle, tko__sleeper *s) {
+  uint64_t round = tko__load_relaxed(&s->turn) >> 2; /* only this thread changes the round */
+  if (turn_cas(&s->turn, round << 2 | TKO__TURN_OPEN, round << 2 | TKO__TURN_DONE)) {
+    count_searching(idle);
+    return;
+  }
+  /* Acquire: pairs with the waker's release of DONE, after its count. */
+  while (tko__load_acquire(&s->turn) != (round << 2 | TKO__TURN_DONE)) sched_yield();
+}
+
+bool tko__idle_sleep(tko__idle *idle, tko__sleeper *s, uint64_t timeout_ns) {
+  if (!tko__parker_park(&s->parker, timeout_ns)) return false;
+  woken(idle, s);
+  return true;
 }
 
 bool tko__idle_sleep_cancel(tko__idle *idle, tko__sleeper *s) {
-  tko__mutex_lock(&idle->mu);
-  bool was_listed = s->listed;
-  if (was_listed) {
-    unlink_sleeper(idle, s);
-    tko__add_seq(&idle->state, TKO__SEARCHING_ONE - TKO__SLEEPING_ONE);
+  uint64_t before = tko__and_seq(&idle->asleep[s->bit / 64], ~mask_of(s));
+  if (before & mask_of(s)) { /* nobody claimed it: no permit is coming */
+    uint64_t round = tko__load_relaxed(&s->turn) >> 2;
+    tko__store_relaxed(&s->turn, round << 2 | TKO__TURN_DONE); /* owner only: unclaimed */
+    count_searching(idle);
+    return true;
   }
-  tko__mutex_unlock(&idle->mu);
-  return was_listed;
+  tko__parker_park(&s->parker, UINT64_MAX); /* a waker claimed it */
+  woken(idle, s);
+  return false;
 }
 
-/* Claims the top sleeper under idle->mu, or returns NULL. */
-static tko__sleeper *claim_top(tko__idle *idle) {
-  tko__sleeper *s = idle->top;
-  if (s) {
-    unlink_sleeper(idle, s);
-    tko__add_seq(&idle->state, TKO__SEARCHING_ONE - TKO__SLEEPING_ONE);
+/* The waker's half, after its claim: turn is what it read right after the
+ * claim (the round it claimed). Unparks, then counts the sleeper searching
+ * unless the sleeper already did. */
+static void wake(tko__idle *idle, tko__sleeper *s, uint64_t turn) {
+  tko__parker_unpark(&s->parker);
+  uint64_t round = turn & ~(uint64_t)3;
+  if (turn_cas(&s->turn, round | TKO__TURN_OPEN, round | TKO__TURN_WAKER)) {
+    count_searching(idle);
+    /* Release: pairs with the sleeper's acquire in woken. */
+    tko__store_release(&s->turn, round | TKO__TURN_DONE);
   }
-  return s;
+}
+
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_wake_window)(enum tko__wake_point at);
+#endif
+
+/* Claims the lowest set bit, or returns NULL. */
+static tko__sleeper *claim_one(tko__idle *idle, uint64_t *turn) {
+  void (*seam)(enum tko__wake_point) = TKO__SEAM(tko__test_wake_window); /* tko_signal.h */
+  for (unsigned w = 0; w < idle->nwords; w++) {
+    /* seq_cst: the scan is after the caller's (2') (see the essay). */
+    uint64_t bits = tko__load_seq(&idle->asleep[w]);
+    while (bits) {
+      uint64_t mask = bits & -bits;
+      if (seam) seam(TKO__WAKE_SCANNED);
+      uint64_t before = tko__and_seq(&idle->asleep[w], ~mask);
+      if (before & mask) {
+        tko__sleeper *s = sleeper_at(idle, w * 64 + (unsigned)__builtin_ctzll(mask));
+        /* Relaxed: the claim's seq_cst RMW read the fetch_or that
+         * published it, and the sleeper cannot start another round before
+         * this waker's permit. */
+        *turn = tko__load_relaxed(&s->turn);
+        return s;
+      }
+      bits = before & ~mask; /* another waker (or its cancel) took that one */
+    }
+  }
+  return NULL;
 }
 
 bool tko__idle_wake_one(tko__idle *idle) {
-  /* Step (2') of the essay: this seq_cst load follows the submitter's seq_cst
-   * increment of the queued count. */
+  /* Step (2') of the essay: this seq_cst load follows the submitter's
+   * publish. */
   uint64_t st = tko__load_seq(&idle->state);
   if (tko__idle_sleeping(st) == 0) return false;
-  tko__mutex_lock(&idle->mu);
-  tko__sleeper *s = claim_top(idle);
-  tko__mutex_unlock(&idle->mu);
+  void (*seam)(enum tko__wake_point) = TKO__SEAM(tko__test_wake_window); /* tko_signal.h */
+  if (seam) seam(TKO__WAKE_DECIDED);
+  uint64_t turn;
+  tko__sleeper *s = claim_one(idle, &turn);
   if (!s) return false;
-  tko__parker_unpark(&s->parker);
+  if (seam) seam(TKO__WAKE_CLAIMED);
+  wake(idle, s, turn);
   return true;
 }
 
 void tko__idle_wake_all(tko__idle *idle) {
-  for (;;) {
-    tko__mutex_lock(&idle->mu);
-    tko__sleeper *s = claim_top(idle);
-    tko__mutex_unlock(&idle->mu);
-    if (!s) return;
-    tko__parker_unpark(&s->parker);
+  for (unsigned w = 0; w < idle->nwords; w++) {
+    /* seq_cst: after the caller's store of closing or of a target. */
+    uint64_t bits = tko__exchange_seq(&idle->asleep[w], 0);
+    while (bits) {
+      uint64_t mask = bits & -bits;
+      bits &= ~mask;
+      tko__sleeper *s = sleeper_at(idle, w * 64 + (unsigned)__builtin_ctzll(mask));
+      wake(idle, s, tko__load_relaxed(&s->turn)); /* relaxed: as in claim_one */
+    }
   }
 }

@@ -14,7 +14,10 @@
  * whose drain waited at the hole under the queue lock, no task ran and the
  * 1,024th submit blocked, and these tests report that as a failure rather
  * than hang (the parked submitter is released before anything is
- * asserted, so everything finishes either way). */
+ * asserted, so everything finishes either way).
+ *
+ * The last two tests park a submitter inside its wake-up instead (seam
+ * tko__test_wake_window, src/structures/tko_signal.h). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -544,4 +547,122 @@ Test(stalled_submit, a_sleeping_worker_finds_a_publish_that_wakes_nobody) {
 
 Test(stalled_submit, a_helping_wait_finds_a_publish_that_wakes_nobody) {
   publish_that_wakes_nobody(true);
+}
+
+/* A submitter stopped inside its wake-up (src/structures/signal.c): after
+ * it decided to wake a sleeper and before its claim of one, or after its
+ * claim and before its unpark. The idle set takes no lock, so the others'
+ * submits still wake a worker and every one of their tasks runs, and the
+ * workers go back to sleep, while it stays parked. A claimed sleeper is not
+ * counted searching until its waker has unparked it (or it runs), so the
+ * others do not count on a worker that nobody unparked. Once released,
+ * its sleeper wakes and the counts settle: both workers asleep, nobody
+ * searching. Kills a-waker-counts-before-its-unpark. */
+enum { WAKE_PER = 300 };
+
+typedef struct wake_stall {
+  tko_pool *pool;
+  enum tko__wake_point at; /* where to park: decided, or claimed */
+  tt_count parked, ran, ran_parked;
+  tt_gate release;
+  atomic_bool returned; /* the parked thread's submit returned */
+  int rc;
+} wake_stall;
+
+static wake_stall *wake_cur;
+static _Thread_local bool park_in_wake;
+
+static void park_in_wake_window(enum tko__wake_point at) {
+  if (!park_in_wake || at != wake_cur->at) return;
+  park_in_wake = false;
+  tt_count_add(&wake_cur->parked, 1);
+  tt_gate_wait(&wake_cur->release);
+}
+
+static void *parked_waker_main(void *arg) {
+  wake_stall *w = arg;
+  park_in_wake = true;
+  w->rc = tko_submit(w->pool, count_run, &w->ran_parked, 0);
+  park_in_wake = false;
+  atomic_store(&w->returned, true);
+  return NULL;
+}
+
+typedef struct waker_other {
+  wake_stall *w;
+  int rc;
+} waker_other;
+
+static void *other_waker_main(void *arg) {
+  waker_other *o = arg;
+  for (int i = 0; i < WAKE_PER && o->rc == 0; i++)
+    o->rc = tko_submit(o->w->pool, count_run, &o->w->ran, 0);
+  return NULL;
+}
+
+static bool settled(tko_pool *pool) {
+  return tko__load_seq(&pool->idle.state) == WORKERS * TKO__SLEEPING_ONE;
+}
+
+/* The scene's precondition: the chosen submit reached the seam (a worker
+ * that woke by itself meanwhile, from a timed sleep, can leave it nobody
+ * to wake). */
+static bool parked_waker_scene(void *arg) {
+  wake_stall w = {.at = *(enum tko__wake_point *)arg, .release = TT_GATE_INIT};
+  tt_count_init(&w.parked);
+  tt_count_init(&w.ran);
+  tt_count_init(&w.ran_parked);
+  tko_options o = tko_basic_options(WORKERS);
+  cr_assert_eq(tko_pool_create(&w.pool, &o), 0);
+  wake_cur = &w;
+  atomic_store(&tko__test_wake_window, park_in_wake_window);
+  cr_assert(within(all_asleep, w.pool, TT_SCALE(20000, 60000)), "the workers never slept");
+  pthread_t pt, th[SUBMITTERS];
+  cr_assert_eq(pthread_create(&pt, NULL, parked_waker_main, &w), 0);
+  uint64_t end = tt_now_ns() + (uint64_t)TT_SCALE(20000, 60000) * 1000000u;
+  while (tt_count_get(&w.parked) == 0 && !atomic_load(&w.returned) && tt_now_ns() < end)
+    sched_yield();
+  bool parked = tt_count_get(&w.parked) == 1;
+  bool all_ran = false, slept = false;
+  waker_other oa[SUBMITTERS];
+  if (parked) {
+    for (int i = 0; i < SUBMITTERS; i++) {
+      oa[i] = (waker_other){&w, 0};
+      cr_assert_eq(pthread_create(&th[i], NULL, other_waker_main, &oa[i]), 0);
+    }
+    all_ran = tt_count_wait_geq_within(&w.ran, SUBMITTERS * WAKE_PER, TT_SCALE(20000, 60000));
+    slept = all_ran && within(all_asleep, w.pool, TT_SCALE(20000, 60000));
+  }
+  tt_gate_open(&w.release);
+  pthread_join(pt, NULL);
+  if (parked)
+    for (int i = 0; i < SUBMITTERS; i++) pthread_join(th[i], NULL);
+  atomic_store(&tko__test_wake_window, NULL);
+  if (parked) {
+    cr_assert(all_ran, "the others' tasks waited for a waker parked %s its claim",
+              w.at == TKO__WAKE_CLAIMED ? "after" : "before");
+    cr_assert(slept, "a worker going to sleep waited for the parked waker");
+    for (int i = 0; i < SUBMITTERS; i++) cr_assert_eq(oa[i].rc, 0);
+    cr_assert_eq(w.rc, 0);
+    cr_assert_eq(tko_pool_wait_idle(w.pool, TT_SCALE(20000, 60000)), 0);
+    cr_assert_eq(tt_count_get(&w.ran), SUBMITTERS * WAKE_PER);
+    cr_assert_eq(tt_count_get(&w.ran_parked), 1);
+    cr_assert(within(settled, w.pool, TT_SCALE(20000, 60000)), "the idle counts drifted");
+  }
+  cr_assert_eq(tko_pool_destroy(w.pool), 0);
+  wake_cur = NULL;
+  tt_count_fini(&w.parked);
+  tt_count_fini(&w.ran);
+  tt_count_fini(&w.ran_parked);
+  return parked;
+}
+
+Test(stalled_submit, a_waker_parked_before_its_claim_holds_back_nobody) {
+  enum tko__wake_point at = TKO__WAKE_DECIDED;
+  cr_assert(tt_rerun(parked_waker_scene, &at), "the submit never reached the wake-up");
+}
+
+Test(stalled_submit, a_waker_parked_after_its_claim_holds_back_nobody) {
+  enum tko__wake_point at = TKO__WAKE_CLAIMED;
+  cr_assert(tt_rerun(parked_waker_scene, &at), "the submit never reached the wake-up");
 }

@@ -3,7 +3,7 @@
  * (TKO_LOCK_ORDER_CHECK: Debug, TSan, ASan, fuzzers, mutants) a broken one
  * names itself on stderr and aborts; every other suite running in those
  * builds shows that the library's own operation keeps them. Here a child
- * process breaks one on purpose: an idle list's search ended that never
+ * process breaks one on purpose: an idle set's search ended that never
  * began (its searching count would wrap). */
 #include <signal.h>
 #include <string.h>
@@ -14,10 +14,10 @@
 #include "tko_test.h"
 #include "tko_test_child.h"
 
-/* The child's breach: an idle list's search ended that never began. */
+/* The child's breach: an idle set's search ended that never began. */
 static void end_a_search_never_begun(void) {
   tko__idle idle;
-  if (tko__idle_init(&idle)) _exit(2);
+  tko__idle_init(&idle, NULL, 0, 0);
   (void)tko__idle_search_end(&idle);
 }
 
