@@ -654,11 +654,11 @@ Test(lanes, destroy_waits_for_a_runner_that_is_running) {
   tko_lanes *l;
   cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
   pin g;
-  lt_count_init(&g.started);
-  lt_count_init(&g.released);
+  tt_count_init(&g.started);
+  tt_count_init(&g.released);
   atomic_long ran = 0;
   cr_assert_eq(tko_lanes_submit(l, 7, pin_task, &g, 0), 0);
-  cr_assert(lt_count_wait(&g.started, 1));
+  cr_assert(tt_count_wait_geq(&g.started, 1));
   cr_assert_eq(tko_lanes_submit(l, 7, count_fn, &ran, 0), 0);
   running_destroy d = {.l = l, .ran = &ran, .rc = 1};
   pthread_t t;
@@ -680,7 +680,7 @@ Test(lanes, destroy_waits_for_a_runner_that_is_running) {
   cr_assert_eq(pthread_join(t, NULL), 0);
   cr_assert_eq(d.rc, 0);
   cr_assert_eq(d.ran_at_return, 1, "destroy returned before the running lane finished");
-  cr_assert_eq(tko_pool_wait_idle(p, LT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   tko_pool_destroy(p);
   pin_fini(&g);
 }
