@@ -488,7 +488,27 @@ static void ca_free(void *ctx, void *ptr) {
 }
 
 /* As pool/steady_state_allocates_nothing_per_task, with handles: the
- * handle is the caller's, and a submit through it allocates nothing. */
+ * handle is the caller's, and a submit through it allocates nothing. A
+ * queue may still grow once when the timing of takes first brings it a
+ * weight it had not held (its bucket table: seen under load), which is
+ * not per task: a steady phase that allocated runs again, and one that
+ * allocates per task allocates in every attempt. */
+static bool steady_handles_allocate_nothing(tko_pool *p, counting_alloc *ca, tko_handle *h,
+                                            int burst, atomic_int *ran) {
+  long before = atomic_load(&ca->allocs);
+  for (int r = 0; r < TT_SCALE(40, 5); r++) {
+    for (int i = 0; i < burst; i++) {
+      int rc = tko_submit_handle(p, &h[i], count_fn, ran, i % 5);
+      if (rc) cr_assert_eq(rc, 0);
+    }
+    for (int i = 0; i < burst; i++) {
+      int rc = tko_handle_wait(&h[i], TT_LONG_MS);
+      if (rc) cr_assert_eq(rc, 0);
+    }
+  }
+  return atomic_load(&ca->allocs) == before;
+}
+
 Test(handle, a_handle_submit_allocates_nothing_in_a_steady_state) {
   counting_alloc ca = {0};
   tko_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
@@ -508,20 +528,15 @@ Test(handle, a_handle_submit_allocates_nothing_in_a_steady_state) {
     cr_assert_eq(tko_pool_resume(p), 0);
     cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   }
-  long before = atomic_load(&ca.allocs);
-  for (int r = 0; r < rounds; r++) {
-    for (int i = 0; i < BURST; i++) {
-      int rc = tko_submit_handle(p, &h[i], count_fn, &ran, i % 5);
-      if (rc) cr_assert_eq(rc, 0);
-    }
-    for (int i = 0; i < BURST; i++) {
-      int rc = tko_handle_wait(&h[i], TT_LONG_MS);
-      if (rc) cr_assert_eq(rc, 0);
-    }
+  int attempts = 0;
+  bool none = false;
+  while (!none && attempts < TT_ATTEMPTS) {
+    attempts++;
+    none = steady_handles_allocate_nothing(p, &ca, h, BURST, &ran);
   }
+  cr_assert(none, "allocations in every one of %d steady phases", attempts);
   cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
-  cr_assert_eq(atomic_load(&ran), BURST * (rounds + 3));
-  cr_assert_eq(atomic_load(&ca.allocs), before, "allocations in a steady state");
+  cr_assert_eq(atomic_load(&ran), BURST * (rounds * attempts + 3));
   cr_assert_eq(tko_pool_destroy(p), 0);
   cr_assert_eq(atomic_load(&ca.live), 0);
 }
