@@ -295,12 +295,18 @@ def main(argv):
         if not ok:
             verdict, why = "ERROR", "does not build: " + log.strip().splitlines()[-1][:80]
         else:
-            verdict, why = "SURVIVED", "every test passed"
+            verdict, why = "SURVIVED", "every test passed, twice"
             limit = int(m.get("timeout", timeout))
-            for exe, filt in sorted(m["runs"], key=lambda r: cost.get(r, 0)):
-                passed, w = run_test(tree.bdir, exe, filt, limit)
-                if not passed:
-                    verdict, why = "killed", f"{exe}{':' + filt if filt else ''} {w}"
+            # A survivor's tests run once more: a few tests catch their
+            # mutant by racing it many times, and one pass of a race can
+            # miss; a mutant no test catches survives both passes.
+            for _ in range(2):
+                for exe, filt in sorted(m["runs"], key=lambda r: cost.get(r, 0)):
+                    passed, w = run_test(tree.bdir, exe, filt, limit)
+                    if not passed:
+                        verdict, why = "killed", f"{exe}{':' + filt if filt else ''} {w}"
+                        break
+                if verdict == "killed":
                     break
         with lock:
             results[m["id"]] = (verdict, why)
