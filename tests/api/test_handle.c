@@ -18,6 +18,7 @@
 
 #include "taskorch.h"
 #include "tko_test.h"
+#include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
 /* What the pool's hooks saw. */
@@ -226,17 +227,7 @@ static void *wait_thread(void *arg) {
 }
 
 /* Whether thread tid of this process is asleep (state S in its stat). */
-static bool asleep(int tid) {
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *close = strrchr(buf, ')'); /* the name may hold spaces */
-  return close && close[1] == ' ' && close[2] == 'S';
-}
+static bool asleep(int tid) { return tf_thread_state((pid_t)tid) == 'S'; }
 
 /* Two threads are asleep in tko_handle_wait (the kernel says so) when the
  * task ends: both wake and return 0. */

@@ -19,6 +19,7 @@
 
 #include "taskorch.h"
 #include "tko_test.h"
+#include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
 /* ---- a fork-join tree on one worker ---------------------------------------- */
@@ -258,17 +259,7 @@ typedef struct two_helpers {
 } two_helpers;
 
 /* Whether thread tid of this process is asleep (state S in its stat). */
-static bool asleep(int tid) {
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *close = strrchr(buf, ')'); /* the name may hold spaces */
-  return close && close[1] == ' ' && close[2] == 'S';
-}
+static bool asleep(int tid) { return tf_thread_state((pid_t)tid) == 'S'; }
 
 static int timed_helper_fn(void *arg) {
   two_helpers *t = arg;

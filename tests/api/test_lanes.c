@@ -26,6 +26,7 @@
 #include <taskorch/lanes.h>
 
 #include "tko_test.h"
+#include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
 static tko_pool *make_pool(unsigned workers) {
@@ -637,17 +638,7 @@ static void *destroy_thread(void *arg) {
 }
 
 /* Whether thread tid of this process is asleep (state S in its stat). */
-static bool thread_asleep(int tid) {
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *close = strrchr(buf, ')'); /* the name may hold spaces */
-  return close && close[1] == ' ' && close[2] == 'S';
-}
+static bool thread_asleep(int tid) { return tf_thread_state((pid_t)tid) == 'S'; }
 
 Test(lanes, destroy_waits_for_a_runner_that_is_running) {
   tko_pool *p = make_pool(2);
