@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Platform primitives behind one small header (after mimalloc's prim.h):
- * a monotonic clock, a one-word futex-style wait/wake, thread naming, the CPU
- * count. Linux uses futex(2); elsewhere a portable pthread
- * fallback in prim.c stands in. */
+/* Platform primitives behind one small header (after mimalloc's prim.h),
+ * one source file per concept: futex.c (the monotonic clock, timed waits,
+ * the one-word futex-style wait/wake), thread.c (starting, placing and
+ * naming threads, nice values, the CPU count, fork detection), map.c (big
+ * growable mappings), fd.c (readiness descriptors for event loops). Linux
+ * uses futex(2), mremap and eventfd; elsewhere portable fallbacks in the
+ * same files stand in. */
 #ifndef TKO_PRIM_H
 #define TKO_PRIM_H
 
@@ -15,7 +18,18 @@
 #include "taskorch.h"
 #include "witness.h"
 
-#define TKO__CPU_WORDS (TKO_MAX_CPUS / 64)
+/* splitmix64's finalizer: spreads sequential keys over unrelated values
+ * (lane and coalescer hash tables). */
+static inline uint64_t tko__mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+/* Clock and waits: futex.c. */
 
 /* Monotonic time in nanoseconds. */
 uint64_t tko__now_ns(void);
@@ -35,17 +49,6 @@ bool tko__time_before(const struct timespec *a, const struct timespec *b);
  * came true at the last moment is not reported as a timeout. */
 int tko__cond_wait_until(pthread_cond_t *cv, tko__mutex *mu, const struct timespec *deadline,
                          bool (*done)(void *ctx), void *ctx);
-
-/* splitmix64's finalizer: spreads sequential keys over unrelated values
- * (lane and coalescer hash tables). */
-static inline uint64_t tko__mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
 
 #if defined(__linux__) && !defined(TKO_NO_FUTEX)
 #define TKO_HAVE_FUTEX 1
@@ -70,6 +73,10 @@ void tko__futex_wake_one(atomic_uint *word);
  * falls between a waiter's check and its sleep. */
 void tko__word_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns);
 void tko__word_wake_all(atomic_uint *word);
+
+/* Threads: thread.c. */
+
+#define TKO__CPU_WORDS (TKO_MAX_CPUS / 64)
 
 /* Names the calling thread (truncated to the platform's limit). */
 void tko__thread_set_name(const char *name);
@@ -130,6 +137,11 @@ extern void (*_Atomic tko__test_spawn_window)(struct tko_pool *pool, bool create
 int tko__thread_nice(void);
 void tko__thread_set_nice(int nice);
 
+/* Online CPU count, at least 1. */
+unsigned tko__cpu_count(void);
+
+/* Mappings: map.c. */
+
 /* Big growable arrays (the queue's slab once it passes TKO__MAP_MIN bytes)
  * live in their own anonymous mappings, aligned to and advised for
  * transparent huge pages, and grow by moving page tables rather than bytes.
@@ -155,6 +167,8 @@ void *tko__map_alloc(size_t bytes);
 void *tko__map_grow(void *p, size_t old_bytes, size_t new_bytes);
 void tko__map_free(void *p, size_t bytes);
 
+/* Descriptors: fd.c. */
+
 /* A readiness descriptor for event loops (completion.c): an eventfd on
  * Linux, a pipe elsewhere (or on Linux with TKO_NO_EVENTFD, or while the
  * test seam below is set). fds[0] is the end to watch and clear, fds[1] the
@@ -174,8 +188,5 @@ void tko__wakefd_close(const int fds[2]);
 #ifdef TKO_TEST_SEAMS
 extern _Atomic int tko__test_wakefd_pipe;
 #endif
-
-/* Online CPU count, at least 1. */
-unsigned tko__cpu_count(void);
 
 #endif

@@ -41,7 +41,7 @@ static const char *const names[TKO__RANK_COUNT] = {
     [TKO__RANK_LANES_IDLE] = "the lanes' idle_mu (lanes.c)",
     [TKO__RANK_COALESCER] = "a coalescer's mu (coalescer.c)",
     [TKO__RANK_RINGS] = "the submit rings' mu (ring.c)",
-    [TKO__RANK_WORD_WAIT] = "a word wait's stripe mu (prim.c)",
+    [TKO__RANK_WORD_WAIT] = "a word wait's stripe mu (futex.c)",
 };
 
 const char *tko__rank_name(tko__rank r) {

@@ -61,7 +61,7 @@ typedef enum tko__rank {
   TKO__RANK_LANES_IDLE, /* lanes.c: idle_mu, the lanes' pending and runner counts */
   TKO__RANK_COALESCER,  /* coalescer.c: mu, the dirty tables and the sweep token */
   TKO__RANK_RINGS,      /* ring.h: the submit rings' mu, their claims and close */
-  TKO__RANK_WORD_WAIT,  /* prim.c: a word wait's stripe mu (no futex: tko__word_wait) */
+  TKO__RANK_WORD_WAIT,  /* futex.c: a word wait's stripe mu (no futex: tko__word_wait) */
   TKO__RANK_COUNT
 } tko__rank;
 
