@@ -224,7 +224,17 @@ Test(completion, a_completion_behind_a_post_in_progress_is_signalled_when_that_p
     while (atomic_load(&p.loops) == seen && tt_now_ns() < until) /* not parked at the same spot again */
       sched_yield();
     cr_assert_eq(pthread_kill(t, SIGUSR1), 0);
-    while (!atomic_load(&parked)) sched_yield(); /* the signal is on its way: bounded */
+    /* The signal is on its way; on a loaded machine it may take a while,
+     * but a handler that never runs is a failure, not a hang. */
+    uint64_t sent = tt_now_ns();
+    while (!atomic_load(&parked) && tt_now_ns() - sent < (uint64_t)TT_LONG_MS * 1000000u)
+      sched_yield();
+    if (!atomic_load(&parked)) {
+      bad = "the poster's signal handler never ran";
+      atomic_store(&p.stop, true);
+      cr_assert_eq(write(park_pipe[1], "x", 1), 1); /* lets a late handler return */
+      break;
+    }
     /* A full ring (the poster ran ahead): this round only makes room. */
     int rc = tko_cq_post(cq, mark, 0, NULL);
     if (rc != 0 && rc != -EAGAIN) bad = "the mark's post failed";
