@@ -5,10 +5,12 @@
  * extensions (lanes.c, coalescer.c) never include it.
  *
  * The lifecycle - the pool's states, the gate that blocked submitters and
- * caller-runs tasks pass, and attachments (tko__attach / tko__detach: an
+ * caller-runs tasks pass, attachments (tko__attach / tko__detach: an
  * object holding a pool registers a close callback that shutdown resolves,
- * and tko_pool_destroy is -EBUSY while any remains) - is declared and
- * explained in lifecycle.h, which needs nothing of this layout.
+ * and tko_pool_destroy is -EBUSY while any remains) and phases
+ * (tko__phase_add: a feature registers the close and fini that shutdown
+ * and destroy call in number order) - is declared and explained in
+ * lifecycle.h, which needs nothing of this layout.
  *
  * Lock ranks: witness.h orders every lock of the library in one place,
  * with each lock's role, and checks the order in debug and sanitizer
@@ -17,7 +19,7 @@
  * Outermost first: spawn_mu, the queue lock, help_mu; every other lock
  * (gate_mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
  * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
- * a hook or an attachment's close callback runs; shutdown holds no lock
+ * a hook, an attachment's close callback or a phase's close or fini runs; shutdown holds no lock
  * while it waits (the shutter role, under gate_mu, serialises shutdown
  * calls instead).
  *

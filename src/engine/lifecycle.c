@@ -19,13 +19,14 @@
  * condition variable with the caller's deadline; a timed-out call leaves the
  * pool in its current state, and the next call continues from there.
  *
- * Why a phase registered during a shutdown cannot be missed: registering
- * and running read and write the phase slots and phase_next under gate_mu.
- * The pass reads a slot, and moves phase_next past it only once its close
- * (if any) returned 0 - the slot empty, in the same critical section. A
- * registration either comes first, and the pass reaches it in turn, or
- * finds phase_next past its number and is refused (-ESHUTDOWN), and the
- * feature holds nothing a close would have to resolve. */
+ * Why a phase registered during a shutdown cannot be missed: a
+ * registration, and the pass that runs the phases, read and write the
+ * phase slots and phase_next under gate_mu. The pass moves phase_next past
+ * a number only in a critical section that found its slot empty, or after
+ * the slot's close returned 0. A registration therefore either comes
+ * first, and the pass reaches it in turn, or finds phase_next past its
+ * number and is refused (-ESHUTDOWN); the feature then refuses its work
+ * and holds nothing a close would have to resolve. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <time.h>
