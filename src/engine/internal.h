@@ -5,10 +5,12 @@
  * extensions (lanes.c, coalescer.c) never include it.
  *
  * The lifecycle - the pool's states, the gate that blocked submitters and
- * caller-runs tasks pass, and attachments (tko__attach / tko__detach: an
+ * caller-runs tasks pass, attachments (tko__attach / tko__detach: an
  * object holding a pool registers a close callback that shutdown resolves,
- * and tko_pool_destroy is -EBUSY while any remains) - is declared and
- * explained in lifecycle.h, which needs nothing of this layout.
+ * and tko_pool_destroy is -EBUSY while any remains) and phases
+ * (tko__phase_add: a feature registers the close and fini that shutdown
+ * and destroy call in number order) - is declared and explained in
+ * lifecycle.h, which needs nothing of this layout.
  *
  * Lock ranks: witness.h orders every lock of the library in one place,
  * with each lock's role, and checks the order in debug and sanitizer
@@ -17,7 +19,7 @@
  * Outermost first: spawn_mu, the queue lock, help_mu; every other lock
  * (gate_mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
  * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
- * a hook or an attachment's close callback runs; shutdown holds no lock
+ * a hook, an attachment's close callback or a phase's close or fini runs; shutdown holds no lock
  * while it waits (the shutter role, under gate_mu, serialises shutdown
  * calls instead).
  *
@@ -290,7 +292,7 @@ struct tko_pool {
 
   /* The lifecycle (lifecycle.h, lifecycle.c). Off the submit path: only
    * slow paths (a full queue, thread start and exit, shutdown) touch it. */
-  tko__mutex gate_mu;      /* guards everything down to attached; a leaf */
+  tko__mutex gate_mu;      /* guards everything down to phase_next; a leaf */
   pthread_cond_t gate_cv;  /* gate_count or threads reached 0, the shutter
                               role was given back, an attachment's close
                               returned */
@@ -300,6 +302,11 @@ struct tko_pool {
   bool shutter;            /* a thread is inside tko_pool_shutdown_timed */
   tko__attachment *attached;  /* list of attachments, newest first */
   tko__attachment *resolving; /* the one whose close runs now, if any */
+  /* Registered phases by number (lifecycle.h), each set once under
+   * gate_mu, NULL until then; read lock-free only as "already registered"
+   * (tko__phase_add) and by destroy. */
+  _Atomic(const tko__phase *) phases[TKO__PHASE_COUNT];
+  unsigned phase_next; /* the first phase whose close has not returned 0 */
 
   unsigned magic;    /* TKO__POOL_MAGIC while the pool lives (see tko__pool_check) */
   unsigned fork_gen; /* I: tko__fork_generation() at create */
@@ -523,22 +530,8 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item);
 /* Gives back the in-flight slot an async task took (completed, failed to
  * start, or cancelled after being taken). */
 void tko__async_release_slot(tko_pool *pool);
-/* Waits for in-flight async tasks (shutdown) and for completers to leave. */
-void tko__async_quiesce(tko_pool *pool);
-void tko__async_fini(tko_pool *pool);
-
-/* keyed.c: frees the pool's keyed table at destroy (at shutdown it is an
- * attachment like any other: lanes.c's pool_closing). */
-void tko__keyed_free(tko_pool *pool);
-
-/* timer.c: stops the timer thread, then disarms every timer (each to
- * on_cancel). Shutdown calls it last - the queue empty, the workers gone,
- * in-flight async tasks completed - so no timer's firing is still out:
- * until then timers fire, and on a closed pool their tasks run on the timer
- * thread. */
-void tko__timers_close(tko_pool *pool);
-/* Frees the timer heap and records (destroy). */
-void tko__timers_fini(tko_pool *pool);
+/* Shutdown and destroy reach async tasks, timers and the keyed table
+ * through the phases they register (lifecycle.h: tko__phase). */
 
 /* elastic.c */
 void tko__elastic_spawn(tko_pool *pool);
@@ -677,8 +670,12 @@ bool tko__in_shutdown(const tko_pool *pool);
 /* Whether the calling thread holds pool's shutter role (its shutdown or
  * destroy would wait on itself). */
 bool tko__in_role(const tko_pool *pool);
-/* Whether any attachment is still registered (destroy's -EBUSY). */
+/* Whether any attachment other than the pool's own is still registered
+ * (destroy's -EBUSY). */
 bool tko__attached(tko_pool *pool);
+/* Calls every registered phase's fini in number order (destroy, the pool
+ * stopped, nothing else touching it). */
+void tko__phases_fini(tko_pool *pool);
 /* Takes queued tasks out and cancels them, or (run) runs them on the
  * calling thread. */
 void tko__empty_queue(tko_pool *pool, bool run);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The pool's lifecycle: states, the gate, attachments and shutdown (the
- * model is explained in lifecycle.h).
+/* The pool's lifecycle: states, the gate, attachments, phases and shutdown
+ * (the model is explained in lifecycle.h).
  *
  * Why shutdown cannot free a pool that someone still uses: every thread
  * that touches the pool from outside its workers while it may block (a
@@ -15,9 +15,18 @@
  * the destroy of a mutex it no longer holds.
  *
  * Why no shutdown blocks forever: every wait here (for the shutter role,
- * the attachments, the gate, the workers, the async tasks in flight) is on a
+ * the attachments, the gate, the workers, a phase's close) is on a
  * condition variable with the caller's deadline; a timed-out call leaves the
- * pool in its current state, and the next call continues from there. */
+ * pool in its current state, and the next call continues from there.
+ *
+ * Why a phase registered during a shutdown cannot be missed: a
+ * registration, and the pass that runs the phases, read and write the
+ * phase slots and phase_next under gate_mu. The pass moves phase_next past
+ * a number only in a critical section that found its slot empty, or after
+ * the slot's close returned 0. A registration therefore either comes
+ * first, and the pass reaches it in turn, or finds phase_next past its
+ * number and is refused (-ESHUTDOWN); the feature then refuses its work
+ * and holds nothing a close would have to resolve. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <time.h>
@@ -248,7 +257,7 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   pthread_cond_broadcast(&pool->space_cv);
   tko__mutex_unlock(&pool->space_mu);
   /* The timer thread, if blocked submitting to a full queue, is woken by
-   * closing too; timers close last, in finish. */
+   * closing too; timers close last, in their phase (finish). */
   if (cancel) tko__empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
 }
@@ -264,24 +273,58 @@ static void escalate(tko_pool *pool) {
   tko__idle_wake_all(&pool->idle);
 }
 
+int tko__phase_add(tko_pool *pool, const tko__phase *phase) {
+  TKO__INVARIANT(phase->number < TKO__PHASE_COUNT);
+  _Atomic(const tko__phase *) *slot = &pool->phases[phase->number];
+  /* Relaxed: only "already registered" is read here; a slot goes from NULL
+   * to its record once, under gate_mu, where the pass reads it. */
+  if (tko__load_relaxed(slot) == phase) return 0;
+  int rc = 0;
+  tko__mutex_lock(&pool->gate_mu);
+  if (tko__load_relaxed(slot) != phase) {
+    TKO__INVARIANT(tko__load_relaxed(slot) == NULL); /* one phase per number */
+    if (phase->number < pool->phase_next) rc = -ESHUTDOWN; /* the pass went past it */
+    else tko__store_relaxed(slot, phase);
+  }
+  tko__mutex_unlock(&pool->gate_mu);
+  return rc;
+}
+
+/* Calls each registered phase's close in number order, from the first
+ * whose close has not yet returned 0, with gate_mu released around each
+ * call; a close that times out ends the pass, for the next shutdown call
+ * to continue from it. */
+static int close_phases(tko_pool *pool, const struct timespec *deadline) {
+  int rc = 0;
+  tko__mutex_lock(&pool->gate_mu);
+  while (pool->phase_next < TKO__PHASE_COUNT) {
+    const tko__phase *p = tko__load_relaxed(&pool->phases[pool->phase_next]); /* under gate_mu */
+    if (p && p->close) {
+      tko__mutex_unlock(&pool->gate_mu);
+      tko__witness_assert_none_held(); /* a close may call the host's on_cancel */
+      rc = p->close(pool, deadline);
+      tko__mutex_lock(&pool->gate_mu);
+      if (rc) break;
+    }
+    pool->phase_next++;
+  }
+  tko__mutex_unlock(&pool->gate_mu);
+  return rc;
+}
+
+void tko__phases_fini(tko_pool *pool) {
+  /* No lock: the pool is stopped, every registration since refused
+   * (phase_next is past the last number), and a fini may take gate_mu (the
+   * keyed table's detach). */
+  for (unsigned i = 0; i < TKO__PHASE_COUNT; i++) {
+    const tko__phase *p = tko__load_relaxed(&pool->phases[i]);
+    if (p && p->fini) p->fini(pool);
+  }
+}
+
 static bool quiet(void *p) {
   tko_pool *pool = p;
   return pool->gate_count == 0 && pool->threads == 0;
-}
-
-static bool no_async_in_flight(void *pool) {
-  return tko__load_seq(&((tko_pool *)pool)->async_inflight) == 0;
-}
-
-/* Waits, within the deadline, for async tasks in flight to complete. */
-static int wait_async(tko_pool *pool, const struct timespec *deadline) {
-  tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify (async.c) */
-  tko__mutex_lock(&pool->idle_mu);
-  int rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, deadline, no_async_in_flight, pool);
-  tko__mutex_unlock(&pool->idle_mu);
-  tko__sub_seq(&pool->idle_waiters, 1);
-  if (rc == 0) tko__async_quiesce(pool); /* completers leaving: a few instructions */
-  return rc;
 }
 
 /* DRAINING or CANCELLING -> STOPPED, once nobody is left inside. */
@@ -302,12 +345,10 @@ static int finish(tko_pool *pool, const struct timespec *deadline) {
   /* With every worker gone, anything still queued (an elastic-only pool
    * whose spawn failed) is run or cancelled here, so nothing is lost. */
   tko__empty_queue(pool, get_state(pool) == TKO__DRAINING);
-  rc = wait_async(pool, deadline); /* in-flight async tasks finish, as running ones did */
+  /* Then the features, in their phases' order (lifecycle.h: in-flight
+   * async tasks complete, as running ones did; the timers close last). */
+  rc = close_phases(pool, deadline);
   if (rc) return rc;
-  /* Timers last (timer.c): until here a timer that comes due may complete
-   * an async task waited for above - its task runs on the timer thread, the
-   * closed pool cannot queue it. Those still armed now go to on_cancel. */
-  tko__timers_close(pool);
   tko__mutex_lock(&pool->gate_mu);
   set_state(pool, TKO__STOPPED);
   tko__mutex_unlock(&pool->gate_mu);
@@ -364,10 +405,12 @@ int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode) {
   return tko_pool_shutdown_timed(pool, mode, -1);
 }
 
-/* Whether anything still holds the pool (tko_pool_destroy's -EBUSY). */
+/* Whether anything still holds the pool (tko_pool_destroy's -EBUSY): the
+ * pool's own attachments do not, their phase's fini destroys them. */
 bool tko__attached(tko_pool *pool) {
   tko__mutex_lock(&pool->gate_mu);
-  bool any = pool->attached != NULL;
+  bool any = false;
+  for (tko__attachment *a = pool->attached; a && !any; a = a->next) any = !a->pool_owned;
   tko__mutex_unlock(&pool->gate_mu);
   return any;
 }

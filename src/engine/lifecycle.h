@@ -43,13 +43,23 @@
  * returns -EBUSY, freeing nothing, while any attachment remains; the host
  * destroys the attached objects and calls tko_pool_destroy again.
  *
+ * Phases: what a feature of the pool itself (its keyed table, async tasks,
+ * timers) leaves for shutdown and destroy, registered as a tko__phase with
+ * a number - its place in both (tko__phase_number). Shutdown, once the
+ * workers are joined and the queue is empty, calls each registered close
+ * in number order; destroy calls each registered fini in number order
+ * before the engine frees its own parts. The engine names no feature: a
+ * feature registers on its first use, with tko__phase_add.
+ *
  * Lock: the gate's mutex (gate_mu, ranked in witness.h) guards the state
- * changes, the count, the attachment list and the worker-thread count; it
- * is never held while a callback, a task or a hook runs. */
+ * changes, the count, the attachment list, the phases' registrations and
+ * progress, and the worker-thread count; it is never held while a
+ * callback, a task or a hook runs. */
 #ifndef TKO_LIFECYCLE_H
 #define TKO_LIFECYCLE_H
 
 #include <stdbool.h>
+#include <time.h>
 
 #include "taskorch.h"
 
@@ -66,6 +76,10 @@ struct tko__attachment {
   /* Set by the owner before tko__attach; see above. mode is TKO_DRAIN or
    * TKO_CANCEL. */
   int (*close)(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms);
+  /* Set by the owner before tko__attach: the pool's own object (its keyed
+   * table), which a phase's fini destroys; it does not hold the pool, so
+   * tko_pool_destroy is not -EBUSY for it. */
+  bool pool_owned;
   /* The gate's own, guarded by gate_mu. */
   tko__attachment *prev, *next;
   bool resolved; /* close returned 0 */
@@ -76,6 +90,49 @@ struct tko__attachment {
 int tko__attach(tko_pool *pool, tko__attachment *a);
 /* Unregisters a; safe in any state, once per successful tko__attach. */
 void tko__detach(tko_pool *pool, tko__attachment *a);
+
+/* Phase numbers, one per feature: the order of shutdown's closes and of
+ * destroy's finis, in one place (as witness.h ranks every lock).
+ *   KEYED   the keyed table (keyed.c). No close: it is an attachment,
+ *           resolved when shutdown begins; its fini destroys it, first,
+ *           while the rest of the pool is whole (the lanes' destroy uses it).
+ *   ASYNC   async tasks (async.c). Close: waits, within the deadline, for
+ *           the async tasks in flight to complete, as the running ones
+ *           did, and for their completers to leave the pool; fini frees
+ *           the records.
+ *   TIMERS  timers (timer.c). Close, last: until then a timer that comes
+ *           due may be what completes an async task waited for above (its
+ *           task runs on the timer thread: the closed pool cannot queue
+ *           it); it joins the timer thread and hands each timer still
+ *           armed to on_cancel. Fini frees the heap and the records. */
+typedef enum tko__phase_number {
+  TKO__PHASE_KEYED = 0,
+  TKO__PHASE_ASYNC,
+  TKO__PHASE_TIMERS,
+  TKO__PHASE_COUNT
+} tko__phase_number;
+
+/* A feature's phase: a static record, registered once per pool. */
+typedef struct tko__phase {
+  tko__phase_number number;
+  /* Shutdown, once every worker is joined and the queue is empty, on the
+   * shutting-down thread, with no pool lock held: 0 once the feature holds
+   * nothing of the pool's work, or -ETIMEDOUT when deadline (NULL: none)
+   * passed first; the next shutdown call then calls it again, and no later
+   * phase runs before it returns 0. NULL: nothing to close. */
+  int (*close)(tko_pool *pool, const struct timespec *deadline);
+  /* Destroy, once, after the pool stopped and before the engine frees its
+   * own parts, with no pool lock held. NULL: nothing to free. */
+  void (*fini)(tko_pool *pool);
+} tko__phase;
+
+/* Registers phase for pool, once (a later call with the same record is a
+ * lock-free check); call it before the feature first holds anything the
+ * phase closes or frees, with no lock held. 0, or -ESHUTDOWN when a
+ * shutdown has already gone past the phase's number: the phase would
+ * never close, so the feature refuses its work. A phase registered while
+ * a shutdown runs, before it reaches that number, is closed in turn. */
+int tko__phase_add(tko_pool *pool, const tko__phase *phase);
 
 /* Owned tasks: tasks the library submits for itself (a lane's runner, a
  * coalescer's sweep). The engine never names their owners: it reaches

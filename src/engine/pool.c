@@ -134,15 +134,16 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
 
 static void free_pool(tko_pool *pool) {
   const tko_allocator *a = pool->opts.allocator;
+  /* The features first, while the pool is whole and still valid (the
+   * keyed table's destroy calls the pool). */
+  tko__phases_fini(pool);
   pool->magic = 0; /* see TKO__POOL_MAGIC */
-  tko__keyed_free(pool);
   for (unsigned i = 0; i < pool->nslots; i++) tko__sleeper_fini(&pool->slots[i].sleeper);
   tko__mem_free(a, pool->slots_raw);
   for (unsigned i = 0; pool->shards && i < pool->nshards; i++)
     tko__queue_fini(&pool->shards[i].queue);
   tko__mem_free(a, pool->shards_raw);
   tko__queue_fini(&pool->async_queue);
-  tko__async_fini(pool);
   tko__mutex_destroy(&pool->async_mu);
   tko__inbox_fini(&pool->inbox, a);
   if (pool->rings.uid) tko__rings_fini(&pool->rings); /* uid: set once initialised */
@@ -157,7 +158,6 @@ static void free_pool(tko_pool *pool) {
   pthread_cond_destroy(&pool->space_cv);
   tko__mutex_destroy(&pool->timer_mu);
   pthread_cond_destroy(&pool->timer_cv);
-  tko__timers_fini(pool);
   tko__mem_free(a, pool->raw);
 }
 
@@ -355,7 +355,6 @@ int tko_pool_destroy(tko_pool *pool) {
   if (tko__current_pool == pool || tko__in_role(pool)) return -EDEADLK;
   int rc = tko_pool_shutdown(pool, TKO_DRAIN); /* continues one already begun */
   if (rc) return rc;
-  tko__keyed_free(pool);
   if (tko__attached(pool)) return -EBUSY; /* shut down, not freed: see lifecycle.h */
   free_pool(pool);
   return 0;

@@ -279,6 +279,7 @@ static int lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options 
   int rc = bad ? -ENOMEM : 0;
   if (!bad) {
     l->attach.close = pool_closing;
+    l->attach.pool_owned = keyed; /* the keyed table: the pool's phase destroys it */
     rc = tko__attach(pool, &l->attach); /* -ESHUTDOWN once the pool's shutdown began */
     if (rc) made++; /* every lane's mutex was made */
   }

@@ -13,8 +13,10 @@
  * a slot and wakes a worker if async tasks wait.
  *
  * Lifetime: completion runs on a thread the pool does not own, so it
- * counts itself in `completers` and destroy waits for that count to drop to
- * zero; the decrement is its last touch of the pool. */
+ * counts itself in `completers` and shutdown waits for that count to drop
+ * to zero; the decrement is its last touch of the pool. Shutdown and
+ * destroy reach this file through its phase (lifecycle.h:
+ * TKO__PHASE_ASYNC), registered when the first record is taken. */
 #include <errno.h>
 #include <sched.h>
 
@@ -42,7 +44,17 @@ typedef struct chunk {
   struct tko_async records[CHUNK_RECORDS];
 } chunk;
 
+static int async_quiesce(tko_pool *pool, const struct timespec *deadline);
+static void async_fini(tko_pool *pool);
+static const tko__phase async_phase = {
+    .number = TKO__PHASE_ASYNC, .close = async_quiesce, .fini = async_fini};
+
 static struct tko_async *take_record(tko_pool *pool) {
+  /* Before the first record, so that shutdown waits for every task in
+   * flight and destroy frees the chunks; never refused here, since a start
+   * comes before shutdown's phases (they begin once the workers are gone
+   * and the queue is empty). */
+  if (tko__phase_add(pool, &async_phase)) return NULL;
   tko__mutex_lock(&pool->async_mu);
   struct tko_async *r = pool->async_free;
   if (!r) {
@@ -181,18 +193,27 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
   return rc;
 }
 
-void tko__async_quiesce(tko_pool *pool) {
-  tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify */
-  tko__mutex_lock(&pool->idle_mu);
-  while (tko__load_seq(&pool->async_inflight) > 0)
-    tko__cond_wait(&pool->idle_cv, &pool->idle_mu);
-  tko__mutex_unlock(&pool->idle_mu);
-  tko__sub_seq(&pool->idle_waiters, 1);
-  /* A completer past its notify is a few instructions from leaving. */
-  while (tko__load_seq(&pool->completers) > 0) sched_yield();
+static bool no_async_in_flight(void *pool) {
+  return tko__load_seq(&((tko_pool *)pool)->async_inflight) == 0;
 }
 
-void tko__async_fini(tko_pool *pool) {
+/* The phase's close (shutdown, the workers gone): waits, within the
+ * deadline, for the async tasks in flight to complete, then for their
+ * completers to leave. */
+static int async_quiesce(tko_pool *pool, const struct timespec *deadline) {
+  tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: pairs with finish's notify */
+  tko__mutex_lock(&pool->idle_mu);
+  int rc = tko__cond_wait_until(&pool->idle_cv, &pool->idle_mu, deadline, no_async_in_flight, pool);
+  tko__mutex_unlock(&pool->idle_mu);
+  tko__sub_seq(&pool->idle_waiters, 1);
+  if (rc) return rc;
+  /* A completer past its notify is a few instructions from leaving. */
+  while (tko__load_seq(&pool->completers) > 0) sched_yield();
+  return 0;
+}
+
+/* The phase's fini (destroy): frees the record chunks. */
+static void async_fini(tko_pool *pool) {
   for (chunk *c = pool->async_chunks; c;) {
     chunk *next = c->next;
     tko__mem_free(pool->opts.allocator, c);

@@ -85,6 +85,11 @@ static int run_here(tko_pool *pool, tko_lanes *l, uint64_t key, tko_task_fn fn, 
 
 static tko_lanes *const KEYED_MAKING = (tko_lanes *)&KEYED_MAKING;
 
+static void keyed_free(tko_pool *pool);
+/* The keyed table's phase (lifecycle.h): no close (the table is an
+ * attachment, resolved when shutdown begins); its fini destroys the table. */
+static const tko__phase keyed_phase = {.number = TKO__PHASE_KEYED, .fini = keyed_free};
+
 /* The pool's keyed table, made on first use if `make`; NULL (with *rc set
  * if making it failed) when there is none. */
 static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
@@ -97,6 +102,8 @@ static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
       continue;
     }
     if (l || !make) return l;
+    *rc = tko__phase_add(pool, &keyed_phase); /* before the table exists */
+    if (*rc) return NULL;
     tko_lanes *none = NULL;
     if (!atomic_compare_exchange_strong(&pool->keyed, &none, KEYED_MAKING)) continue;
     *rc = tko__lanes_create_keyed(&l, pool, pool->opts.allocator);
@@ -136,7 +143,8 @@ int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, in
   return rc;
 }
 
-void tko__keyed_free(tko_pool *pool) {
+/* The phase's fini (destroy). */
+static void keyed_free(tko_pool *pool) {
   tko_lanes *l = atomic_exchange(&pool->keyed, NULL);
   if (l) tko_lanes_destroy(l);
 }

@@ -26,11 +26,14 @@
  * The record, not the caller's timer, is what a firing points to: a
  * cancelled timer's storage may be reused while its last firing still runs.
  *
- * Shutdown closes the timers last (tko__timers_close, after the queue is
- * drained or cancelled, the workers are gone and in-flight async tasks have
- * completed): until then timers keep firing, and a task that comes due on a
- * closed pool runs on the timer thread, since it may be what completes an
- * async task that shutdown waits for. */
+ * Shutdown closes the timers last (timers_close, their phase's close:
+ * lifecycle.h's TKO__PHASE_TIMERS, after the queue is drained or cancelled,
+ * the workers are gone and in-flight async tasks have completed): until
+ * then timers keep firing, and a task that comes due on a closed pool runs
+ * on the timer thread, since it may be what completes an async task that
+ * shutdown waits for. The phase is registered by the pool's first arm,
+ * before the timer thread can start: a first arm during a shutdown is
+ * accepted until the shutdown reaches the timers' phase. */
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
@@ -69,6 +72,11 @@ typedef struct tko__timer {
 
 _Static_assert(sizeof(tko__timer) <= sizeof(tko_timer), "tko_timer too small");
 _Static_assert(_Alignof(tko__timer) <= _Alignof(tko_timer), "tko_timer misaligned");
+
+static int timers_close(tko_pool *pool, const struct timespec *deadline);
+static void timers_fini(tko_pool *pool);
+static const tko__phase timer_phase = {
+    .number = TKO__PHASE_TIMERS, .close = timers_close, .fini = timers_fini};
 
 static tko__timer *as_timer(tko_timer *t) { return (tko__timer *)(void *)t; }
 
@@ -249,9 +257,12 @@ static int arm(tko_pool *pool, tko_timer *timer, long delay_ms, long period_ms, 
   if ((long long)delay_ms > TKO_MAX_TIMER_MS || (long long)period_ms > TKO_MAX_TIMER_MS)
     return -EINVAL;
   if (tko__pool_forked(pool)) return -ECHILD;
+  /* Before timer_mu (gate_mu is a leaf too); refused once shutdown went
+   * past the timers' phase. */
+  int rc = tko__phase_add(pool, &timer_phase);
+  if (rc) return rc;
   tko__timer *t = as_timer(timer);
   tko__firing *rec = NULL;
-  int rc = 0;
   tko__mutex_lock(&pool->timer_mu);
   if (pool->timer_stop) rc = -ESHUTDOWN;
   else if (t->state == TIMER_ARMED) rc = -EBUSY;
@@ -303,7 +314,10 @@ int tko_timer_cancel(tko_timer *timer) {
   return rc;
 }
 
-void tko__timers_close(tko_pool *pool) {
+/* The phase's close (shutdown, last): stops the timer thread, then
+ * disarms every timer, each to on_cancel. */
+static int timers_close(tko_pool *pool, const struct timespec *deadline) {
+  (void)deadline; /* the join waits at most for one firing's task */
   tko__mutex_lock(&pool->timer_mu);
   pool->timer_stop = true;
   pthread_cond_broadcast(&pool->timer_cv);
@@ -321,16 +335,18 @@ void tko__timers_close(tko_pool *pool) {
     tko_task_fn fn = t->fn;
     void *arg = t->arg;
     int weight = t->weight;
-    assert(!(t->rec && t->rec->outstanding) && "tko__timers_close: called before the drain");
+    assert(!(t->rec && t->rec->outstanding) && "timers_close: called before the drain");
     disarm(pool, t, TIMER_CANCELLED);
     tko__mutex_unlock(&pool->timer_mu);
     hand_to_cancel(pool, fn, arg, weight);
     tko__mutex_lock(&pool->timer_mu);
   }
   tko__mutex_unlock(&pool->timer_mu);
+  return 0;
 }
 
-void tko__timers_fini(tko_pool *pool) {
+/* The phase's fini (destroy): frees the heap and the records. */
+static void timers_fini(tko_pool *pool) {
   /* Every record is back on the free list once the pool is shut down. */
   while (pool->timer_free) {
     tko__firing *r = pool->timer_free;
