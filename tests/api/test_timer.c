@@ -531,7 +531,7 @@ Test(timer, shutdown_cancel_cancels_a_fired_queued_task) {
 
 /* The timer thread submits like any producer, so on a full TKO_FULL_BLOCK
  * pool it blocks waiting for room. tko_pool_shutdown first joins the timer
- * thread (tko__timers_close) and only then sets closing, resumes a paused
+ * thread (the timers' close, shutdown's last phase) and only then sets closing, resumes a paused
  * pool and wakes blocked submitters: so if the pool is paused (or its
  * workers are stuck behind the caller), shutdown waits for a timer thread
  * that waits for room that never comes. The header promises that shutdown
