@@ -21,7 +21,7 @@
  * tko__run_item -> tko__async_start) never takes an in-flight slot - only take_batch and shutdown's
  * empty_queue count async_running up - but its completion gives one back (finish ->
  * tko__async_release_slot), so async_running wraps to UINT_MAX: stats say 4294967295 async tasks in
- * flight, shutdown (and so destroy) waits in its wait for async tasks in flight for good, with or without a limit,
+ * flight, shutdown (and so destroy) waits for them for good, with or without a limit,
  * and with max_async_inflight set no async task ever starts again (refresh_backlog sees the limit
  * reached), so wait_idle never returns either. Fix: count the slot in run_here for async items (and
  * let caller-runs respect the limit, or document that it bypasses it). */
@@ -57,7 +57,7 @@ Test(fuzz_regressions, caller_runs_async_task_runs_once) {
   tf_thread t;
   cr_assert_eq(tf_thread_start(&t, run_shutdown, p), 0);
   int rc = 1;
-  cr_assert(tf_thread_join_within(&t, 5000, &rc), "shutdown hangs in its wait for async tasks in flight");
+  cr_assert(tf_thread_join_within(&t, 5000, &rc), "shutdown hangs waiting for async tasks in flight");
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
@@ -86,7 +86,7 @@ Test(fuzz_regressions, caller_runs_async_task_gives_back_no_slot_it_did_not_take
   tf_thread t;
   cr_assert_eq(tf_thread_start(&t, run_shutdown, p), 0);
   int rc = 1;
-  cr_assert(tf_thread_join_within(&t, 5000, &rc), "shutdown hangs in its wait for async tasks in flight");
+  cr_assert(tf_thread_join_within(&t, 5000, &rc), "shutdown hangs waiting for async tasks in flight");
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }

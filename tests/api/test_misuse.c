@@ -841,7 +841,8 @@ Test(misuse, caller_errors_are_reported_and_change_nothing) {
  * pool: the task counts as cancelled only after the hook returns, so the hook's wait_idle(p, -1)
  * never returns; - after_run / on_failure of an async task run on whatever thread calls
  * tko_async_complete; the task is still in flight there, so wait_idle never returns and destroy
- * (the wait for async tasks in flight) never returns either. Worse, tko_pool_destroy from the first two frees the
+ * (its wait for async tasks in flight) never returns either. Worse, tko_pool_destroy from the
+ * first two frees the
  * pool under the code that called the task or hook (use after free; see the destroy test below).
  * Fix: mark the thread (a thread-local "running a task/hook of pool p" set by run_here,
  * tko__cancel_item and finish) and refuse with -EDEADLK there too. */
@@ -984,7 +985,7 @@ Test(misuse, destroy_from_on_cancel_under_group_cancel_is_edeadlk) {
 }
 
 /* Regression, fixed in 8f0737a. It was: tko_pool_shutdown closes the timers first
- * (the timers' close, shutdown's last phase, joins the timer thread) and only then sets `closing`, resumes a paused pool
+ * (the timers' close joins the timer thread) and only then sets `closing`, resumes a paused pool
  * and wakes submitters blocked on a full bounded queue. A timer that fell due while the pool's
  * TKO_FULL_BLOCK queue was full and the pool was paused leaves the timer thread blocked in its
  * submit (wait_for_room), waiting for room or `closing` - neither of which comes before the join:
