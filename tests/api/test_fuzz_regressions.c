@@ -30,7 +30,9 @@ static int complete_at_once(tko_async *op, void *arg) {
   return tko_async_complete(op, 0) == 0 ? 0 : 1;
 }
 
-static int run_shutdown(void *arg) { return tko_pool_shutdown(arg, TKO_DRAIN); }
+static int run_shutdown(void *arg) {
+  return tko_pool_shutdown(arg, TKO_DRAIN);
+}
 
 /* A caller-runs pool with a full queue runs an async task on the
  * submitting thread, exactly once, and its group sees it finish. */
@@ -57,11 +59,11 @@ Test(fuzz_regressions, caller_runs_async_task_runs_once) {
   tf_thread t;
   cr_assert_eq(tf_thread_start(&t, run_shutdown, p), 0);
   int rc = 1;
-  cr_assert(tf_thread_join_within(&t, 5000, &rc), "shutdown hangs waiting for async tasks in flight");
+  cr_assert(tf_thread_join_within(&t, 5000, &rc),
+            "shutdown hangs waiting for async tasks in flight");
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
-
 
 Test(fuzz_regressions, caller_runs_async_task_gives_back_no_slot_it_did_not_take) {
   tko_options o = tko_basic_options(1);
@@ -86,7 +88,8 @@ Test(fuzz_regressions, caller_runs_async_task_gives_back_no_slot_it_did_not_take
   tf_thread t;
   cr_assert_eq(tf_thread_start(&t, run_shutdown, p), 0);
   int rc = 1;
-  cr_assert(tf_thread_join_within(&t, 5000, &rc), "shutdown hangs waiting for async tasks in flight");
+  cr_assert(tf_thread_join_within(&t, 5000, &rc),
+            "shutdown hangs waiting for async tasks in flight");
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
@@ -205,7 +208,9 @@ Test(fuzz_regressions, a_resume_after_a_pause_during_shutdown_lets_every_worker_
  * tko_group_cancel (and a timer's task refused at its firing) cancels, so a wait whose last task a
  * group cancel took slept for good. Fix: a cancel notifies idle waiters as a finish does
  * (worker.c, timer.c). */
-static int wait_idle_no_limit(void *arg) { return tko_pool_wait_idle(arg, -1); }
+static int wait_idle_no_limit(void *arg) {
+  return tko_pool_wait_idle(arg, -1);
+}
 
 Test(fuzz_regressions, a_group_cancel_wakes_a_wait_for_idle) {
   tko_options o = tko_basic_options(1);

@@ -236,8 +236,10 @@ typedef struct chain {
 
 static void chain_on_cancel(void *user, const tko_task_info *t) {
   chain *c = user;
-  if (t->arg == c) atomic_fetch_add(&c->cancelled, 1);
-  else tft_on_cancel(NULL, t);
+  if (t->arg == c)
+    atomic_fetch_add(&c->cancelled, 1);
+  else
+    tft_on_cancel(NULL, t);
 }
 
 /* Each chain task tries to submit a follow-up. */
@@ -271,8 +273,10 @@ static void chain_case(tko_shutdown_mode mode) {
   tt_pin pn = TT_PIN_INIT;
   cr_assert_eq(tko_submit(c.pool, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
-  for (int i = 0; i < 64; i++) atomic_store(&c.submit_rc[i], 1);
-  for (int i = 0; i < 64; i++) cr_assert_eq(tko_submit(c.pool, chain_fn, &c, 0), 0);
+  for (int i = 0; i < 64; i++)
+    atomic_store(&c.submit_rc[i], 1);
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(tko_submit(c.pool, chain_fn, &c, 0), 0);
   tf_thread t;
   void *args[2] = {c.pool, (void *)(intptr_t)mode};
   cr_assert_eq(tf_thread_start(&t, run_shutdown, args), 0);
@@ -301,9 +305,13 @@ static void chain_case(tko_shutdown_mode mode) {
   cr_assert_eq(atomic_load(&late.runs), 0);
 }
 
-Test(misuse, tasks_submitting_while_the_pool_drains_get_eshutdown) { chain_case(TKO_DRAIN); }
+Test(misuse, tasks_submitting_while_the_pool_drains_get_eshutdown) {
+  chain_case(TKO_DRAIN);
+}
 
-Test(misuse, tasks_submitting_while_the_pool_cancels_get_eshutdown) { chain_case(TKO_CANCEL); }
+Test(misuse, tasks_submitting_while_the_pool_cancels_get_eshutdown) {
+  chain_case(TKO_CANCEL);
+}
 
 /* ---- hooks that submit --------------------------------------------------------------- */
 
@@ -323,9 +331,12 @@ static void hs_submit(hook_submit *h) {
   int i = atomic_fetch_add(&h->n, 1);
   if (i >= atomic_load(&h->limit) || i >= 64) return;
   int rc = tko_submit(p, tft_run, &h->tok[i], 0);
-  if (rc == 0) h->tok[i].accepted = true;
-  else if (rc == -ESHUTDOWN) atomic_fetch_add(&h->refused, 1);
-  else atomic_store(&h->bad, rc);
+  if (rc == 0)
+    h->tok[i].accepted = true;
+  else if (rc == -ESHUTDOWN)
+    atomic_fetch_add(&h->refused, 1);
+  else
+    atomic_store(&h->bad, rc);
   tt_count_add(&h->submitted, 1);
 }
 
@@ -400,11 +411,11 @@ Test(misuse, a_retiring_workers_thread_stop_hook_may_submit_and_its_task_runs) {
  * the race, not a wait for the pool); later ones only submit. */
 typedef struct pair_stop {
   tko_pool *_Atomic pool;
-  atomic_int in_hook;  /* hook calls so far */
-  atomic_int bad;      /* a submit that failed */
-  atomic_long ran;     /* the hooks' tasks that ran */
-  tt_count both;       /* the two first tasks are running */
-  tt_count submitted;  /* hook submits made (or failed) */
+  atomic_int in_hook; /* hook calls so far */
+  atomic_int bad;     /* a submit that failed */
+  atomic_long ran;    /* the hooks' tasks that ran */
+  tt_count both;      /* the two first tasks are running */
+  tt_count submitted; /* hook submits made (or failed) */
 } pair_stop;
 
 static int ps_task(void *arg) {
@@ -427,7 +438,8 @@ static void ps_thread_stop(void *user, unsigned index, tko_worker_kind kind) {
   int call = atomic_fetch_add(&ps->in_hook, 1);
   if (!p || call >= 2) return;
   uint64_t end = tt_now_ns() + 2000000000u;
-  while (atomic_load(&ps->in_hook) < 2 && tt_now_ns() < end) sched_yield();
+  while (atomic_load(&ps->in_hook) < 2 && tt_now_ns() < end)
+    sched_yield();
   if (tko_submit(p, ps_task, &ps->ran, 0) != 0) atomic_fetch_add(&ps->bad, 1);
   tt_count_add(&ps->submitted, 1);
 }
@@ -486,7 +498,8 @@ Test(misuse, on_cancel_hooks_submit_refused_at_shutdown_accepted_at_group_cancel
   /* Group cancel while the pool runs: the hook's submits are accepted. */
   tko_group g;
   cr_assert_eq(tko_group_init(&g), 0);
-  for (int i = 0; i < 5; i++) cr_assert_eq(tko_group_submit(p, &g, tt_nop_fn, NULL, 0), 0);
+  for (int i = 0; i < 5; i++)
+    cr_assert_eq(tko_group_submit(p, &g, tt_nop_fn, NULL, 0), 0);
   cr_assert_eq(tko_group_cancel(&g), 5);
   cr_assert_eq(tko_group_wait(&g, 0), 0);
   cr_assert_eq(tko_group_status(&g), -ECANCELED);
@@ -494,7 +507,8 @@ Test(misuse, on_cancel_hooks_submit_refused_at_shutdown_accepted_at_group_cancel
   cr_assert_eq(atomic_load(&h.refused), 0);
   /* Shutdown with CANCEL: the five accepted ones are cancelled (their
    * tokens count it) and each plain task's hook submit is refused. */
-  for (int i = 0; i < 3; i++) cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);
   tf_thread t;
   void *args[2] = {p, (void *)(intptr_t)TKO_CANCEL};
   cr_assert_eq(tf_thread_start(&t, run_shutdown, args), 0);
@@ -625,7 +639,8 @@ Test(misuse, a_blocking_before_run_hook_holds_only_its_worker) {
   cr_assert_eq(tko_submit(p, tt_nop_fn, &b, 0), 0); /* its hook blocks */
   cr_assert(tt_count_wait_geq(&b.blocked, 1));
   tt_count done = TT_COUNT_INIT;
-  for (int i = 0; i < 20; i++) cr_assert_eq(tko_submit(p, count_fn, &done, 0), 0);
+  for (int i = 0; i < 20; i++)
+    cr_assert_eq(tko_submit(p, count_fn, &done, 0), 0);
   /* The other worker runs all twenty; only the blocked task is pending. */
   cr_assert(tt_count_wait_geq(&done, 20));
   cr_assert_eq(tko_pool_wait_idle(p, 0), -ETIMEDOUT);
@@ -757,12 +772,14 @@ Test(misuse, a_lanes_on_cancel_run_by_shutdown_gets_edeadlk_from_the_pool) {
   cr_assert_eq(tko_pool_pause(s.pool), 0); /* the lane tasks stay queued */
   static tft_token tok[3];
   memset(tok, 0, sizeof tok);
-  for (int i = 0; i < 3; i++) cr_assert_eq(tko_lanes_submit(l, 5, tft_run, &tok[i], 0), 0);
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(tko_lanes_submit(l, 5, tft_run, &tok[i], 0), 0);
   cr_assert_eq(tko_pool_shutdown(s.pool, TKO_CANCEL), 0);
   cr_assert_eq(atomic_load(&s.calls), 3);
   cr_assert_eq(atomic_load(&s.wait_rc), -EDEADLK);
   cr_assert_eq(atomic_load(&s.destroy_rc), -EDEADLK);
-  for (int i = 0; i < 3; i++) cr_assert_eq(atomic_load(&tok[i].runs), 0);
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(atomic_load(&tok[i].runs), 0);
   cr_assert_eq(tko_lanes_destroy(l), 0);
   cr_assert_eq(tko_pool_destroy(s.pool), 0);
 }
@@ -827,7 +844,8 @@ Test(misuse, caller_errors_are_reported_and_change_nothing) {
   cr_assert_eq(s.completed, s.submitted);
   cr_assert_eq(tko_pool_destroy(a), 0);
   cr_assert_eq(tko_pool_destroy(b), 0);
-  for (int i = 0; i < 4; i++) cr_assert_eq(atomic_load(&tok[i].runs), 0, "token %d", i);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(atomic_load(&tok[i].runs), 0, "token %d", i);
 }
 
 /* ---- pool calls from threads the pool does not own ----------------------------------------- */
@@ -876,7 +894,7 @@ Test(misuse, pool_calls_from_foreign_threads_running_its_tasks_get_edeadlk) {
   tt_pin pn = TT_PIN_INIT;
   cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn.started, 1));
-  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);            /* fills the queue */
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), 0);       /* fills the queue */
   cr_assert_eq(tko_submit(p, foreign_wait_task, &f, 0), 0); /* runs right here */
   cr_assert_eq(atomic_load(&f.calls), 1);
   cr_assert_eq(atomic_load(&f.wait0_rc), -EDEADLK, "caller-runs task: wait_idle said %d",
@@ -1010,7 +1028,9 @@ static pid_t thread_named(const char *name) {
   return found;
 }
 
-static int shutdown_drain(void *arg) { return tko_pool_shutdown(arg, TKO_DRAIN); }
+static int shutdown_drain(void *arg) {
+  return tko_pool_shutdown(arg, TKO_DRAIN);
+}
 
 Test(misuse, shutdown_returns_while_the_timer_thread_waits_for_room) {
   tko_options o = tko_basic_options(1);
@@ -1028,7 +1048,8 @@ Test(misuse, shutdown_returns_while_the_timer_thread_waits_for_room) {
    * blocked in the due timer's submit (its task is no longer armed). */
   pid_t tid = 0;
   uint64_t until = tt_now_ns() + 10ull * 1000000000u;
-  while (!(tid = thread_named("tkoblk-t")) && tt_now_ns() < until) sched_yield();
+  while (!(tid = thread_named("tkoblk-t")) && tt_now_ns() < until)
+    sched_yield();
   cr_assert_neq(tid, 0);
   cr_assert(tf_wait_thread_sleeping(tid));
   cr_assert_eq(tko_timer_cancel(&t), -ENOENT, "the timer has fired");

@@ -51,9 +51,9 @@ typedef struct tjob {
   tctx *c;
   int tag;
   atomic_int ran, cancelled;
-  uint64_t start_ns; /* of the last run */
+  uint64_t start_ns;  /* of the last run */
   uint64_t cancel_id; /* the id on_cancel saw */
-  int ran_at_cancel; /* runs when on_cancel came */
+  int ran_at_cancel;  /* runs when on_cancel came */
   tko_timer timer;
   /* Periodic / chaining behaviour. */
   int cancel_at; /* cancel own timer on this run (0 = never) */
@@ -462,7 +462,8 @@ static void pending_timers_at_shutdown(tko_shutdown_mode mode) {
   for (int i = 0; i < N; i++) {
     cr_assert_eq(atomic_load(&js[i].cancelled), 1);
     cr_assert_eq(tko_timer_cancel(&js[i].timer), -ENOENT, "still armed after shutdown");
-    for (int k = 0; k < i; k++) cr_assert_neq(js[i].cancel_id, js[k].cancel_id);
+    for (int k = 0; k < i; k++)
+      cr_assert_neq(js[i].cancel_id, js[k].cancel_id);
   }
   tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, N);
@@ -647,8 +648,10 @@ static void periodic_with_a_queued_firing_at_shutdown(tko_shutdown_mode mode) {
   cr_assert_eq(tf_stats(pool).submitted, 1, "a second firing was queued");
   cr_assert_eq(tko_pool_shutdown(pool, mode), 0);
   periodic_ends_once_after_its_last_run(&c, &p);
-  if (mode == TKO_CANCEL) cr_assert_eq(atomic_load(&p.ran), 0);
-  else cr_assert_geq(atomic_load(&p.ran), 1);
+  if (mode == TKO_CANCEL)
+    cr_assert_eq(atomic_load(&p.ran), 0);
+  else
+    cr_assert_geq(atomic_load(&p.ran), 1);
   tko_stats s = tf_stats(pool);
   cr_assert_eq(s.submitted, s.completed + s.cancelled, "a task was lost or counted twice");
   finish(&c, pool);
@@ -687,8 +690,8 @@ static void periodic_blocked_in_submit_at_shutdown(tko_shutdown_mode mode) {
   struct timespec ts = {0, 10 * 1000000L}; /* time passes for the timer thread */
   nanosleep(&ts, NULL);
   tf_thread t;
-  cr_assert_eq(tf_thread_start(&t, mode == TKO_DRAIN ? shutdown_drain_fn : shutdown_cancel_fn,
-                               pool), 0);
+  cr_assert_eq(
+      tf_thread_start(&t, mode == TKO_DRAIN ? shutdown_drain_fn : shutdown_cancel_fn, pool), 0);
   int rc = -1;
   cr_assert(tf_thread_join_within(&t, TT_LONG_MS, &rc));
   cr_assert_eq(rc, 0);
@@ -783,10 +786,11 @@ static void async_completed_by_a_timer_at_shutdown(tko_shutdown_mode mode) {
   cr_assert_eq(tko_submit_async(pool, arm_completion_fn, &a, 0), 0);
   cr_assert(tt_count_wait_geq(&a.started, 1));
   tf_thread t;
-  cr_assert_eq(tf_thread_start(&t, mode == TKO_DRAIN ? shutdown_drain_fn : shutdown_cancel_fn,
-                               pool), 0);
+  cr_assert_eq(
+      tf_thread_start(&t, mode == TKO_DRAIN ? shutdown_drain_fn : shutdown_cancel_fn, pool), 0);
   int rc = -1;
-  cr_assert(tf_thread_join_within(&t, TT_LONG_MS, &rc), "shutdown waits for a completion it made impossible");
+  cr_assert(tf_thread_join_within(&t, TT_LONG_MS, &rc),
+            "shutdown waits for a completion it made impossible");
   cr_assert_eq(rc, 0);
   cr_assert_eq(atomic_load(&a.completions), 1);
   cr_assert_eq(atomic_load(&a.job.ran), 1);
