@@ -15,7 +15,7 @@ import os
 os.chdir(os.path.dirname(os.path.abspath(__file__)))
 OPS = ("CREATE SUBMIT SUBMIT_TIMED BATCH GROUP_SUBMIT GROUP_WAIT GROUP_CANCEL TIMER_AFTER "
        "TIMER_EVERY TIMER_CANCEL ASYNC COMPLETE PAUSE RESUME WAIT WAIT_FOREVER SHUTDOWN DESTROY "
-       "STATS LANES COALESCE MISC KEYED CQ").split()
+       "STATS LANES COALESCE MISC KEYED CQ HANDLE").split()
 O = {n: i for i, n in enumerate(OPS)}
 SEP = bytes([0xb5, 0x5b, 0x5b, 0xb5])
 used = set()
@@ -94,6 +94,15 @@ seeds["three_pools_two_threads"] = two(create(0) + create(1, True, 0, 2, 1) + cr
 seeds["named_aging"] = two(create(0, aging=3, name=b"fuzzpoolname") + stream(*(submit(0, 0, 0, i) for i in range(10))) + op("WAIT_FOREVER", 0))
 # UBSan once stopped CI here: tko_strerror of -INT_MIN (kept as a seed).
 seeds["regress_strerror_int_min"] = two(op("MISC", 0, 0, 0x80, 0, 0, 0))
+
+# Task handles: HANDLE, slot, handle (of 6), what (0 submit: kind, status, weight; 1 cancel;
+# 2 wait: ms 0..2; 3 status). Queued while paused, some cancelled, waited on, re-armed; the
+# other stream cancels and reads the same handles at once; a handle outlives its pool.
+def handle(si, h, what, *args): return op("HANDLE", si, h, what, *args)
+seeds["handles"] = two(create(0, w=1) + create(1, w=2) + op("PAUSE", 0) + stream(*(handle(0, h, 0, h % 7, 2, WS[h % 4]) for h in range(6))) +
+                       handle(0, 1, 1) + handle(0, 3, 1) + handle(0, 3, 1) + handle(0, 0, 2, 1) + op("RESUME", 0) + stream(*(handle(0, h, 2, 2) for h in range(6))) +
+                       stream(*(handle(0, h, 3) for h in range(6))) + handle(0, 2, 0, 1, 3, 3) + handle(0, 2, 1) + op("DESTROY", 0, 0) + handle(0, 2, 3) + handle(1, 2, 0, 0, 0, 3) + handle(1, 2, 2, 2),
+                       stream(*(handle(0, h, 1) for h in (5, 4, 5))) + handle(0, 4, 3) + handle(1, 0, 3) + handle(0, 5, 2, 0))
 
 def check_reach():
     missing = set(OPS) - used
