@@ -127,6 +127,7 @@ cli = {
  "basic_elastic_mix": b"--scenario\0concurrent\0--pool\0basic\0--max-elastic\0" b"2",
  "producers": b"--scenario\0concurrent\0--producers\0" b"8\0--task-us\0" b"5",
  "demo": b"--scenario\0demo",
+ "handles": b"--scenario\0mixed\0--handles\0" b"16\0--cancel-pct\0" b"20",
 }
 for name, data in cli.items():
     with open(os.path.join("corpus_cli", name), "wb") as f: f.write(data)
