@@ -107,11 +107,11 @@ static bool finished(unsigned s) {
  * QUEUED. The first try expects the word as the submit left it (QUEUED, no
  * waiters), so a start with nobody waiting is one RMW and no load; a failed
  * CAS hands back the word it read, and the loop goes on from that.
- * Acq_rel: the release keeps a cancel's reads of the handle (its pool)
- * before its win, after which the task may end and the owner reuse the
- * handle at once; the acquire keeps the winner's later stores to the
- * handle (done's status) after the RMW that decided it, which pairs with
- * the release of the RMW it read (a waiter's CAS, the other claimant's). */
+ * Acq_rel. Release: a cancel's reads of the handle (its pool) stay before
+ * its win, after which the task may end and the owner reuse the handle at
+ * once; the owner's acquire load of the final word, later than this RMW in
+ * the word's order, pairs with it. Acquire: the winner's later accesses to
+ * the handle stay after the RMW that allowed them. */
 static bool claim(tko__handle *h, unsigned to) {
   unsigned s = QUEUED;
   do {
