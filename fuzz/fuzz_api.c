@@ -10,8 +10,9 @@
  * taskorch/coalescer.h and taskorch/completion.h: pools created with fuzzed
  * options (hooks, bounded queues under each full policy, aging, an async
  * limit, placement, an allocator that fails chosen calls, invalid values);
- * single, timed, batch, keyed, group and async submits; one-shot and
- * periodic timers and their cancel; pause and resume; waits; the blocking
+ * single, timed, batch, keyed, group, handle and async submits; one-shot and
+ * periodic timers and their cancel; task handles' cancel, wait (with a
+ * short limit) and status; pause and resume; waits; the blocking
  * hint; stats and trim; shutdown in every mode, untimed and with a
  * deadline; destroy (also while lanes or a coalescer are attached); lane
  * tables; coalescers; the completion queue; errors and invalid arguments.
@@ -38,12 +39,19 @@
  *   marks, and the last value flushed is the last mark;
  * - stats stay within the options and, once a pool is quiet,
  *   completed + cancelled == submitted with nothing queued or running;
+ * - a task handle: once its task has ended (a wait returned 0, its status
+ *   is no longer -EINPROGRESS, or its pool is gone), the status says what
+ *   happened - -ECANCELED exactly when the task reached on_cancel and never
+ *   ran, else what the task returned - and a cancel that returned 0 ended
+ *   it cancelled; a cancel that said -EBUSY (started) never did;
  * - every call returns one of its documented results.
  *
  * Locks of the harness (never held by tasks or hooks): a slot's rwlock
  * (read: any call on the pool or its lanes/coalescer; write: create and
- * destroy of those), then a group's or a timer's mutex, or the slot's pause
- * mutex; a thread holds at most one slot lock. */
+ * destroy of those), then a group's or a timer's mutex, a handle's rwlock
+ * (write: its submit; read: cancel, wait, status, which the library lets
+ * threads call at once), or the slot's pause mutex; a thread holds at most
+ * one slot lock. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -67,6 +75,7 @@
 #define NTOKENS 4096
 #define NGROUPS 4
 #define NTIMERS 8
+#define NHANDLES 6
 #define NHELD 256
 #define NKEYS 5     /* keys of keyed and lane tasks */
 #define NCOKEYS 16  /* coalescer keys */
@@ -586,14 +595,14 @@ enum op {
   OP_CREATE, OP_SUBMIT, OP_SUBMIT_TIMED, OP_BATCH, OP_GROUP_SUBMIT, OP_GROUP_WAIT, OP_GROUP_CANCEL,
   OP_TIMER_AFTER, OP_TIMER_EVERY, OP_TIMER_CANCEL, OP_ASYNC, OP_COMPLETE, OP_PAUSE, OP_RESUME,
   OP_WAIT, OP_WAIT_FOREVER, OP_SHUTDOWN, OP_DESTROY, OP_STATS, OP_LANES, OP_COALESCE, OP_MISC,
-  OP_KEYED, OP_CQ, NOPS
+  OP_KEYED, OP_CQ, OP_HANDLE, NOPS
 };
 
 static const char *const op_names[NOPS] = {
   "create", "submit", "submit_timed", "batch", "group_submit", "group_wait", "group_cancel",
   "timer_after", "timer_every", "timer_cancel", "async", "complete", "pause", "resume",
   "wait", "wait_forever", "shutdown", "destroy", "stats", "lanes", "coalesce", "misc",
-  "keyed", "cq"};
+  "keyed", "cq", "handle"};
 
 typedef struct group_slot {
   pthread_mutex_t mu; /* protects the rest and serialises calls on g */
@@ -615,6 +624,18 @@ typedef struct timer_slot {
 } timer_slot;
 
 static timer_slot timers[NTIMERS];
+
+typedef struct handle_slot {
+  pthread_rwlock_t lk; /* write: a submit (re-arms h); read: the other calls on h */
+  tko_handle h;
+  int slot;            /* lk (write): pool its task went to, -1 = never armed */
+  uint32_t gen;
+  token *tok;
+  atomic_bool cancel_won;   /* a cancel returned 0 */
+  atomic_bool cancel_busy;  /* a cancel returned -EBUSY: it had started */
+} handle_slot;
+
+static handle_slot handles[NHANDLES];
 
 /* Whether slot si still holds incarnation gen (else its pool is gone, and
  * with it every timer it had armed). */
@@ -915,6 +936,101 @@ static void op_group(input *in, int op, slot *s, int si) {
       break;
   }
   pthread_mutex_unlock(&g->mu);
+}
+
+/* The handle's task has ended (a wait returned 0 or its pool is gone):
+ * its status matches its token and the cancels' answers. */
+static void handle_ended(handle_slot *hs) {
+  token *t = hs->tok;
+  int st = tko_handle_status(&hs->h);
+  CHECK(st != -EINPROGRESS);
+  CHECK(tko_handle_wait(&hs->h, 0) == 0);
+  if (!t) return;
+  int r = atomic_load(&t->runs), c = atomic_load(&t->cancels);
+  if (st == -ECANCELED) {
+    if (r != 0 || c != 1)
+      fprintf(stderr, "fuzz_api: handle ended cancelled, its task ran %d, cancelled %d\n", r, c);
+    CHECK(r == 0 && c == 1);
+    CHECK(!atomic_load(&hs->cancel_busy));
+  } else {
+    if (r != 1 || c != 0 || atomic_load(&hs->cancel_won))
+      fprintf(stderr, "fuzz_api: handle ended with %d, its task ran %d, cancelled %d%s\n", st, r,
+              c, atomic_load(&hs->cancel_won) ? " after a cancel that won" : "");
+    CHECK(r == 1 && c == 0 && !atomic_load(&hs->cancel_won));
+    CHECK(st == (t->kind == K_FAIL ? (t->status ? t->status : 1) : 0));
+  }
+}
+
+/* Whether the handle's task may still be unfinished and its pool is not
+ * slot si's current one (held for reading by the caller): its pool may be
+ * destroyed at any moment, so only status may be read. */
+static bool handle_foreign(const handle_slot *hs, int si) {
+  if (hs->slot < 0 || (hs->slot == si && hs->gen == atomic_load(&slots[si].gen))) return false;
+  return live(hs->slot, hs->gen);
+}
+
+static void op_handle(input *in, slot *s, int si) {
+  handle_slot *hs = &handles[u8(in) % NHANDLES];
+  tko_pool *p = atomic_load(&s->pool);
+  uint8_t what = u8(in) % 4;
+  if (what == 0) { /* submit: re-arms a handle whose task has ended */
+    CHECK(pthread_rwlock_wrlock(&hs->lk) == 0);
+    /* Its task ended, the handle may go to any pool; status alone touches
+     * nothing but the handle, whichever pool it was on. */
+    bool busy = hs->slot >= 0 && tko_handle_status(&hs->h) == -EINPROGRESS;
+    if (hs->slot >= 0 && !busy) handle_ended(hs);
+    token *t = busy ? NULL : token_new(u8(in) % NKINDS, si);
+    if (t) {
+      t->status = (int)(u8(in) % 5);
+      t->weight = weight(in);
+      t->ordered = s->ordered;
+      int rc = tko_submit_handle(p, &hs->h, task_fn, t, t->weight);
+      CHECK(rc != -ETIMEDOUT);
+      check_submit_rc(s, rc);
+      if (rc == 0) {
+        accepted(s, si, t);
+        hs->slot = si;
+        hs->gen = atomic_load(&s->gen);
+        hs->tok = t;
+        atomic_store(&hs->cancel_won, false);
+        atomic_store(&hs->cancel_busy, false);
+      } else {
+        /* Refused: never armed; what it held before is gone. */
+        CHECK(tko_handle_status(&hs->h) == -EINVAL && tko_handle_id(&hs->h) == 0);
+        hs->slot = -1;
+        hs->tok = NULL;
+      }
+    }
+    CHECK(pthread_rwlock_unlock(&hs->lk) == 0);
+    return;
+  }
+  CHECK(pthread_rwlock_rdlock(&hs->lk) == 0);
+  if (hs->slot < 0) {
+    CHECK(tko_handle_status(&hs->h) == -EINVAL);
+  } else if (handle_foreign(hs, si)) {
+    int st = tko_handle_status(&hs->h); /* touches only the handle */
+    CHECK(st == -EINPROGRESS || st == -ECANCELED || (st >= 0 && st <= 4));
+  } else if (hs->slot != si || hs->gen != atomic_load(&s->gen)) {
+    handle_ended(hs); /* its pool is gone, and with it every task it had */
+  } else if (what == 1) {
+    int rc = tko_handle_cancel(&hs->h);
+    CHECK(rc == 0 || rc == -EBUSY || rc == -EALREADY);
+    int st = tko_handle_status(&hs->h);
+    if (rc == 0) atomic_store(&hs->cancel_won, true);
+    if (rc == -EBUSY) atomic_store(&hs->cancel_busy, true);
+    if (rc == -EBUSY) CHECK(st != -ECANCELED);
+    if (rc == -EALREADY) CHECK(st == -ECANCELED || st == -EINPROGRESS);
+  } else if (what == 2) {
+    long timeout = (long)(u8(in) % 3); /* 0 .. 2 ms: a paused pool may hold it */
+    int rc = tko_handle_wait(&hs->h, timeout);
+    CHECK(rc == 0 || rc == -ETIMEDOUT);
+    if (rc == 0) handle_ended(hs);
+  } else {
+    int st = tko_handle_status(&hs->h);
+    CHECK(st == -EINPROGRESS || st == -ECANCELED || (st >= 0 && st <= 4));
+    if (st != -EINPROGRESS) handle_ended(hs);
+  }
+  CHECK(pthread_rwlock_unlock(&hs->lk) == 0);
 }
 
 /* Counts a host cancel (tko_timer_cancel returned 0) of timer ts. */
@@ -1377,6 +1493,7 @@ static void run_op_locked(stream *st, int op, int si) {
     case OP_SHUTDOWN: op_shutdown(in, s, si); break;
     case OP_STATS: op_stats(in, s); break;
     case OP_KEYED: op_keyed(in, s, si); break;
+    case OP_HANDLE: op_handle(in, s, si); break;
     default: break;
   }
 }
@@ -1454,6 +1571,9 @@ static void teardown(stream *st) {
     CHECK(tko_group_destroy(&groups[i].g) == 0);
     groups[i].init = false;
   }
+  /* Every pool is gone: every armed handle's task has ended. */
+  for (int i = 0; i < NHANDLES; i++)
+    if (handles[i].slot >= 0) handle_ended(&handles[i]);
   /* Shutdown disarmed every timer. */
   for (int i = 0; i < NTIMERS; i++) CHECK(tko_timer_cancel(&timers[i].t) == -ENOENT);
   /* The completion queue: drain it; readable after a post; -EBUSY while full. */
@@ -1646,6 +1766,7 @@ static void reset(void) {
       }
       for (int j = 0; j < NGROUPS; j++) pthread_mutex_init(&groups[j].mu, NULL);
       for (int j = 0; j < NTIMERS; j++) pthread_mutex_init(&timers[j].mu, NULL);
+      for (int j = 0; j < NHANDLES; j++) pthread_rwlock_init(&handles[j].lk, NULL);
       pthread_rwlockattr_destroy(&a);
       once = true;
     }
@@ -1662,6 +1783,11 @@ static void reset(void) {
     tko_timer_init(&timers[i].t);
     timers[i].slot = -1;
     timers[i].tok = NULL;
+  }
+  for (int i = 0; i < NHANDLES; i++) {
+    memset(&handles[i].h, 0, sizeof handles[i].h);
+    handles[i].slot = -1;
+    handles[i].tok = NULL;
   }
   nheld = 0;
   done = 0;

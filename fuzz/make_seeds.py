@@ -15,7 +15,7 @@ import os
 os.chdir(os.path.dirname(os.path.abspath(__file__)))
 OPS = ("CREATE SUBMIT SUBMIT_TIMED BATCH GROUP_SUBMIT GROUP_WAIT GROUP_CANCEL TIMER_AFTER "
        "TIMER_EVERY TIMER_CANCEL ASYNC COMPLETE PAUSE RESUME WAIT WAIT_FOREVER SHUTDOWN DESTROY "
-       "STATS LANES COALESCE MISC KEYED CQ").split()
+       "STATS LANES COALESCE MISC KEYED CQ HANDLE").split()
 O = {n: i for i, n in enumerate(OPS)}
 SEP = bytes([0xb5, 0x5b, 0x5b, 0xb5])
 used = set()
@@ -95,6 +95,15 @@ seeds["named_aging"] = two(create(0, aging=3, name=b"fuzzpoolname") + stream(*(s
 # UBSan once stopped CI here: tko_strerror of -INT_MIN (kept as a seed).
 seeds["regress_strerror_int_min"] = two(op("MISC", 0, 0, 0x80, 0, 0, 0))
 
+# Task handles: HANDLE, slot, handle (of 6), what (0 submit: kind, status, weight; 1 cancel;
+# 2 wait: ms 0..2; 3 status). Queued while paused, some cancelled, waited on, re-armed; the
+# other stream cancels and reads the same handles at once; a handle outlives its pool.
+def handle(si, h, what, *args): return op("HANDLE", si, h, what, *args)
+seeds["handles"] = two(create(0, w=1) + create(1, w=2) + op("PAUSE", 0) + stream(*(handle(0, h, 0, h % 7, 2, WS[h % 4]) for h in range(6))) +
+                       handle(0, 1, 1) + handle(0, 3, 1) + handle(0, 3, 1) + handle(0, 0, 2, 1) + op("RESUME", 0) + stream(*(handle(0, h, 2, 2) for h in range(6))) +
+                       stream(*(handle(0, h, 3) for h in range(6))) + handle(0, 2, 0, 1, 3, 3) + handle(0, 2, 1) + op("DESTROY", 0, 0) + handle(0, 2, 3) + handle(1, 2, 0, 0, 0, 3) + handle(1, 2, 2, 2),
+                       stream(*(handle(0, h, 1) for h in (5, 4, 5))) + handle(0, 4, 3) + handle(1, 0, 3) + handle(0, 5, 2, 0))
+
 def check_reach():
     missing = set(OPS) - used
     assert not missing, "no seed reaches " + " ".join(sorted(missing))
@@ -118,6 +127,7 @@ cli = {
  "basic_elastic_mix": b"--scenario\0concurrent\0--pool\0basic\0--max-elastic\0" b"2",
  "producers": b"--scenario\0concurrent\0--producers\0" b"8\0--task-us\0" b"5",
  "demo": b"--scenario\0demo",
+ "handles": b"--scenario\0mixed\0--handles\0" b"16\0--cancel-pct\0" b"20",
 }
 for name, data in cli.items():
     with open(os.path.join("corpus_cli", name), "wb") as f: f.write(data)

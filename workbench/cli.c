@@ -77,6 +77,10 @@ static const wb_option options[] = {
      "task mix seed; the same seed gives the same mix"},
     {"groups", "N", OPT_UINT, FIELD(groups), 1, 1000000,
      "submit in task groups of N and wait for each group"},
+    {"handles", "N", OPT_UINT, FIELD(handles), 1, 1000000,
+     "submit through task handles (tko_submit_handle), N at a time, and wait for each"},
+    {"cancel-pct", "P", OPT_PCT, FIELD(cancel_pct), 0, 0,
+     "percent of handle tasks cancelled once their N are submitted (needs --handles)"},
     {"batch", "N", OPT_UINT, FIELD(batch), 1, 1000000,
      "submit in batches of N (tko_submit_batch)"},
     {"capacity", "N", OPT_U64, FIELD(capacity), 1, UINT64_C(1) << 31,
@@ -395,8 +399,13 @@ int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {
   if (cfg->bursts > cfg->tasks)
     return usage_error("--bursts %u is more than --tasks %" PRIu64, cfg->bursts, cfg->tasks);
   /* Pool features: the ways to submit exclude each other. */
-  if ((cfg->groups > 0) + (cfg->batch > 0) + (cfg->delay_ms > 0) > 1)
-    return usage_error("--groups, --batch and --delay-ms are different ways to submit: pick one");
+  if ((cfg->groups > 0) + (cfg->handles > 0) + (cfg->batch > 0) + (cfg->delay_ms > 0) > 1)
+    return usage_error(
+        "--groups, --handles, --batch and --delay-ms are different ways to submit: pick one");
+  if (cfg->cancel_pct > 0 && !cfg->handles)
+    return usage_error("--cancel-pct needs --handles (a task is cancelled through its handle)");
+  if (cfg->handles && cfg->async)
+    return usage_error("--handles and --async cannot be combined: a handle's task is a plain task");
   if ((given & bit_of("full")) && !cfg->capacity)
     return usage_error("--full needs --capacity (the queue is unbounded)");
   if (cfg->batch && cfg->capacity && cfg->batch > cfg->capacity)

@@ -69,6 +69,12 @@ void wb_report_table(FILE *f, const wb_result *r) {
             " tasks run by callers, async in flight at the end: %u\n",
             "features", r->groups_waited, r->rejected, s->caller_runs,
             r->before_shutdown.async_inflight);
+  if (c->handles)
+    fprintf(f,
+            "%-18s %" PRIu64 " waited, %" PRIu64 " ended cancelled; cancels: %" PRIu64
+            " before the start, %" PRIu64 " too late; %" PRIu64 " broken promises\n",
+            "handles", r->handles_waited, r->handles_cancelled, r->cancels_won, r->cancels_late,
+            r->handles_broken);
   if (c->resize.on && !r->resized)
     fprintf(f, "%-18s not reached (the run stopped first)\n", "resize");
   else if (c->resize.on)
@@ -151,10 +157,12 @@ int wb_report_json(FILE *f, const wb_result *r) {
   fprintf(f, ", \"bursts\": %u, \"gap_ms\": %u, \"tail_ms\": %ld", c->bursts, c->gap_ms,
           c->tail_ms);
   fprintf(f,
-          ", \"groups\": %u, \"batch\": %u, \"capacity\": %" PRIu64 ", \"full\": \"%s\", "
+          ", \"groups\": %u, \"handles\": %u, \"cancel_pct\": %g, \"batch\": %u, "
+          "\"capacity\": %" PRIu64 ", \"full\": \"%s\", "
           "\"aging_ms\": %u, \"blocking_hint\": %s, \"delay_ms\": %u, \"async\": %s, "
           "\"max_async\": %u},\n",
-          c->groups, c->batch, c->capacity, wb_full_name(c->full), c->aging_ms,
+          c->groups, c->handles, c->cancel_pct, c->batch, c->capacity, wb_full_name(c->full),
+          c->aging_ms,
           c->blocking_hint ? "true" : "false", c->delay_ms, c->async ? "true" : "false",
           c->max_async);
   fputs("  \"wall_s\": ", f);
@@ -169,6 +177,15 @@ int wb_report_json(FILE *f, const wb_result *r) {
           ", \"rejected\": %" PRIu64 ", \"caller_runs\": %" PRIu64 ", \"groups\": %" PRIu64 "},\n",
           s->submitted, s->completed, s->failed, s->cancelled, r->submit_errors, r->rejected,
           s->caller_runs, r->groups_waited);
+  if (c->handles)
+    fprintf(f,
+            "  \"handles\": {\"waited\": %" PRIu64 ", \"cancelled\": %" PRIu64
+            ", \"cancels_won\": %" PRIu64 ", \"cancels_late\": %" PRIu64 ", \"broken\": %" PRIu64
+            "},\n",
+            r->handles_waited, r->handles_cancelled, r->cancels_won, r->cancels_late,
+            r->handles_broken);
+  else
+    fputs("  \"handles\": null,\n", f);
   if (c->resize.on)
     fprintf(f, "  \"resize\": {\"basic\": %u, \"max_elastic\": %u, \"done\": %s, "
                "\"at_s\": %.6g, \"error\": \"%s\"},\n",

@@ -21,7 +21,12 @@
  * --async the blocking tasks are async tasks: fn hands the operation to a
  * completer thread, which completes it when the task's sleep would have
  * ended, so no worker blocks. A full reject queue makes the producer yield
- * and try again (counted as `rejected`).
+ * and try again (counted as `rejected`). With --handles a producer submits
+ * through task handles, N at a time (its own array, allocated up front),
+ * cancels the tasks the mix marks (--cancel-pct) once all N are submitted,
+ * then waits on each handle and reads its status: a cancel that returned 0
+ * must end in -ECANCELED, any other in the task's own status, and a
+ * contradiction is counted (`broken`, which the library promises is 0).
  *
  * Ctrl-C (interrupt.c) stops the run, promptly whatever is queued or
  * running: the producers stop submitting, the main thread's waits and idle
@@ -312,6 +317,14 @@ typedef struct run_state {
   uint64_t resize_ns;
 } run_state;
 
+/* --handles: one task's handle in a producer's window, and what its cancel
+ * returned (1: not tried). */
+typedef struct handle_slot {
+  tko_handle h;
+  const wb_task *task;
+  int cancel_rc;
+} handle_slot;
+
 typedef struct producer {
   pthread_t thread;
   run_state *st;
@@ -321,6 +334,8 @@ typedef struct producer {
   uint64_t rejected;  /* -EAGAIN from a full reject queue, then retried */
   uint64_t groups;    /* groups waited for */
   tko_task *batch;    /* --batch: the batch being filled */
+  handle_slot *handles; /* --handles: the window's handles */
+  uint64_t handles_waited, cancels_won, cancels_late, handles_cancelled, handles_broken;
 } producer;
 
 static size_t task_index(const wb_result *res, const tko_task_info *t) {
@@ -413,11 +428,57 @@ static void maybe_resize(producer *p, uint64_t i) {
   st->resized = true;
 }
 
-/* Submits tasks [from, to) in groups, in batches, or one by one. */
+/* --handles: submits tasks [w0, w1) through the producer's handles, cancels
+ * those the mix marks, then waits on each and reads its status. */
+static void handle_window(producer *p, uint64_t w0, uint64_t w1) {
+  run_state *st = p->st;
+  size_t n = 0; /* slots [0, n) hold armed handles */
+  for (uint64_t i = w0; i < w1 && !interrupted(st); i++) {
+    wb_task *t = &st->res->tasks[i];
+    handle_slot *s = &p->handles[n];
+    maybe_resize(p, i);
+    int rc;
+    while ((rc = tko_submit_handle(st->pool, &s->h, task_fn, t, t->weight)) != 0 && retry(p, rc)) {
+    }
+    if (rc) {
+      note_error(p, rc);
+      continue;
+    }
+    s->task = t;
+    s->cancel_rc = 1; /* not tried */
+    n++;
+  }
+  for (size_t k = 0; k < n; k++) {
+    handle_slot *s = &p->handles[k];
+    if (!s->task->cancel) continue;
+    s->cancel_rc = tko_handle_cancel(&s->h);
+    if (s->cancel_rc == 0) p->cancels_won++;
+    else if (s->cancel_rc == -EBUSY) p->cancels_late++;
+  }
+  for (size_t k = 0; k < n; k++) {
+    handle_slot *s = &p->handles[k];
+    if (tko_handle_wait(&s->h, -1) != 0) continue; /* cannot happen without a limit */
+    p->handles_waited++;
+    int status = tko_handle_status(&s->h);
+    if (status == -ECANCELED) p->handles_cancelled++;
+    /* Cancelled exactly when the cancel won; otherwise the task ran and
+     * its status is what task_fn returned. A Ctrl-C's shutdown cancels
+     * queued tasks and cuts running ones short: nothing to compare. */
+    bool kept = interrupted(st) ||
+                (s->cancel_rc == 0 ? status == -ECANCELED : status == (s->task->fail ? 1 : 0));
+    if (!kept) p->handles_broken++;
+  }
+}
+
+/* Submits tasks [from, to) in groups, through handles, in batches, or one
+ * by one. */
 static void submit_slice(producer *p, uint64_t from, uint64_t to) {
   run_state *st = p->st;
   const wb_config *cfg = &st->res->cfg;
-  if (cfg->groups) {
+  if (cfg->handles) {
+    for (uint64_t w0 = from; w0 < to && !interrupted(st); w0 += cfg->handles)
+      handle_window(p, w0, w0 + cfg->handles < to ? w0 + cfg->handles : to);
+  } else if (cfg->groups) {
     for (uint64_t g0 = from; g0 < to; g0 += cfg->groups) {
       uint64_t g1 = g0 + cfg->groups < to ? g0 + cfg->groups : to;
       tko_group g;
@@ -547,7 +608,10 @@ void wb_result_free(wb_result *res) {
 static void features_free(run_state *st, producer *prods, unsigned nprods, completer *comp) {
   if (comp) completer_stop(comp);
   the_completer = NULL;
-  for (unsigned i = 0; prods && i < nprods; i++) free(prods[i].batch);
+  for (unsigned i = 0; prods && i < nprods; i++) {
+    free(prods[i].batch);
+    free(prods[i].handles);
+  }
   free(st->timers);
   st->timers = NULL;
   pthread_cond_destroy(&st->done_cv);
@@ -658,10 +722,19 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
       rc = -ENOMEM;
       break;
     }
+    if (cfg->handles &&
+        !(prods[started].handles = malloc(cfg->handles * sizeof(handle_slot)))) {
+      free(prods[started].batch);
+      prods[started].batch = NULL;
+      rc = -ENOMEM;
+      break;
+    }
     rc = -pthread_create(&prods[started].thread, NULL, producer_main, &prods[started]);
     if (rc) {
       free(prods[started].batch);
+      free(prods[started].handles);
       prods[started].batch = NULL;
+      prods[started].handles = NULL;
       break;
     }
   }
@@ -709,6 +782,11 @@ int wb_run(const wb_config *cfg, wb_interrupt *intr, wb_result *res) {
     res->submit_errors += prods[i].errors;
     res->rejected += prods[i].rejected;
     res->groups_waited += prods[i].groups;
+    res->handles_waited += prods[i].handles_waited;
+    res->cancels_won += prods[i].cancels_won;
+    res->cancels_late += prods[i].cancels_late;
+    res->handles_cancelled += prods[i].handles_cancelled;
+    res->handles_broken += prods[i].handles_broken;
   }
   res->resized = st.resized; /* the joins order the producer's writes */
   res->resize_rc = st.resize_rc;

@@ -117,6 +117,8 @@ void wb_config_describe(FILE *f, const wb_config *c, const char *indent) {
   size_t n = 0;
 #define ADD(...) n += (size_t)snprintf(buf + n, n < sizeof buf ? sizeof buf - n : 0, __VA_ARGS__)
   if (c->groups) ADD(", groups of %u", c->groups);
+  if (c->handles) ADD(", handles %u at a time", c->handles);
+  if (c->cancel_pct > 0) ADD(", cancelling %g%%", c->cancel_pct);
   if (c->batch) ADD(", batches of %u", c->batch);
   if (c->delay_ms) ADD(", every task delayed %u ms", c->delay_ms);
   if (c->capacity) ADD(", queue bounded to %" PRIu64 " (%s when full)", c->capacity,
@@ -194,6 +196,9 @@ static uint64_t fnv(uint64_t h, uint64_t v, int bytes) {
 
 uint64_t wb_mix_generate(const wb_config *cfg, wb_task *out) {
   uint64_t state = cfg->seed;
+  /* The cancel draws have a stream of their own, drawn only with
+   * --cancel-pct, so the mix and its checksum are unchanged without it. */
+  uint64_t cancel_state = cfg->seed ^ UINT64_C(0x63616e63656c6c73);
   uint64_t span = (uint64_t)((int64_t)cfg->weights.hi - cfg->weights.lo) + 1;
   uint64_t h = UINT64_C(0xcbf29ce484222325);
   for (uint64_t i = 0; i < cfg->tasks; i++) {
@@ -206,10 +211,12 @@ uint64_t wb_mix_generate(const wb_config *cfg, wb_task *out) {
     t->kind = unit(rk) * 100.0 < cfg->io_pct ? WB_TASK_IO : WB_TASK_CPU;
     t->work_us = vary(rt, t->kind == WB_TASK_IO ? (uint64_t)cfg->io_ms * 1000 : cfg->task_us);
     t->fail = unit(rf) * 100.0 < cfg->fail_pct;
+    t->cancel = cfg->cancel_pct > 0 && unit(splitmix64(&cancel_state)) * 100.0 < cfg->cancel_pct;
     h = fnv(h, (uint32_t)t->weight, 4);
     h = fnv(h, t->work_us, 4);
     h = fnv(h, t->kind, 1);
     h = fnv(h, t->fail, 1);
+    if (cfg->cancel_pct > 0) h = fnv(h, t->cancel, 1);
   }
   return h;
 }

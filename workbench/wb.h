@@ -61,6 +61,8 @@ typedef struct wb_config {
   uint64_t seed;
   /* Pool features; zero / false = off. */
   unsigned groups;        /* submit in groups of N (tko_group_*) and wait for each */
+  unsigned handles;       /* submit through task handles, N at a time, and wait for each */
+  double cancel_pct;      /* share of handle tasks cancelled after their window's submits */
   unsigned batch;         /* submit in batches of N (tko_submit_batch) */
   uint64_t capacity;      /* queue_capacity; 0 = unbounded */
   tko_full_policy full;   /* full_policy of a bounded queue */
@@ -93,6 +95,7 @@ typedef struct wb_task {
   uint32_t work_us;  /* CPU spin or sleep, microseconds */
   uint8_t kind;      /* WB_TASK_CPU or WB_TASK_IO */
   uint8_t fail;      /* returns 1 instead of 0 */
+  uint8_t cancel;    /* --handles: its handle is cancelled (--cancel-pct) */
 } wb_task;
 
 /* One timeline sample, relative to the run's start. */
@@ -133,6 +136,12 @@ typedef struct wb_result {
   int first_submit_error;
   uint64_t rejected;          /* -EAGAIN from a full reject queue, retried */
   uint64_t groups_waited;     /* groups submitted and waited for (--groups) */
+  /* --handles: what the producers saw through the handles. */
+  uint64_t handles_waited;    /* tko_handle_wait returned 0 */
+  uint64_t cancels_won;       /* tko_handle_cancel returned 0: the task never ran */
+  uint64_t cancels_late;      /* tko_handle_cancel returned -EBUSY: it had started */
+  uint64_t handles_cancelled; /* tko_handle_status was -ECANCELED after the wait */
+  uint64_t handles_broken;    /* a status that contradicts the cancel's answer (0 expected) */
   tko_stats stats;            /* after shutdown */
   tko_stats before_shutdown;  /* elastic counts after the tail */
   bool interrupted;           /* stopped by Ctrl-C: the figures cover what ran */

@@ -258,6 +258,7 @@ static int submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx,
   rc = tko__admit(pool, 1, timeout_ms, policy, &gated);
   if (rc == RUN_HERE) {
     tko_task task = {fn, arg, weight};
+    if (id) *id = 0; /* a caller-runs task has no id (its hooks see 0), stored before it ends */
     return run_here(pool, &task, 1, ctx); /* never gated: caller-runs does not wait */
   }
   if (rc == ADMITTED) {

@@ -104,12 +104,19 @@ static bool finished(unsigned s) {
 }
 
 /* Moves the word from QUEUED to to, keeping WAITERS; false if it was not
- * QUEUED. Acq_rel: the winner's later stores to the handle come after it,
- * and a start sees what the submit stored before the publish. */
+ * QUEUED. The first try expects the word as the submit left it (QUEUED, no
+ * waiters), so a start with nobody waiting is one RMW and no load; a failed
+ * CAS hands back the word it read, and the loop goes on from that.
+ * Acq_rel. Release: a cancel's reads of the handle (its pool) stay before
+ * its win, after which the task may end and the owner reuse the handle at
+ * once; the owner's acquire load of the final word, later than this RMW in
+ * the word's order, pairs with it. Acquire: the winner's later accesses to
+ * the handle stay after the RMW that allowed them. */
 static bool claim(tko__handle *h, unsigned to) {
-  unsigned s = tko__load_relaxed(&h->state);
-  while ((s & STATE_MASK) == QUEUED)
+  unsigned s = QUEUED;
+  do {
     if (tko__cas_acq_rel(&h->state, &s, to | (s & WAITERS))) return true;
+  } while ((s & STATE_MASK) == QUEUED);
   return false;
 }
 
@@ -149,8 +156,12 @@ int tko_submit_handle(tko_pool *pool, tko_handle *handle, tko_task_fn fn, void *
   if (!handle || !fn) return -EINVAL;
   tko__handle *h = (tko__handle *)(void *)handle;
   /* Armed before the submit publishes the task: from then on a worker may
-   * start it (and end it) at any moment. */
-  *h = (tko__handle){.kind = &handle_kind, .pool = pool, .magic = HANDLE_MAGIC};
+   * start it (and end it) at any moment. Only the fields read before the
+   * end are stored here: the submit stores id before the publish, and done
+   * stores status before the end, so neither is written twice. */
+  h->kind = &handle_kind;
+  h->pool = pool;
+  h->magic = HANDLE_MAGIC;
   atomic_init(&h->state, QUEUED);
   int rc = tko__submit_item_id(pool, fn, arg, ctx_of(h), weight, &h->id);
   if (rc) h->magic = 0; /* never queued: no callback ran, nothing refers to it */

@@ -412,6 +412,7 @@ Test(handle, a_task_run_on_its_submitter_has_ended_when_the_submit_returns) {
   cr_assert_eq(tko_submit(p, count_fn, &ran, 0), 0); /* the queue is full */
   atomic_store(&s.started_id, 99);
   tko_handle h;
+  memset(&h, 0xa5, sizeof h); /* whatever it held before: the submit sets the id */
   cr_assert_eq(tko_submit_handle(p, &h, count_fn, &mine, 0), 0);
   cr_assert_eq(atomic_load(&mine), 1, "it ran before the submit returned");
   cr_assert_eq(tko_handle_status(&h), 7);

@@ -363,6 +363,36 @@ features)
   expect_usage_error run --scenario mixed --resize 0:0
   expect_usage_error run --scenario mixed --resize 1:2000
   expect_usage_error run --scenario cpu --resize 1:2
+  expect_usage_error run --scenario mixed --handles 0
+  expect_usage_error run --scenario mixed --handles many
+  expect_usage_error run --scenario mixed --handles 4 --groups 2
+  expect_usage_error run --scenario mixed --handles 4 --async
+  expect_usage_error run --scenario mixed --cancel-pct 10
+  expect_usage_error run --scenario mixed --handles 4 --cancel-pct 101
+  # Handles: every task waited on; a cancel that won ends its task as
+  # -ECANCELED (counted by the pool too), and no status contradicts it.
+  for opts in "--handles 8" "--handles 16 --cancel-pct 40 --producers 2" \
+      "--handles 5 --cancel-pct 100 --capacity 4 --full reject"; do
+    # shellcheck disable=SC2086 # opts is a list of words
+    expect_ok run --scenario mixed --tasks 120 --task-us 20 --io-ms 1 --tail-ms 0 --quiet \
+      $opts --json "$tmp/h.json" || continue
+    grep -q "^handles  *120 waited" "$tmp/out" || fail "'$opts': no handles line: $(cat "$tmp/out")"
+    "$py" - "$tmp/h.json" "$opts" <<'PY' || fail "JSON check for '$opts'"
+import json, sys
+d = json.load(open(sys.argv[1]))
+opts = sys.argv[2].split()
+h, t, c = d["handles"], d["tasks"], d["config"]
+assert c["handles"] == int(opts[opts.index("--handles") + 1]), c
+pct = float(opts[opts.index("--cancel-pct") + 1]) if "--cancel-pct" in opts else 0
+assert c["cancel_pct"] == pct, c
+assert h["waited"] == 120 and h["broken"] == 0, h
+assert h["cancelled"] == h["cancels_won"] == t["cancelled"], (h, t)
+assert t["completed"] + t["cancelled"] == 120 and t["submit_errors"] == 0, t
+if pct == 0: assert h["cancels_won"] == h["cancels_late"] == 0, h
+if pct == 100: assert h["cancels_won"] + h["cancels_late"] == 120, h
+assert d["wait_ns"]["count"] == t["completed"], d["wait_ns"]
+PY
+  done
   n=0
   for opts in "--groups 7" "--batch 16" "--capacity 8 --full block" "--capacity 8 --full reject" \
       "--capacity 8 --full caller" "--capacity 8" "--aging-ms 1" "--blocking-hint" \
@@ -381,6 +411,7 @@ opts = sys.argv[2].split()
 t, c = d["tasks"], d["config"]
 assert t["completed"] == c["tasks"] == 120, t
 assert t["submitted"] == 120 and t["submit_errors"] == 0 and t["cancelled"] == 0, t
+assert d["handles"] is None, d["handles"]
 for k in ["groups", "batch", "capacity", "full", "aging_ms", "blocking_hint", "delay_ms",
           "async", "max_async"]:
     assert k in c, "config lacks " + k
