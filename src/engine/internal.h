@@ -371,11 +371,11 @@ static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
  * runs or cancels the task, with no pool lock held, before the host's hooks
  * see the outcome counted:
  * - run (NULL: the engine runs the task): the kind runs the task itself,
- *   in place of everything below but cancelled - start, the started count,
- *   the hooks, the call, done - and finishes it itself, counted, once it
- *   ends (an async task: its start function runs here, and it completes
- *   later on any thread, tko_async_complete); returns the task's status
- *   so far. A thread that ends inside run leaves the task to the kind;
+ *   in place of start, the started count, the hooks, the call and done,
+ *   and finishes it itself, counted, once it ends (an async task: its
+ *   start function runs here, and it completes later on any thread,
+ *   tko_async_complete); returns the task's status so far. A thread that
+ *   ends inside run leaves the task to the kind (worker.c: thread exit);
  * - start (NULL: always true): a worker, or the caller in caller-runs, is
  *   about to run the task, its hooks not yet called. False: the task must
  *   not run (its feature withdrew it); the engine cancels it instead, as
@@ -542,8 +542,6 @@ bool tko__help_member(tko_pool *pool, tko__worker *w, uintptr_t ctx);
 bool tko__help_one(tko_pool *pool, tko__worker *w);
 void tko__notify_idle(tko_pool *pool);
 
-/* async.c: an async task is a kind (its run starts it, its dropped gives
- * back the in-flight slot a take counted); the engine names neither. */
 /* Waits for in-flight async tasks (shutdown) and for completers to leave. */
 void tko__async_quiesce(tko_pool *pool);
 void tko__async_fini(tko_pool *pool);

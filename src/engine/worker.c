@@ -21,10 +21,15 @@
 #include <stdio.h>
 
 #include "internal.h"
+#include "seam.h"
 
 _Thread_local tko_pool *tko__current_pool;
 _Thread_local tko__worker *tko__current_worker;
 _Thread_local const tko__item *tko__cancelling_item;
+
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_start_window)(tko_pool *pool, void *arg); /* prim.h, seam.h */
+#endif
 
 /* Owner-only counter bump: only this worker writes the slot, so no RMW is
  * needed. The store is a release (a plain store on x86): a waiter whose
@@ -501,6 +506,8 @@ static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item)
   /* A bounded queue counts a task until it starts (or is cancelled), not
    * until a worker takes it: taken tasks still wait. */
   tko__give_room(pool, w, tko__item_room(item));
+  void (*seam)(tko_pool *, void *) = TKO__SEAM(tko__test_start_window); /* 0 outside tests */
+  if (seam) seam(pool, item->arg);
   /* Acquire: pairs with the release in lifecycle.c (close_pool), so tasks this
    * worker had taken are cancelled rather than run once TKO_CANCEL began. */
   if (tko__load_acquire(&pool->cancelling)) {
