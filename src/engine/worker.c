@@ -21,10 +21,15 @@
 #include <stdio.h>
 
 #include "internal.h"
+#include "seam.h"
 
 _Thread_local tko_pool *tko__current_pool;
 _Thread_local tko__worker *tko__current_worker;
 _Thread_local const tko__item *tko__cancelling_item;
+
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_start_window)(tko_pool *pool, void *arg); /* prim.h, seam.h */
+#endif
 
 /* Owner-only counter bump: only this worker writes the slot, so no RMW is
  * needed. The store is a release (a plain store on x86): a waiter whose
@@ -46,15 +51,13 @@ static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item
                           .weight = item->weight, .worker = w->index, .kind = w->kind};
 }
 
-/* Tells the task's group or kind, if any, that it is done. */
+/* Tells the task's kind, if any, that it is done (an owned task's owner
+ * hears of a cancel in tko__cancel_item; a plain task has no one to tell). */
 static void ctx_done(const tko__item *item, int status, bool cancelled) {
-  if (!(item->ctx & ~TKO__CTX_TAGS) || tko__item_owner(item)) return;
   const tko__task_kind *kind = tko__item_kind(item);
-  if (kind && cancelled) kind->cancelled(item);
-  else if (kind) kind->done(item, status);
-  else
-    tko__group_finished((void *)(item->ctx & ~TKO__CTX_TAGS), status,
-                        cancelled && !(item->ctx & TKO__CTX_ASYNC));
+  if (!kind) return;
+  if (cancelled) kind->cancelled(item);
+  else kind->done(item, status);
 }
 
 /* An internal task (the keyed table's runner) is the library's own: no hooks, no
@@ -93,16 +96,18 @@ static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, ui
 }
 
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
-  if (item->ctx & TKO__CTX_ASYNC) return tko__async_start(pool, w, item);
-  if (tko__item_internal(item)) return run_runner(pool, item);
-  void *group = tko__item_group(item);
-  if (group) tko__group_started(group);
-  /* A kind may have withdrawn its task (a handle's cancel won): it is
-   * cancelled here, by whoever met it, exactly as a queued task is. */
-  const tko__task_kind *kind = tko__item_kind(item);
-  if (kind && kind->start && !kind->start(item)) {
-    tko__cancel_item(pool, item);
-    return -ECANCELED;
+  /* A plain task (ctx 0) pays this one test and nothing more. */
+  if (item->ctx) {
+    if (tko__item_internal(item)) return run_runner(pool, item);
+    const tko__task_kind *kind = tko__item_kind(item);
+    /* A kind that runs its tasks itself (an async task) takes it from here. */
+    if (kind && kind->run) return kind->run(pool, w, item);
+    /* A kind may have withdrawn its task (a handle's cancel won): it is
+     * cancelled here, by whoever met it, exactly as a queued task is. */
+    if (kind && kind->start && !kind->start(item)) {
+      tko__cancel_item(pool, item);
+      return -ECANCELED;
+    }
   }
   const tko_hooks *h = &pool->opts.hooks;
   tko__count(pool, w, &w->started);
@@ -330,7 +335,8 @@ static void publish_finished(tko__worker *w);
  * the queue; its blocking hint ends; the stop hook runs. A basic worker is
  * then replaced by a new thread on the same slot, which joins the old one
  * (if none can start, the pool has one worker fewer and says so in
- * stats.basic_workers); an elastic worker retires as if idle. Not
+ * stats.basic_workers); an elastic worker retires as if idle. A task
+ * whose kind ran it (tko__task_kind.run) is its kind's to finish. Not
  * supported: pthread_exit from an async task's start function (its op
  * stays in flight) or from a caller-runs task; and leaving a task by
  * longjmp/siglongjmp in any way (the pool's frames are skipped: its
@@ -338,7 +344,8 @@ static void publish_finished(tko__worker *w);
 
 static void finish_started(tko_pool *pool, tko__worker *w) {
   for (tko__task_frame *f = w->task; f; f = f->outer) {
-    if (f->item->ctx & TKO__CTX_ASYNC) continue;
+    const tko__task_kind *kind = tko__item_kind(f->item);
+    if (kind && kind->run) continue;
     if (tko__item_internal(f->item)) { /* a keyed lane's runner: not a task */
       tko__add_seq(&pool->runners_done, 1);
       continue;
@@ -499,13 +506,16 @@ static void run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item)
   /* A bounded queue counts a task until it starts (or is cancelled), not
    * until a worker takes it: taken tasks still wait. */
   tko__give_room(pool, w, tko__item_room(item));
+  void (*seam)(tko_pool *, void *) = TKO__SEAM(tko__test_start_window); /* 0 outside tests */
+  if (seam) seam(pool, item->arg);
   /* Acquire: pairs with the release in lifecycle.c (close_pool), so tasks this
    * worker had taken are cancelled rather than run once TKO_CANCEL began. */
   if (tko__load_acquire(&pool->cancelling)) {
-    /* An async task taken here holds an in-flight slot: give it back first,
-     * as async.c does, so that no snapshot taken once the cancel counts
+    /* What the take gave the task goes back first (an async task's
+     * in-flight slot), so that no snapshot taken once the cancel counts
      * shows the idle pool with an async task in flight. */
-    if (item->ctx & TKO__CTX_ASYNC) tko__async_release_slot(pool);
+    const tko__task_kind *kind = item->ctx ? tko__item_kind(item) : NULL;
+    if (kind && kind->dropped) kind->dropped(pool, item);
     tko__cancel_item(pool, item);
     return;
   }

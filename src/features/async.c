@@ -12,6 +12,12 @@
  * kept under the queue lock, where the take is decided). A completion frees
  * a slot and wakes a worker if async tasks wait.
  *
+ * Kind: an async task is a task kind (internal.h: tko__task_kind) whose
+ * run replaces the engine's: it takes a record, runs the start function,
+ * and the task finishes at its completion. A task in no group points to
+ * lone_task (below); a group's member points to its group, whose record
+ * holds async_kind for its async members. The engine names neither.
+ *
  * Lifetime: completion runs on a thread the pool does not own, so it
  * counts itself in `completers` and shutdown waits for that count to drop
  * to zero; the decrement is its last touch of the pool. Shutdown and
@@ -88,25 +94,35 @@ static void give_record(tko_pool *pool, struct tko_async *r) {
 #define AS_TASK(fn) ((tko_task_fn)(void (*)(void))(fn))
 #define AS_ASYNC(fn) ((tko_async_fn)(void (*)(void))(fn))
 
-static int submit_async(tko_pool *pool, uintptr_t group, tko_async_fn fn, void *arg, int weight) {
-  return tko__submit_item(pool, AS_TASK(fn), arg, group | TKO__CTX_ASYNC, weight, -1);
-}
+static const tko__task_kind async_kind;
+
+/* The record of an async task in no group: tko__item_kind reads the second
+ * word of a TKO__CTX_ASYNC task's record (both hold the kind). Aligned for
+ * the ctx tags. */
+static _Alignas(8) const tko__task_kind *const lone_task[2] = {&async_kind, &async_kind};
 
 int tko_submit_async(tko_pool *pool, tko_async_fn fn, void *arg, int weight) {
   if (!pool || !fn) return -EINVAL;
-  return submit_async(pool, 0, fn, arg, weight);
+  uintptr_t ctx = (uintptr_t)lone_task | TKO__CTX_KIND | TKO__CTX_ASYNC;
+  return tko__submit_item(pool, AS_TASK(fn), arg, ctx, weight, -1);
 }
 
 int tko_group_submit_async(tko_pool *pool, tko_group *group, tko_async_fn fn, void *arg,
                            int weight) {
   if (!fn) return -EINVAL;
-  return tko__group_submit_ctx(pool, group, TKO__CTX_ASYNC, AS_TASK(fn), arg, weight);
+  return tko__group_submit_ctx(pool, group, &async_kind, AS_TASK(fn), arg, weight);
+}
+
+/* The group an async task is a member of, NULL for one in no group. */
+static void *group_of(uintptr_t ctx) {
+  return ctx & TKO__CTX_GROUP ? (void *)(ctx & ~TKO__CTX_TAGS) : NULL;
 }
 
 void *tko_async_arg(const tko_async *op) { return op ? op->arg : NULL; }
 
-/* Frees an in-flight slot; wakes a worker if async tasks wait for one. */
-void tko__async_release_slot(tko_pool *pool) {
+/* Frees an in-flight slot (the take, or caller-runs, counted one); wakes a
+ * worker if async tasks wait for one. */
+static void release_slot(tko_pool *pool) {
   tko__shard *first = &pool->shards[0]; /* the async queue's */
   tko__lock_acquire(&first->lock);
   TKO__INVARIANT(pool->async_running > 0);
@@ -137,10 +153,10 @@ static void finish(struct tko_async *op, int status) {
     if (status && h->on_failure) h->on_failure(h->user, &info);
   }
   tko__leave_pool(prev);
-  uintptr_t ctx = op->ctx;
+  void *group = group_of(op->ctx);
   give_record(pool, op);
-  if (ctx & ~TKO__CTX_TAGS) tko__group_finished((void *)(ctx & ~TKO__CTX_TAGS), status, false);
-  tko__async_release_slot(pool);
+  if (group) tko__group_finished(group, status);
+  release_slot(pool);
   if (status) tko__add_seq(&c->failed, 1);
   tko__add_seq(&c->finished, 1); /* seq_cst: before notify_idle's load */
   tko__notify_idle(pool);
@@ -161,7 +177,9 @@ int tko_async_complete(tko_async *op, int status) {
   return 0;
 }
 
-int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
+/* The kind's run: starts the task on worker w (the caller slot in
+ * caller-runs and drain), which took its in-flight slot. */
+static int async_run(tko_pool *pool, tko__worker *w, const tko__item *item) {
   const tko_hooks *h = &pool->opts.hooks;
   struct tko_async *op = take_record(pool);
   if (!op) {
@@ -169,7 +187,7 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
      * on_cancel (the host frees its argument there) rather than vanish;
      * it never counted as started. tests/stress/test_lifecycle_stress.c
      * found the task that reached neither fn nor on_cancel. */
-    tko__async_release_slot(pool);
+    release_slot(pool);
     tko__cancel_item(pool, item);
     return -ENOMEM;
   }
@@ -192,6 +210,23 @@ int tko__async_start(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (rc) tko_async_complete(op, rc);
   return rc;
 }
+
+/* Cancelled before it started (its slot, if a take counted one, already
+ * given back by async_dropped or async_run). */
+static void async_cancelled(const tko__item *item) {
+  void *group = group_of(item->ctx);
+  if (group) tko__group_finished(group, -ECANCELED);
+}
+
+/* A worker took the task and will not start it: its in-flight slot goes. */
+static void async_dropped(tko_pool *pool, const tko__item *item) {
+  (void)item;
+  release_slot(pool);
+}
+
+/* No done: run finishes the task itself, at its completion (finish). */
+static const tko__task_kind async_kind = {
+    .run = async_run, .cancelled = async_cancelled, .dropped = async_dropped};
 
 static bool no_async_in_flight(void *pool) {
   return tko__load_seq(&((tko_pool *)pool)->async_inflight) == 0;

@@ -24,7 +24,12 @@
  * the group lists (each lists itself for its whole wait, under g->mu, and
  * the last member unparks them under that mutex, so a listed helper is
  * alive while it is unparked). A parker keeps a wake-up that comes before
- * the park, so none is lost between a helper's last look and its sleep. */
+ * the park, so none is lost between a helper's last look and its sleep.
+ *
+ * Members: a group is a task kind (internal.h: tko__task_kind). A member's
+ * ctx points to the group, whose record starts with two kinds: its own, for
+ * plain members, and the async feature's, for async members (async.c runs
+ * and finishes those, and reports each end here: tko__group_finished). */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -35,6 +40,10 @@
 #define GROUP_MAGIC 0x7461736bu
 
 typedef struct tko__group {
+  /* First (tko__item_kind): [0] member_kind, set at init; [1] the kind of
+   * async members, set under mu by the first async member's submit, before
+   * any async member is queued, and never changed after (read unlocked). */
+  const tko__task_kind *kinds[2];
   tko__mutex mu; /* guards every field below and the wait on cv */
   pthread_cond_t cv;
   uint64_t pending;
@@ -52,6 +61,8 @@ typedef struct tko__group {
 
 _Static_assert(sizeof(tko__group) <= sizeof(tko_group), "tko_group too small");
 _Static_assert(_Alignof(tko__group) <= _Alignof(tko_group), "tko_group misaligned");
+
+static const tko__task_kind member_kind; /* below: the kind of plain members */
 
 static tko__group *get(tko_group *group) {
   tko__group *g = (tko__group *)(void *)group;
@@ -79,6 +90,7 @@ int tko_group_init(tko_group *group) {
     return -ENOMEM;
   }
   tko__fork_watch();
+  g->kinds[0] = &member_kind;
   g->fork_gen = tko__fork_generation();
   g->magic = GROUP_MAGIC;
   return 0;
@@ -105,12 +117,9 @@ typedef struct group_helper {
   struct group_helper *next; /* the group's helpers: under g->mu */
 } group_helper;
 
-void tko__group_started(void *group) {
-  tko__sub_relaxed(&((tko__group *)group)->unstarted, 1);
-}
-
-void tko__group_finished(void *group, int status, bool unstarted) {
-  tko__group *g = group;
+/* A member finished (or was cancelled, status -ECANCELED); unstarted: a
+ * plain member cancelled before it started. */
+static void member_finished(tko__group *g, int status, bool unstarted) {
   if (unstarted) tko__sub_relaxed(&g->unstarted, 1);
   tko__mutex_lock(&g->mu);
   if (status && !g->status) g->status = status;
@@ -123,12 +132,36 @@ void tko__group_finished(void *group, int status, bool unstarted) {
   tko__mutex_unlock(&g->mu);
 }
 
-int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg, int weight) {
-  return tko__group_submit_ctx(pool, group, 0, fn, arg, weight);
+void tko__group_finished(void *group, int status) { member_finished(group, status, false); }
+
+static tko__group *member_group(const tko__item *item) {
+  return (tko__group *)(item->ctx & ~TKO__CTX_TAGS);
 }
 
-int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_task_fn fn,
-                          void *arg, int weight) {
+/* A plain member starts: it is no longer queued. */
+static bool member_starts(const tko__item *item) {
+  tko__sub_relaxed(&member_group(item)->unstarted, 1);
+  return true;
+}
+
+static void member_done(const tko__item *item, int status) {
+  member_finished(member_group(item), status, false);
+}
+
+static void member_cancelled(const tko__item *item) {
+  member_finished(member_group(item), -ECANCELED, true);
+}
+
+/* The kind of a group's plain members. */
+static const tko__task_kind member_kind = {
+    .start = member_starts, .done = member_done, .cancelled = member_cancelled};
+
+int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg, int weight) {
+  return tko__group_submit_ctx(pool, group, NULL, fn, arg, weight);
+}
+
+int tko__group_submit_ctx(tko_pool *pool, tko_group *group, const tko__task_kind *async_kind,
+                          tko_task_fn fn, void *arg, int weight) {
   tko__group *g = get(group);
   if (!pool || !g || !fn) return -EINVAL;
   if (copied(g)) return -ECHILD;
@@ -141,7 +174,9 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, uintptr_t tag, tko_t
   }
   g->pool = pool;
   g->pending++;
+  if (async_kind && !g->kinds[1]) g->kinds[1] = async_kind; /* one kind: async.c's */
   tko__mutex_unlock(&g->mu);
+  uintptr_t tag = async_kind ? TKO__CTX_ASYNC : 0;
   if (!tag) tko__add_relaxed(&g->unstarted, 1); /* before the member can start */
   int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP | tag, weight, -1);
   if (rc) {

@@ -129,6 +129,10 @@ extern void (*_Atomic tko__test_retire_window)(struct tko_pool *pool);
  * and slot held, before it creates the thread (created false) and after
  * (created true, the thread running). NULL outside tests. */
 extern void (*_Atomic tko__test_spawn_window)(struct tko_pool *pool, bool created);
+/* Test seam: when set, a worker calls it with each task it took (its arg),
+ * before it looks whether TKO_CANCEL began and starts the task or cancels
+ * it (worker.c: run_or_cancel). NULL outside tests. */
+extern void (*_Atomic tko__test_start_window)(struct tko_pool *pool, void *arg);
 #endif
 
 /* The calling thread's nice value (Linux: per thread; elsewhere 0), and a

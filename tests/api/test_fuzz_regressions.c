@@ -18,9 +18,9 @@
 
 /* Regression, fixed in 8f0737a (fuzz_api, check "async_inflight == 0" after wait_idle): an async
  * task that a full TKO_FULL_CALLER_RUNS queue runs on the submitting thread (run_here ->
- * tko__run_item -> tko__async_start) never takes an in-flight slot - only take_batch and shutdown's
- * empty_queue count async_running up - but its completion gives one back (finish ->
- * tko__async_release_slot), so async_running wraps to UINT_MAX: stats say 4294967295 async tasks in
+ * tko__run_item -> the async kind's run) never takes an in-flight slot - only take_batch and
+ * shutdown's empty_queue count async_running up - but its completion gives one back (finish ->
+ * release_slot, async.c), so async_running wraps to UINT_MAX: stats say 4294967295 async tasks in
  * flight, shutdown (and so destroy) waits for them for good, with or without a limit,
  * and with max_async_inflight set no async task ever starts again (refresh_backlog sees the limit
  * reached), so wait_idle never returns either. Fix: count the slot in run_here for async items (and

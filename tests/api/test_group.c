@@ -263,6 +263,30 @@ Test(group, group_of_one_gives_the_task_status) {
   cr_assert_eq(atomic_load(&c.bad), 0);
 }
 
+/* A member's end reaches its group before the pool counts the member
+ * finished: once the pool is idle, the group is done without a wait, its
+ * status the member's failure. */
+Test(group, a_members_end_reaches_the_group_before_the_pool_counts_it) {
+  gctx c;
+  gctx_init(&c);
+  tko_pool *pool = make_pool(&c, 2);
+  enum { N = 8 };
+  item its[N];
+  items_init(its, N, &c, 0, true);
+  its[N / 2].status = 5;
+  tko_group g;
+  cr_assert_eq(tko_group_init(&g), 0);
+  for (int i = 0; i < N; i++) cr_assert_eq(tko_group_submit(pool, &g, item_fn, &its[i], 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(tt_count_get(&c.runs), N);
+  cr_assert_eq(tko_group_pending(&g), 0, "a member ran and its group still counts it");
+  cr_assert_eq(tko_group_wait(&g, 0), 0);
+  cr_assert_eq(tko_group_status(&g), 5);
+  cr_assert_eq(tko_group_destroy(&g), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  cr_assert_eq(atomic_load(&c.bad), 0);
+}
+
 Test(group, status_is_the_first_failure) {
   gctx c;
   gctx_init(&c);
