@@ -96,10 +96,11 @@ static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, ui
 }
 
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
-  /* A plain task (ctx 0) pays this one test and nothing more. */
+  /* A plain task (ctx 0) pays this one test, and a NULL kind at its end. */
+  const tko__task_kind *kind = NULL;
   if (item->ctx) {
     if (tko__item_internal(item)) return run_runner(pool, item);
-    const tko__task_kind *kind = tko__item_kind(item);
+    kind = tko__item_kind(item);
     /* A kind that runs its tasks itself (an async task) takes it from here. */
     if (kind && kind->run) return kind->run(pool, w, item);
     /* A kind may have withdrawn its task (a handle's cancel won): it is
@@ -115,7 +116,7 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (!pool->timing) {
     int status = item->fn(item->arg);
     if (status) tko__count(pool, w, &w->failed);
-    if (item->ctx) ctx_done(item, status, false);
+    if (kind) kind->done(item, status);
     tko__count(pool, w, &w->finished);
     return status;
   }
@@ -132,7 +133,7 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
     if (h->on_failure) h->on_failure(h->user, &info);
     tko__count(pool, w, &w->failed);
   }
-  if (item->ctx) ctx_done(item, info.status, false);
+  if (kind) kind->done(item, info.status);
   tko__count(pool, w, &w->finished);
   return info.status;
 }
