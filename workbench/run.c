@@ -47,18 +47,6 @@
 
 #include "wb.h"
 
-uint64_t wb_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-void wb_sleep_ns(uint64_t ns) {
-  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-  while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-  }
-}
-
 /* The run's halt signal, raised once by a Ctrl-C: the workbench's own tasks
  * stop their work at it. Set up before the pool starts and torn down after
  * it is destroyed, like the statics below. */

@@ -262,7 +262,7 @@ int wb_plot_svg(FILE *f, const wb_result *res);
 #define WB_QUOTE_MAX 256
 const char *wb_quote(char *buf, size_t len, const char *s);
 
-/* util */
+/* clock.c */
 uint64_t wb_now_ns(void);
 void wb_sleep_ns(uint64_t ns);
 
