@@ -2,7 +2,7 @@
 /* The pool's internal layout, shared by the engine's files (pool.c,
  * lifecycle.c, submit.c, worker.c, elastic.c, resize.c, shard.c, admit.c)
  * and its features (group.c, timer.c, async.c, keyed.c, handle.c); the
- * extensions (lanes.c, coalescer.c) never include it.
+ * extensions (the lane_*.c files, coalescer.c) never include it.
  *
  * The lifecycle - the pool's states, the gate that blocked submitters and
  * caller-runs tasks pass, and attachments (tko__attach / tko__detach: an
@@ -528,7 +528,7 @@ void tko__async_quiesce(tko_pool *pool);
 void tko__async_fini(tko_pool *pool);
 
 /* keyed.c: frees the pool's keyed table at destroy (at shutdown it is an
- * attachment like any other: lanes.c's pool_closing). */
+ * attachment like any other: lane_close.c's tko__lanes_pool_closing). */
 void tko__keyed_free(tko_pool *pool);
 
 /* timer.c: stops the timer thread, then disarms every timer (each to

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The pool's own keyed table (tko_submit_keyed) between the engine
- * (keyed.c) and the lanes (lanes.c), declared without the pool's layout,
+ * (keyed.c) and the lanes (the lane_*.c files), declared without the pool's layout,
  * like lifecycle.h, so that the lanes stay an extension.
  *
  * Keyed tasks are the host's tasks: each is admitted by the pool's full
@@ -20,7 +20,7 @@
 
 #include "taskorch.h"
 
-/* keyed.c, for lanes.c. */
+/* keyed.c, for the lanes (lane_ring.c, lane_runner.c). */
 
 /* Counts one keyed task as submitted (its lane accepted it): its id,
  * nonzero and unique in the pool, and *enq_ns its submit time (0 when the
@@ -35,10 +35,10 @@ void tko__keyed_cancel(tko_pool *pool, const tko_lane_task *task, uint64_t id, u
 
 /* Whether the pool's full policy is TKO_FULL_CALLER_RUNS: a lane table's
  * submit that finds a full queue then runs its lane's first visit itself
- * (lanes.c: tko_lanes_submit), with the lane unlocked. */
+ * (lane_runner.c: tko_lanes_submit), with the lane unlocked. */
 bool tko__pool_caller_runs(const tko_pool *pool);
 
-/* lanes.c, for keyed.c. */
+/* lane_keyed.c, for keyed.c. */
 
 /* Makes the pool's keyed table (the default options, alloc its allocator):
  * its tasks run and are cancelled through the functions above. */
