@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The pool's own keyed table (tko_submit_keyed, keyed_host.h): its lanes' submit and create. */
+/* The pool's own keyed table (keyed_host.h): tko_submit_keyed, and the ops
+ * through which keyed.c makes, feeds and frees the table. */
 #define _GNU_SOURCE
 #include <assert.h>
 #include <errno.h>
@@ -25,8 +26,8 @@
  * the runner, which takes no room, is refused only at shutdown or for want
  * of memory, and this thread then drives the lane itself, as a runner
  * whose requeue was refused does. */
-int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight,
-                            bool run_here) {
+static int keyed_submit(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight,
+                        bool run_here) {
   lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
   tko__mutex_lock(&ln->mu);
   if (run_here && ln->scheduled) { /* earlier tasks of the lane come first */
@@ -54,8 +55,25 @@ int tko__lanes_submit_keyed(tko_lanes *l, uint64_t key, tko_task_fn fn, void *ar
   return 0;
 }
 
-int tko__lanes_create_keyed(tko_lanes **out, tko_pool *pool, const tko_allocator *alloc) {
+static int keyed_create(tko_lanes **out, tko_pool *pool, const tko_allocator *alloc) {
   tko_lane_options o = tko_lane_default_options();
   o.allocator = alloc;
   return tko__lanes_create(out, pool, &o, true);
+}
+
+/* What keyed.c may do with the pool's keyed table, passed down with each
+ * submit: keyed.c keeps the admission and the table's lifetime, and names
+ * nothing of this layer (keyed_host.h). */
+static const tko__keyed_ops keyed_ops = {
+    .create = keyed_create,
+    .submit = keyed_submit,
+    .destroy = tko_lanes_destroy,
+};
+
+/* The public entry point is here, with the lanes, rather than in keyed.c:
+ * a program linked statically that submits keyed tasks then pulls the
+ * lanes in through this call, and nothing depends on a registration that
+ * an unlinked object would have made. */
+int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight) {
+  return tko__keyed_submit(pool, &keyed_ops, key, fn, arg, weight);
 }
