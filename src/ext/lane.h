@@ -8,10 +8,13 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <assert.h>
+#include <errno.h>
 #include <stdint.h>
 
 #include "atomics.h"
 #include "lifecycle.h"
+#include "prim.h"
 #include "witness.h"
 #include "taskorch/lanes.h"
 
@@ -83,10 +86,30 @@ typedef struct ring_old {
   lane_meta *meta;
 } ring_old;
 
-/* lane_table.c: the table, its handle check and its counters. */
+/* Inline: on every submit and every task. */
 
-/* Every entry point's handle check: 0, -EINVAL or -ECHILD. */
-int tko__lanes_check(const tko_lanes *l);
+/* Every entry point's handle check: -EINVAL for NULL or a destroyed table,
+ * -ECHILD in a child forked after create (the runners stayed in the
+ * parent, and a lane mutex may have been held at the fork). */
+static inline int tko__lanes_check(const tko_lanes *l) {
+  if (!l) return -EINVAL;
+  assert(l->magic == LANES_MAGIC && "tko_lanes: not a live lane table (destroyed twice?)");
+  if (l->magic != LANES_MAGIC) return -EINVAL;
+  if (l->fork_gen != tko__fork_generation()) return -ECHILD;
+  return 0;
+}
+
+/* Pops the ring's head into *t and, for the keyed table, *m. Under ln->mu,
+ * count > 0. */
+static inline void tko__lane_ring_pop(lane *ln, tko_lane_task *t, lane_meta *m) {
+  *t = ln->ring[ln->head];
+  if (ln->meta) *m = ln->meta[ln->head];
+  ln->head = ln->head + 1 == ln->cap ? 0 : ln->head + 1;
+  ln->count--;
+}
+
+/* lane_table.c: the table and its counters. */
+
 int tko__lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts, bool keyed);
 /* pending -= n, waking wait_idle at zero. */
 void tko__lanes_pending_sub(tko_lanes *l, uint64_t n);
@@ -98,7 +121,6 @@ void tko__lanes_runner_done(tko_lanes *l);
 int tko__lane_ring_grow(tko_lanes *l, lane *ln);
 void tko__lane_ring_shrink(tko_lanes *l, lane *ln, ring_old *old);
 void tko__lane_ring_free(tko_lanes *l, const ring_old *old);
-void tko__lane_ring_pop(lane *ln, tko_lane_task *t, lane_meta *m);
 void tko__lane_ring_unpop(lane *ln, size_t i);
 int tko__lane_ring_push(tko_lanes *l, lane *ln, uint64_t key, tko_task_fn fn, void *arg,
                         int weight);

@@ -88,15 +88,6 @@ void tko__lane_ring_free(tko_lanes *l, const ring_old *old) {
   tko__mem_free(l->opts.allocator, old->meta);
 }
 
-/* Pops the ring's head into *t and, for the keyed table, *m. Under ln->mu,
- * count > 0. */
-void tko__lane_ring_pop(lane *ln, tko_lane_task *t, lane_meta *m) {
-  *t = ln->ring[ln->head];
-  if (ln->meta) *m = ln->meta[ln->head];
-  ln->head = ln->head + 1 == ln->cap ? 0 : ln->head + 1;
-  ln->count--;
-}
-
 /* Under ln->mu: puts scratch[i] back at the ring's head; there is room. */
 void tko__lane_ring_unpop(lane *ln, size_t i) {
   ln->head = ln->head ? ln->head - 1 : ln->cap - 1;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Lane tables (taskorch/lanes.h): options, create, the handle check, and
- * the counters that wait_idle and destroy wait on (lane_runner.c). */
+/* Lane tables (taskorch/lanes.h): options, create, and the counters that
+ * wait_idle and destroy wait on (lane_runner.c's essay: Lifetime). */
 #define _GNU_SOURCE
 #include <assert.h>
 #include <errno.h>
@@ -20,17 +20,6 @@
 #include "witness.h"
 #include "taskorch/lanes.h"
 #include "lane.h"
-
-/* Every entry point's handle check: -EINVAL for NULL or a destroyed table,
- * -ECHILD in a child forked after create (the runners stayed in the
- * parent, and a lane mutex may have been held at the fork). */
-int tko__lanes_check(const tko_lanes *l) {
-  if (!l) return -EINVAL;
-  assert(l->magic == LANES_MAGIC && "tko_lanes: not a live lane table (destroyed twice?)");
-  if (l->magic != LANES_MAGIC) return -EINVAL;
-  if (l->fork_gen != tko__fork_generation()) return -ECHILD;
-  return 0;
-}
 
 tko_lane_options tko_lane_default_options(void) {
   tko_lane_options o;
