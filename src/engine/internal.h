@@ -2,7 +2,7 @@
 /* The pool's internal layout, shared by the engine's files (pool.c,
  * lifecycle.c, submit.c, worker.c, elastic.c, resize.c, shard.c, admit.c)
  * and its features (group.c, timer.c, async.c, keyed.c, handle.c); the
- * extensions (lanes.c, coalescer.c) never include it.
+ * extensions (the lane_*.c files, coalescer.c) never include it.
  *
  * The lifecycle - the pool's states, the gate that blocked submitters and
  * caller-runs tasks pass, attachments (tko__attach / tko__detach: an
@@ -312,6 +312,9 @@ struct tko_pool {
   unsigned fork_gen; /* I: tko__fork_generation() at create */
   int creator_nice;  /* I: the creating thread's nice value: every worker's */
   _Atomic(tko_lanes *) keyed; /* tko_submit_keyed's lane table, made on first use */
+  /* The ops that made `keyed` (keyed_host.h), which free it at destroy:
+   * set by its maker before the release that publishes it. */
+  const struct tko__keyed_ops *keyed_ops;
   tko_options opts;        /* I: defaults resolved */
   tko__thread_place place; /* I: every worker thread's CPUs and stack */
   char name[10];           /* I: the thread-name prefix, cut to 9 */

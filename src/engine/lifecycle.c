@@ -46,7 +46,7 @@ bool tko__in_shutdown(const tko_pool *pool) { return closing_pool == pool; }
 /* The pool whose gate this thread entered first, and how many entries it
  * holds (of any pool): a thread inside a pool's gate must not wait for the
  * gate to empty, so shutdown and destroy are -EDEADLK there (a lane task
- * that a lane submit runs on its own thread, lanes.c). */
+ * that a lane submit runs on its own thread, lane_runner.c). */
 static _Thread_local const tko_pool *gated_pool;
 static _Thread_local unsigned gated_depth;
 

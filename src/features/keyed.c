@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* tko_submit_keyed: keyed serial lanes on the pool's own lane table, whose
- * tasks are the host's tasks (keyed_host.h): admitted by the full policy,
- * counted, run with the hooks and cancelled through on_cancel like any
- * other task, while their lanes' runners stay the library's own. */
+/* Keyed tasks' host side: keyed serial lanes on the pool's own lane table,
+ * whose tasks are the host's tasks (keyed_host.h): admitted by the full
+ * policy, counted, run with the hooks and cancelled through on_cancel like
+ * any other task, while their lanes' runners stay the library's own. The
+ * lanes sit a layer above: tko_submit_keyed is theirs (lane_keyed.c), and
+ * this file reaches them only through the ops they pass down with it. */
 #include <errno.h>
 #include <pthread.h>
 
@@ -28,7 +30,7 @@ static tko__worker *counting_slot(tko_pool *pool) {
 /* A keyed task that ends its thread (pthread_exit) on a worker: started,
  * it now counts as finished and failed, as the pool's own tasks do
  * (worker.c: task_exited, which then ends its lane's runner, after the
- * lane's visit has handed the lane on: lanes.c, visit_exited). */
+ * lane's visit has handed the lane on: lane_runner.c, visit_exited). */
 static void keyed_exited(void *worker) {
   tko__worker *w = worker;
   tko__count(w->pool, w, &w->failed);
@@ -72,12 +74,12 @@ void tko__keyed_cancel(tko_pool *pool, const tko_lane_task *task, uint64_t id, u
  * room while it runs, as a queued one does until it starts, so that
  * tko__keyed_run gives back what it took; TKO__LANE_BUSY (nothing done,
  * the room given back) when the lane has earlier tasks. */
-static int run_here(tko_pool *pool, tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg,
-                    int weight) {
+static int run_here(tko_pool *pool, const tko__keyed_ops *ops, tko_lanes *l, uint64_t key,
+                    tko_task_fn fn, void *arg, int weight) {
   int rc = tko__gate_enter(pool);
   if (rc) return rc;
   tko__take_room_unchecked(pool, 1);
-  rc = tko__lanes_submit_keyed(l, key, fn, arg, weight, true);
+  rc = ops->submit(l, key, fn, arg, weight, true);
   if (rc) tko__release_room(pool, 1);
   tko__gate_leave(pool);
   return rc;
@@ -90,9 +92,9 @@ static void keyed_free(tko_pool *pool);
  * attachment, resolved when shutdown begins); its fini destroys the table. */
 static const tko__phase keyed_phase = {.number = TKO__PHASE_KEYED, .fini = keyed_free};
 
-/* The pool's keyed table, made on first use if `make`; NULL (with *rc set
- * if making it failed) when there is none. */
-static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
+/* The pool's keyed table, made with ops->create on first use; NULL (with
+ * *rc set) if making it failed. */
+static tko_lanes *keyed_table(tko_pool *pool, const tko__keyed_ops *ops, int *rc) {
   for (unsigned spins = 0;; spins++) {
     /* Acquire: pairs with the release that installs the table below, so
      * the table is seen initialised. */
@@ -101,12 +103,14 @@ static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
       tko__wait_step(spins, 32);
       continue;
     }
-    if (l || !make) return l;
+    if (l) return l;
     *rc = tko__phase_add(pool, &keyed_phase); /* before the table exists */
     if (*rc) return NULL;
     tko_lanes *none = NULL;
     if (!atomic_compare_exchange_strong(&pool->keyed, &none, KEYED_MAKING)) continue;
-    *rc = tko__lanes_create_keyed(&l, pool, pool->opts.allocator);
+    *rc = ops->create(&l, pool, pool->opts.allocator);
+    /* Kept for keyed_free (the phase's fini); published by the release below. */
+    if (!*rc) pool->keyed_ops = ops;
     /* Release: pairs with the acquire above (NULL again after a failure:
      * the next keyed submit tries again). */
     atomic_store_explicit(&pool->keyed, *rc ? NULL : l, memory_order_release);
@@ -120,23 +124,24 @@ static tko_lanes *keyed_table(tko_pool *pool, bool make, int *rc) {
  * its lane is idle - that task only, then the lane goes to the pool - or,
  * when the key's earlier tasks must run first, waits for room as BLOCK
  * does. */
-int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight) {
+int tko__keyed_submit(tko_pool *pool, const tko__keyed_ops *ops, uint64_t key, tko_task_fn fn,
+                      void *arg, int weight) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   if (!fn) return -EINVAL;
   if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
   rc = 0;
-  tko_lanes *l = keyed_table(pool, true, &rc);
+  tko_lanes *l = keyed_table(pool, ops, &rc);
   if (!l) return rc;
   bool gated;
   rc = tko__admit(pool, 1, -1, pool->opts.full_policy, &gated);
   if (rc == TKO__RUN_HERE) {
-    rc = run_here(pool, l, key, fn, arg, weight);
+    rc = run_here(pool, ops, l, key, fn, arg, weight);
     if (rc != TKO__LANE_BUSY) return rc;
     rc = tko__admit(pool, 1, -1, TKO_FULL_BLOCK, &gated);
   }
   if (rc == TKO__ADMITTED) {
-    rc = tko__lanes_submit_keyed(l, key, fn, arg, weight, false);
+    rc = ops->submit(l, key, fn, arg, weight, false);
     if (rc) tko__release_room(pool, 1);
   }
   if (gated) tko__gate_leave(pool); /* after the last touch of a pool that may be closing */
@@ -146,5 +151,5 @@ int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, in
 /* The phase's fini (destroy). */
 static void keyed_free(tko_pool *pool) {
   tko_lanes *l = atomic_exchange(&pool->keyed, NULL);
-  if (l) tko_lanes_destroy(l);
+  if (l) pool->keyed_ops->destroy(l); /* the ops that made it */
 }

@@ -27,7 +27,7 @@ static _Thread_local struct {
 
 static const char *const names[TKO__RANK_COUNT] = {
     [TKO__RANK_NONE] = "no lock",
-    [TKO__RANK_LANE] = "a lane's mu (lanes.c)",
+    [TKO__RANK_LANE] = "a lane's mu (lane.h)",
     [TKO__RANK_SPAWN] = "spawn_mu",
     [TKO__RANK_QUEUE] = "the queue lock",
     [TKO__RANK_HELP] = "help_mu",
@@ -38,7 +38,7 @@ static const char *const names[TKO__RANK_COUNT] = {
     [TKO__RANK_TIMER] = "timer_mu",
     [TKO__RANK_ASYNC] = "async_mu",
     [TKO__RANK_PARKER] = "a parker's mu (signal.c)",
-    [TKO__RANK_LANES_IDLE] = "the lanes' idle_mu (lanes.c)",
+    [TKO__RANK_LANES_IDLE] = "the lanes' idle_mu (lane.h)",
     [TKO__RANK_COALESCER] = "a coalescer's mu (coalescer.c)",
     [TKO__RANK_RINGS] = "the submit rings' mu (ring.c)",
     [TKO__RANK_WORD_WAIT] = "a word wait's stripe mu (futex.c)",

@@ -25,7 +25,7 @@
  * inversion is reported the first time it happens, not only when it
  * deadlocks. Without the option the wrappers are the bare pthread calls.
  *
- * Platform layer: extensions (lanes.c, coalescer.c) include it too. */
+ * Platform layer: extensions (the lane_*.c files, coalescer.c) include it too. */
 #ifndef TKO_WITNESS_H
 #define TKO_WITNESS_H
 
@@ -35,7 +35,7 @@
 /* Outermost first. A lock's role and what it is held across: */
 typedef enum tko__rank {
   TKO__RANK_NONE = 0, /* no lock (a report's "held" when nothing was) */
-  /* lanes.c: one lane's mu (its ring and flags). Held while the lane
+  /* lane.h: one lane's mu (its ring and flags). Held while the lane
    * submits its runner to the pool, so it ranks before every engine lock,
    * and while it updates the lanes' pending count (TKO__RANK_LANES_IDLE). */
   TKO__RANK_LANE,
@@ -58,7 +58,7 @@ typedef enum tko__rank {
   TKO__RANK_TIMER,      /* internal.h: timer_mu, the timers' heap and records */
   TKO__RANK_ASYNC,      /* internal.h: async_mu, the async records' free list */
   TKO__RANK_PARKER,     /* tko_signal.h: a parker's fallback mu (no futex) */
-  TKO__RANK_LANES_IDLE, /* lanes.c: idle_mu, the lanes' pending and runner counts */
+  TKO__RANK_LANES_IDLE, /* lane.h: idle_mu, the lanes' pending and runner counts */
   TKO__RANK_COALESCER,  /* coalescer.c: mu, the dirty tables and the sweep token */
   TKO__RANK_RINGS,      /* ring.h: the submit rings' mu, their claims and close */
   TKO__RANK_WORD_WAIT,  /* futex.c: a word wait's stripe mu (no futex: tko__word_wait) */
