@@ -136,10 +136,11 @@ void tko__lane_cancel_task(tko_lanes *l, const tko_lane_task *t, const lane_meta
 void tko__lanes_runner_cancelled(tko__task_owner *owner, void *arg);
 bool tko__lanes_in_own_task(tko_lanes *l);
 bool tko__lanes_drive_withdrawn(tko_lanes *l);
+/* Hands every task queued on ln to on_cancel (close, cancel, a runner the
+ * pool dropped). */
+bool tko__lane_cancel(tko_lanes *l, lane *ln, bool unschedule);
 
 /* lane_close.c: close, cancel, wait, destroy and stats. */
-
-bool tko__lane_cancel(tko_lanes *l, lane *ln, bool unschedule);
 int tko__lanes_pool_closing(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms);
 
 #endif

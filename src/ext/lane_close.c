@@ -41,37 +41,6 @@ int tko__lanes_pool_closing(tko__attachment *a, tko_shutdown_mode mode, long tim
   return 0;
 }
 
-/* Hands every task queued on ln to on_cancel. The whole ring is detached
- * under the mutex at once (the lane starts a new one at its next push,
- * tko__lane_ring_grow), then its tasks go to on_cancel in order with the lane
- * unlocked. So a runner in the middle of a visit finds the lane empty when
- * it looks again and takes nothing more: per key, the tasks that ran are a
- * prefix and the cancelled ones the rest, never a task run after an
- * earlier one was cancelled. If `unschedule`, the lane's runner was dropped
- * by the pool and this caller owns its runner count: it clears the flag
- * and returns the count. Returns whether it did. */
-bool tko__lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
-  tko__mutex_lock(&ln->mu);
-  bool owned = unschedule && ln->scheduled;
-  if (owned) ln->scheduled = false;
-  size_t n = ln->count, head = ln->head, cap = ln->cap;
-  ring_old gone = {NULL, NULL};
-  if (n) {
-    gone = (ring_old){ln->ring, ln->meta};
-    ln->ring = NULL;
-    ln->meta = NULL;
-    ln->cap = ln->head = ln->count = 0;
-    ln->cancelled += n;
-  }
-  tko__mutex_unlock(&ln->mu);
-  for (size_t i = 0, at = head; i < n; i++, at = at + 1 == cap ? 0 : at + 1)
-    tko__lane_cancel_task(l, &gone.ring[at], gone.meta ? &gone.meta[at] : NULL);
-  tko__lane_ring_free(l, &gone);
-  tko__lanes_pending_sub(l, n);
-  if (owned) tko__lanes_runner_done(l);
-  return owned;
-}
-
 /* Waits, under no lock, for every submit that passed the closed check. */
 static void close_table(tko_lanes *l) {
   tko__store_seq(&l->closed, true); /* seq_cst: see tko_lanes_submit */
