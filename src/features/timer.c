@@ -159,12 +159,16 @@ static void firing_cancelled(const tko__item *item) { firing_done(item, true); }
 /* A firing is always started; the engine reports its end. */
 static const tko__task_kind firing_kind = {.done = firing_ran, .cancelled = firing_cancelled};
 
-/* Runs a due task on this thread (the timer thread, or the caller when the
- * pool runs tasks on the caller): counted like a caller-runs task. */
-static void run_here(tko_pool *pool, const tko__item *item) {
-  tko__add_seq(&pool->caller_runs, 1); /* seq_cst: submitted before it can finish */
+/* Runs a due task on this thread (the timer thread, once the pool is
+ * closed): a task that never reached the queue, so its id is a side task's
+ * (top bit set; counted as submitted, seq_cst, before it can finish), and
+ * stats count it among the tasks run off the workers. */
+static void run_here(tko_pool *pool, const tko__item *due) {
+  tko__item item = *due;
+  item.id = tko__side_task(pool);
+  tko__add_relaxed(&pool->off_worker_runs, 1); /* relaxed: a statistic only */
   tko_pool *prev = tko__enter_pool(pool);
-  tko__run_item(pool, &pool->caller, item);
+  tko__run_item(pool, &pool->caller, &item);
   tko__leave_pool(prev);
   tko__notify_idle(pool);
 }
