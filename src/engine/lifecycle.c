@@ -31,8 +31,9 @@
 #include <errno.h>
 #include <time.h>
 
+#include "engine.h"
 #include "invariant.h"
-#include "internal.h"
+#include "wake.h"
 
 /* The pool whose shutdown the calling thread is in: from taking the
  * shutter role (role) and from closing the pool (closing_pool). The

@@ -17,8 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "mem.h"
+#include "wake.h"
 
 tko_options tko_basic_options(unsigned workers) {
   tko_options o;

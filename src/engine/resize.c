@@ -51,7 +51,8 @@
  * take none); no lock is held while joining or creating a thread. */
 #include <errno.h>
 
-#include "internal.h"
+#include "engine.h"
+#include "wake.h"
 
 bool tko__resize_retire(tko_pool *pool, tko__worker *w) {
   /* Once shutdown has closed the pool, a shrink no longer retires anyone:

@@ -28,7 +28,8 @@
  * (its ring claim failed for want of memory) and later gets a ring of
  * another shard may see its newer tasks taken before its older ones still
  * in the inbox. */
-#include "internal.h"
+#include "engine.h"
+#include "wake.h"
 
 int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh) {
   int rc = 0;

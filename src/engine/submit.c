@@ -6,9 +6,10 @@
 #include <errno.h>
 #include <limits.h>
 
+#include "engine.h"
 #include "invariant.h"
-#include "internal.h"
 #include "seam.h"
+#include "wake.h"
 
 /* What make_room did: QUEUED, the tasks are in the queue; ROOM, the ring
  * has room again (reserve); or a negative errno. */
