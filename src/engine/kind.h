@@ -39,7 +39,7 @@
  *   not run (its feature withdrew it); the engine cancels it instead, as
  *   it cancels any queued task (on_cancel, then cancelled, counted);
  * - done: the task ran and returned status (-ECANCELED for a task that
- *   ended its thread: worker.c), after the after_run and on_failure hooks;
+ *   ended its thread: run.c, tko__finish_started), after the after_run and on_failure hooks;
  * - cancelled: the task will never run, after the on_cancel hook saw it;
  * - dropped (NULL: nothing): a worker took the task from its queue and
  *   will not start it (TKO_CANCEL began), just before the engine cancels

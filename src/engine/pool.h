@@ -63,7 +63,7 @@
 #define TKO__BATCH_BUDGET_NS 20000u
 /* tko_options.recheck_us's default: five batch budgets, so that rechecks
  * add at most one visit to the queue lock per five batches. And the work
- * between two of a worker's clock reads in a batch (worker.c:
+ * between two of a worker's clock reads in a batch (take.c:
  * recheck_hands_back): a microsecond, so that a read is a few percent of
  * it at most. */
 #define TKO__RECHECK_DEFAULT_US 100u
@@ -79,14 +79,14 @@
 /* Inbox slots per pool (40 bytes each). */
 #define TKO__INBOX_CAPACITY 1024u
 
-/* A task a worker runs (worker.c: run_or_cancel), on the worker's stack. */
+/* A task a worker runs (run.c: tko__run_or_cancel), on the worker's stack. */
 typedef struct tko__task_frame {
   const tko__item *item;
   unsigned blocking_base; /* blocking_depth when the task started */
   struct tko__task_frame *outer;
 } tko__task_frame;
 
-/* A batch a worker took (worker.c: run_batch), on the worker's stack. */
+/* A batch a worker took (take.c: tko__run_batch), on the worker's stack. */
 typedef struct tko__batch_frame {
   const tko__item *items;
   size_t n, next; /* next: the first not yet started */
@@ -104,7 +104,7 @@ enum { TKO__SLOT_EMPTY = 0, TKO__SLOT_RUNNING, TKO__SLOT_RETIRING, TKO__SLOT_LEA
  * sum them across slots. */
 typedef struct tko__worker {
   TKO_CACHE_ALIGNED atomic_uint_fast64_t started;
-  atomic_uint_fast64_t finished; /* stored seq_cst once per batch: see worker.c */
+  atomic_uint_fast64_t finished; /* stored seq_cst once per batch: see take.c */
   atomic_uint_fast64_t failed;
   /* Bounded queues (admit.c): room given back by tasks this slot started
    * (owner only), and how much of it was subtracted from room_taken
@@ -132,7 +132,7 @@ typedef struct tko__worker {
    * one while a task helps in a group wait), and the batches it took and
    * is working through (a helping wait takes from the innermost first).
    * Kept so that a task that ends the thread (pthread_exit) leaves the
-   * pool's accounting right (worker.c: worker_exited). */
+   * pool's accounting right (worker.c: tko__task_exited). */
   struct tko__task_frame *task;
   struct tko__batch_frame *batch;
   /* A basic worker's thread that a task ended, to be joined by the thread
@@ -142,7 +142,7 @@ typedef struct tko__worker {
   bool has_predecessor;
   bool exiting; /* a task is ending this thread (owner only) */
   size_t batch_cap; /* most tasks the next take may hold; owner only */
-  /* The recheck (worker.c), owner only: the time of its last take or look,
+  /* The recheck (take.c), owner only: the time of its last take or look,
    * of its last clock read, the starts since that read, and the starts
    * between two reads. */
   uint64_t looked_ns, clocked_ns;
@@ -318,7 +318,7 @@ struct tko_pool {
   char name[10];           /* I: the thread-name prefix, cut to 9 */
   bool timing;        /* I: some hook needs wait/run times */
   bool count_late;    /* I: timing and no aging: starts count late inversions
-                         (worker.c: count_late) */
+                         (run.c: count_late) */
   bool stamp_enqueue; /* I: timing or aging: submits read the clock. Kept here, with
                          the read-only options, not read from the queue's
                          aging_ns, whose line the lock holder writes per take */
@@ -329,7 +329,7 @@ struct tko_pool {
   atomic_uint basic_target; /* basic workers wanted: slots [0, basic_target) */
   atomic_uint elastic_max;  /* max_elastic now (opts.max_elastic: at create) */
   /* The heaviest weight ever submitted: a worker whose next task of its
-   * batch weighs that much starts it without a recheck look (worker.c),
+   * batch weighs that much starts it without a recheck look (take.c),
    * since nothing can outrank it. Raised by CAS only when a heavier weight
    * first appears, so this line stays read-mostly. */
   atomic_int weight_ceiling;

@@ -199,7 +199,7 @@ static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, siz
   return 0;
 }
 
-/* Raises the pool's weight ceiling (internal.h) to weight, before the task
+/* Raises the pool's weight ceiling (pool.h) to weight, before the task
  * it belongs to is published: a worker's take or recheck that moves the
  * task (acquiring its publish) then reads the new ceiling. Relaxed, the
  * load and the CAS: the line is read-mostly and written only by a weight

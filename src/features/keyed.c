@@ -27,7 +27,7 @@ static tko__worker *counting_slot(tko_pool *pool) {
 
 /* A keyed task that ends its thread (pthread_exit) on a worker: started,
  * it now counts as finished and failed, as the pool's own tasks do
- * (worker.c: task_exited, which then ends its lane's runner, after the
+ * (worker.c: tko__task_exited, which then ends its lane's runner, after the
  * lane's visit has handed the lane on: lanes.c, visit_exited). */
 static void keyed_exited(void *worker) {
   tko__worker *w = worker;
