@@ -26,9 +26,11 @@
 #include <errno.h>
 #include <sched.h>
 
+#include "engine.h"
 #include "invariant.h"
-#include "internal.h"
+#include "kind.h"
 #include "mem.h"
+#include "wake.h"
 
 #define CHUNK_RECORDS 64
 

@@ -34,8 +34,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "invariant.h"
-#include "internal.h"
+#include "kind.h"
+#include "wake.h"
 
 #define GROUP_MAGIC 0x7461736bu
 

@@ -57,7 +57,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "engine.h"
+#include "kind.h"
 
 #define HANDLE_MAGIC 0x68646c65u /* "hdle" */
 

@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "keyed_host.h"
 
 uint64_t tko__keyed_accept(tko_pool *pool, uint64_t *enq_ns) {

@@ -40,8 +40,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "heap.h"
-#include "internal.h"
+#include "kind.h"
 #include "mem.h"
 
 enum { TIMER_IDLE = 0, TIMER_ARMED, TIMER_FIRED, TIMER_CANCELLED };
