@@ -118,6 +118,7 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   tko__count(pool, w, &w->finished);
   return info.status;
 }
+
 void tko__cancel_item(tko_pool *pool, const tko__item *item) {
   const tko_hooks *h = &pool->opts.hooks;
   tko_task_info info;
@@ -185,6 +186,7 @@ void tko__finish_started(tko_pool *pool, tko__worker *w) {
   w->blocking_depth = 0;
   tko__publish_finished(w);
 }
+
 /* Starts one task this worker took, or cancels it once TKO_CANCEL began. */
 void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
   /* A bounded queue counts a task until it starts (or is cancelled), not

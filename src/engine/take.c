@@ -52,6 +52,7 @@ size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, 
   if (n) tko__notify_idle(pool);
   return n;
 }
+
 /* Under the lock: moves every submitted task into the queue, and says
  * whether the pool is paused. paused first, then the drain's tail:
  * seq_cst both (plain loads on x86). A take that sees a resume then also
@@ -154,6 +155,7 @@ size_t tko__take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_t 
   if (n == 0) w->swept_ns = TKO__SWEEP_DUE;
   return n;
 }
+
 /* ---- handing taken tasks back ----------------------------------------
  *
  * The tasks this thread took and had not started go back to the queue, at
@@ -248,6 +250,7 @@ void tko__requeue_taken(tko_pool *pool, tko__worker *w) {
   }
   w->batch = NULL;
 }
+
 /* ---- the recheck: bounded priority inversion ------------------------
  *
  * The contract (taskorch.h, tko_submit): once a submit has returned, no
@@ -324,6 +327,7 @@ static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__it
   if (back) w->batch = NULL;
   return back;
 }
+
 static size_t stride_for(uint64_t ns_per_task) {
   if (ns_per_task >= TKO__CLOCK_STRIDE_NS) return 1;
   uint64_t n = TKO__CLOCK_STRIDE_NS / (ns_per_task ? ns_per_task : 1);
@@ -379,6 +383,7 @@ enum tko__batch_end tko__run_batch(tko_pool *pool, tko__worker *w, const tko__it
   w->batch = frame.outer;
   return end;
 }
+
 /* Only from a queue's next bucket, and only where no other queue's top is
  * heavier, after the look at the other queues' submissions that a take
  * makes once the recheck period has passed: a member goes before the

@@ -19,7 +19,7 @@
 /* ---- a task that ends its thread ------------------------------------
  *
  * pthread_exit from a task unwinds the worker's stack through the cleanup
- * handler run_or_cancel pushes around each task (glibc runs it during the
+ * handler tko__run_or_cancel (run.c) pushes around each task (glibc runs it during the
  * forced unwind; the innermost one acts, outer ones see `exiting`). The
  * handler puts the pool right before the thread goes:
  * the tasks the thread had started (the exiting one, and any that were
@@ -34,6 +34,7 @@
  * stays in flight) or from a caller-runs task; and leaving a task by
  * longjmp/siglongjmp in any way (the pool's frames are skipped: its
  * counts and locks are then wrong - taskorch.h). */
+
 /* Starts a thread to take this basic worker's place; false if none could
  * start (then the slot is left to be staffed again by a grow). */
 static bool replace_basic(tko_pool *pool, tko__worker *w) {
@@ -79,6 +80,7 @@ void tko__task_exited(void *arg) {
   if (unstaffed) tko__resize_vacate(pool, w);
   tko__thread_exit(pool); /* this thread's own count: the last touch */
 }
+
 /* The clock reads a batch's rechecks make: the first before its second
  * task, then one per TKO__CLOCK_STRIDE_NS of work as the tasks since the
  * last read ran. Why not one per task: a flood of empty tasks of four
@@ -89,6 +91,7 @@ static void clock_from_take(tko__worker *w, uint64_t now) {
   w->unclocked = 0;
   w->clock_stride = 1;
 }
+
 int tko_blocking_begin(void) {
   tko__worker *w = tko__current_worker;
   if (!w) return -EPERM;
@@ -111,6 +114,7 @@ int tko_blocking_end(void) {
   if (--w->blocking_depth == 0) tko__sub_relaxed(&w->pool->blocking, 1);
   return 0;
 }
+
 /* Sizes this worker's next take from how long its last batch of n tasks
  * ran: about TKO__BATCH_BUDGET_NS of work, within 1..max_batch. Why: a
  * take is a visit to the queue lock and the queue's lines, so short tasks
