@@ -43,7 +43,8 @@ tree_of() { # $1 = commit or "tree", $2 = a or b: prints the source tree
 }
 build() { # $1 = library tree, $2 = output
   # Each source as that tree's CMake builds it: with -fexceptions where its
-  # CMakeLists says so (worker.c, and later keyed.c and lanes.c:
+  # CMakeLists says so (worker.c, and in later trees keyed.c, lanes.c,
+  # run.c and take.c:
   # pthread_cleanup_push is then a cleanup attribute, not a sigsetjmp per
   # task).
   # src/ is flat in older trees and one folder per layer since 0.3.

@@ -45,7 +45,7 @@
 #include <sched.h>
 #include <time.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "invariant.h"
 #include "seam.h"
 

@@ -27,8 +27,9 @@
  * nobody else claims it, and shutdown waits for spawns in flight. */
 #include <errno.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "seam.h"
+#include "wake.h"
 
 #ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_retire_window)(tko_pool *pool);

@@ -12,7 +12,8 @@
  * the submit sees the helper and unparks it; a parker keeps a wake-up
  * that comes before the park, so none is lost between the look and the
  * sleep. */
-#include "internal.h"
+#include "engine.h"
+#include "wake.h"
 
 void tko__wake_helpers(tko_pool *pool) {
   tko__mutex_lock(&pool->help_mu);

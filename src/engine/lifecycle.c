@@ -31,8 +31,9 @@
 #include <errno.h>
 #include <time.h>
 
+#include "engine.h"
 #include "invariant.h"
-#include "internal.h"
+#include "wake.h"
 
 /* The pool whose shutdown the calling thread is in: from taking the
  * shutter role (role) and from closing the pool (closing_pool). The
@@ -236,7 +237,7 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   tko__mutex_unlock(&pool->gate_mu);
   tko__shard *first = &pool->shards[0];
   tko__lock_acquire(&first->lock);
-  /* Release: pairs with the acquire in run_or_cancel (worker.c). */
+  /* Release: pairs with the acquire in tko__run_or_cancel (run.c). */
   if (cancel) tko__store_release(&pool->cancelling, true);
   tko__store_seq(&pool->paused, false); /* a paused pool drains or cancels too */
   tko__inbox_close(&pool->inbox);

@@ -2,7 +2,7 @@
 /* The pool's lifecycle as the rest of the library sees it: its states, the
  * gate that every thread touching a pool from outside its workers passes,
  * and attachments (objects that hold a pool and are resolved at shutdown).
- * Kept apart from internal.h, and needing nothing of the pool's layout, so
+ * Kept apart from pool.h, and needing nothing of the pool's layout, so
  * that an extension (lanes, coalescer) or a feature (timers, async) can
  * attach without seeing the engine's structures.
  *

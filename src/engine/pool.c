@@ -17,8 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "mem.h"
+#include "wake.h"
 
 tko_options tko_basic_options(unsigned workers) {
   tko_options o;
@@ -396,7 +397,7 @@ int tko_pool_trim(tko_pool *pool) {
 }
 
 /* Sums one counter over the caller slot and every worker slot. Acquire
- * loads: each pairs with count_own's release (worker.c), so a caller that
+ * loads: each pairs with tko__count_own's release (engine.h), so a caller that
  * sees a task counted also sees what it wrote, and no later load of the
  * snapshot is satisfied before these. */
 static uint64_t sum_slots(tko_pool *pool, size_t offset) {

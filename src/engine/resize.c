@@ -18,7 +18,7 @@
  * decides under spawn_mu (tko__resize_retire), so that two elastic workers
  * never both retire for one place and a grow never races a decision. The
  * rest of its batch goes back to the queue where it was taken from
- * (worker.c: requeue_taken), so nothing is lost or reordered. Sleepers are
+ * (take.c: tko__requeue_taken), so nothing is lost or reordered. Sleepers are
  * woken so that they look too: a shrink stores its target seq_cst, then
  * wakes every sleeper in the idle set; a worker whose bit that wake missed
  * set it after the wake's claim, and re-reads the target before it parks
@@ -51,7 +51,8 @@
  * take none); no lock is held while joining or creating a thread. */
 #include <errno.h>
 
-#include "internal.h"
+#include "engine.h"
+#include "wake.h"
 
 bool tko__resize_retire(tko_pool *pool, tko__worker *w) {
   /* Once shutdown has closed the pool, a shrink no longer retires anyone:

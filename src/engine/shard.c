@@ -16,7 +16,7 @@
  * takes half of another shard's backlog. Tasks not yet drained from
  * another shard's rings have no top: a worker sweeps - drains every other
  * shard with submissions waiting - at a take once recheck_ns has passed
- * since its last sweep, and at every recheck look (worker.c). So once a
+ * since its last sweep, and at every recheck look (take.c). So once a
  * submit has returned, a worker starts a lighter task at most about
  * recheck_ns (plus the batch it already took) later while that task is
  * still queued. Within one shard the order is the single queue's.
@@ -28,7 +28,8 @@
  * (its ring claim failed for want of memory) and later gets a ring of
  * another shard may see its newer tasks taken before its older ones still
  * in the inbox. */
-#include "internal.h"
+#include "engine.h"
+#include "wake.h"
 
 int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh) {
   int rc = 0;

@@ -6,9 +6,10 @@
 #include <errno.h>
 #include <limits.h>
 
+#include "engine.h"
 #include "invariant.h"
-#include "internal.h"
 #include "seam.h"
+#include "wake.h"
 
 /* What make_room did: QUEUED, the tasks are in the queue; ROOM, the ring
  * has room again (reserve); or a negative errno. */
@@ -198,7 +199,7 @@ static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, siz
   return 0;
 }
 
-/* Raises the pool's weight ceiling (internal.h) to weight, before the task
+/* Raises the pool's weight ceiling (pool.h) to weight, before the task
  * it belongs to is published: a worker's take or recheck that moves the
  * task (acquiring its publish) then reads the new ceiling. Relaxed, the
  * load and the CAS: the line is read-mostly and written only by a weight

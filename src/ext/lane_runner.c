@@ -287,7 +287,7 @@ static bool hand_on(tko_lanes *l, lane *ln) {
  * refusing a runner (shutting down, or a full queue) - the lane's queued
  * tasks go to on_cancel instead (tko__lane_cancel; taskorch.h says so). Then
  * the pool's handler ends the runner, as it does any of its tasks that
- * ends its thread (worker.c: task_exited); a keyed task first counts
+ * ends its thread (worker.c: tko__task_exited); a keyed task first counts
  * itself in the pool (keyed.c). */
 
 /* Hands a task taken from the ring to on_cancel; no lock held. */

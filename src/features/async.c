@@ -12,7 +12,7 @@
  * kept under the queue lock, where the take is decided). A completion frees
  * a slot and wakes a worker if async tasks wait.
  *
- * Kind: an async task is a task kind (internal.h: tko__task_kind) whose
+ * Kind: an async task is a task kind (kind.h: tko__task_kind) whose
  * run replaces the engine's: it takes a record, runs the start function,
  * and the task finishes at its completion. A task in no group points to
  * lone_task (below); a group's member points to its group, whose record
@@ -26,9 +26,11 @@
 #include <errno.h>
 #include <sched.h>
 
+#include "engine.h"
 #include "invariant.h"
-#include "internal.h"
+#include "kind.h"
 #include "mem.h"
+#include "wake.h"
 
 #define CHUNK_RECORDS 64
 

@@ -26,7 +26,7 @@
  * alive while it is unparked). A parker keeps a wake-up that comes before
  * the park, so none is lost between a helper's last look and its sleep.
  *
- * Members: a group is a task kind (internal.h: tko__task_kind). A member's
+ * Members: a group is a task kind (kind.h: tko__task_kind). A member's
  * ctx points to the group, whose record starts with two kinds: its own, for
  * plain members, and the async feature's, for async members (async.c runs
  * and finishes those, and reports each end here: tko__group_finished). */
@@ -34,8 +34,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "invariant.h"
-#include "internal.h"
+#include "kind.h"
+#include "wake.h"
 
 #define GROUP_MAGIC 0x7461736bu
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Task handles: a caller-owned record of one task, to cancel it, wait for
- * it and read its outcome. A handle is a task kind (internal.h:
+ * it and read its outcome. A handle is a task kind (kind.h:
  * tko__task_kind): the engine knows it only through the kind's callbacks,
  * reached from the item's ctx, which points to the handle.
  *
@@ -14,7 +14,7 @@
  * Cancel and start cannot both win: each is a CAS from QUEUED on the same
  * word, so exactly one of them moves it on. A start that loses (the word
  * says CANCELLING) refuses the task, and the engine cancels it where it
- * stands, on that thread (worker.c: tko__run_item). A cancel that wins then
+ * stands, on that thread (run.c: tko__run_item). A cancel that wins then
  * takes the item out of the queues (tko__take_queued, under each queue's
  * lock) and, if it found it, cancels it itself; if not, a worker holds it
  * in a batch it took and has not started, and that worker's start meets
@@ -57,7 +57,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "engine.h"
+#include "kind.h"
 
 #define HANDLE_MAGIC 0x68646c65u /* "hdle" */
 

@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "keyed_host.h"
 
 uint64_t tko__keyed_accept(tko_pool *pool, uint64_t *enq_ns) {
@@ -29,7 +29,7 @@ static tko__worker *counting_slot(tko_pool *pool) {
 
 /* A keyed task that ends its thread (pthread_exit) on a worker: started,
  * it now counts as finished and failed, as the pool's own tasks do
- * (worker.c: task_exited, which then ends its lane's runner, after the
+ * (worker.c: tko__task_exited, which then ends its lane's runner, after the
  * lane's visit has handed the lane on: lane_runner.c, visit_exited). */
 static void keyed_exited(void *worker) {
   tko__worker *w = worker;

@@ -13,7 +13,7 @@
  * shutdown finds it armed). A host frees the argument in on_cancel, so it
  * must get there once, after the timer's last run. Three rules see to it:
  * - one firing at a time: a firing carries a pool-owned record, of a task
- *   kind (internal.h: tko__task_kind), that the engine reports back when
+ *   kind (kind.h: tko__task_kind), that the engine reports back when
  *   the task has run or was cancelled (firing_done); while it is queued or
  *   running, the timer skips its periods;
  * - a firing the queue refuses (a full TKO_FULL_REJECT queue, no memory)
@@ -40,8 +40,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "heap.h"
-#include "internal.h"
+#include "kind.h"
 #include "mem.h"
 
 enum { TIMER_IDLE = 0, TIMER_ARMED, TIMER_FIRED, TIMER_CANCELLED };

@@ -131,7 +131,7 @@ extern void (*_Atomic tko__test_retire_window)(struct tko_pool *pool);
 extern void (*_Atomic tko__test_spawn_window)(struct tko_pool *pool, bool created);
 /* Test seam: when set, a worker calls it with each task it took (its arg),
  * before it looks whether TKO_CANCEL began and starts the task or cancels
- * it (worker.c: run_or_cancel). NULL outside tests. */
+ * it (run.c: tko__run_or_cancel). NULL outside tests. */
 extern void (*_Atomic tko__test_start_window)(struct tko_pool *pool, void *arg);
 #endif
 

@@ -39,12 +39,12 @@ typedef enum tko__rank {
    * submits its runner to the pool, so it ranks before every engine lock,
    * and while it updates the lanes' pending count (TKO__RANK_LANES_IDLE). */
   TKO__RANK_LANE,
-  /* internal.h: spawn_mu, the slots' threads and states, the resize
+  /* pool.h: spawn_mu, the slots' threads and states, the resize
    * targets (elastic.c, resize.c). Held while checking the queue. */
   TKO__RANK_SPAWN,
-  /* internal.h: lock, the queue's spinlock (lock.h). */
+  /* pool.h: lock, the queue's spinlock (lock.h). */
   TKO__RANK_QUEUE,
-  /* internal.h: help_mu, the helping waits listed to sleep (group.c); a
+  /* pool.h: help_mu, the helping waits listed to sleep (group.c); a
    * waker unparks them under it (a parker's fallback mutex). */
   TKO__RANK_HELP,
   /* group.c: a group's mu, its count, status and helpers; the last member
@@ -52,11 +52,11 @@ typedef enum tko__rank {
   TKO__RANK_GROUP,
   /* Leaves: nothing is taken while one is held. */
   TKO__RANK_LEAF,
-  TKO__RANK_GATE = TKO__RANK_LEAF, /* internal.h: gate_mu, the lifecycle (lifecycle.c) */
-  TKO__RANK_SPACE,      /* internal.h: space_mu, bounded queues' blocked submitters */
-  TKO__RANK_IDLE_WAIT,  /* internal.h: idle_mu, wait_idle's and shutdown's waiters */
-  TKO__RANK_TIMER,      /* internal.h: timer_mu, the timers' heap and records */
-  TKO__RANK_ASYNC,      /* internal.h: async_mu, the async records' free list */
+  TKO__RANK_GATE = TKO__RANK_LEAF, /* pool.h: gate_mu, the lifecycle (lifecycle.c) */
+  TKO__RANK_SPACE,      /* pool.h: space_mu, bounded queues' blocked submitters */
+  TKO__RANK_IDLE_WAIT,  /* pool.h: idle_mu, wait_idle's and shutdown's waiters */
+  TKO__RANK_TIMER,      /* pool.h: timer_mu, the timers' heap and records */
+  TKO__RANK_ASYNC,      /* pool.h: async_mu, the async records' free list */
   TKO__RANK_PARKER,     /* tko_signal.h: a parker's fallback mu (no futex) */
   TKO__RANK_LANES_IDLE, /* lane.h: idle_mu, the lanes' pending and runner counts */
   TKO__RANK_COALESCER,  /* coalescer.c: mu, the dirty tables and the sweep token */

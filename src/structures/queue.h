@@ -20,7 +20,7 @@
 #include "taskorch.h"
 
 /* The low bits of tko__item.ctx that tag what its record is (records are
- * 8-byte aligned); internal.h names the tags. */
+ * 8-byte aligned); kind.h names the tags. */
 #define TKO__CTX_TAGS ((uintptr_t)7)
 
 /* One queued task, by value. */

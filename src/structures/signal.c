@@ -47,7 +47,7 @@
  * larger than a submit ring goes through the ring a ringful at a time
  * under its queue's lock, each with its CAS (submit.c:
  * ring_enqueue_locked). Tasks a worker hands back (a shrink, a recheck:
- * worker.c) have the same seq_cst store of the backlog of the queue they
+ * take.c) have the same seq_cst store of the backlog of the queue they
  * go back to as their (1'), then a seq_cst load of idle.state. Which
  * queue holds the work does not matter to a sleeper: the re-check (2)
  * reads them all, and a woken worker takes from any of them (shard.c). A

@@ -207,7 +207,7 @@ Test(fuzz_regressions, a_resume_after_a_pause_during_shutdown_lets_every_worker_
  * finished one, woke nobody waiting in tko_pool_wait_idle; while the pool runs only
  * tko_group_cancel (and a timer's task refused at its firing) cancels, so a wait whose last task a
  * group cancel took slept for good. Fix: a cancel notifies idle waiters as a finish does
- * (worker.c, timer.c). */
+ * (run.c, timer.c). */
 static int wait_idle_no_limit(void *arg) {
   return tko_pool_wait_idle(arg, -1);
 }

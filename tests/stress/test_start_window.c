@@ -3,7 +3,7 @@
  * library's test seam (tko__test_start_window in src/platform/prim.h): a
  * TKO_CANCEL that begins there cancels the taken task rather than start
  * it, and what the take gave the task goes back first - an async task's
- * in-flight slot, which its kind's dropped gives back (internal.h:
+ * in-flight slot, which its kind's dropped gives back (kind.h:
  * tko__task_kind). The window is the few instructions after the take, so
  * no scene driven from outside lands in it; the seam parks the worker
  * there, every time. */

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/* Task kinds and owned tasks, the interface features use to follow their
+ * own tasks through the engine: the tags of tko__item.ctx, tko__task_kind
+ * and the accessors that read an item's kind, group and owner, and the
+ * group's entry points for its async members. Attachments, phases and
+ * task owners themselves are lifecycle.h's. */
+#ifndef TKO_KIND_H
+#define TKO_KIND_H
+
+#include "pool.h"
+
+/* Tags in the low bits of tko__item.ctx (TKO__CTX_TAGS, queue.h). */
+#define TKO__CTX_GROUP ((uintptr_t)1)
+/* An async task: it waits in the async queue (the engine's take counts it
+ * against max_async_inflight); its record is its group, or the async
+ * feature's own (TKO__CTX_KIND). */
+#define TKO__CTX_ASYNC ((uintptr_t)2)
+/* A task of a kind (below): its record starts with its tko__task_kind. */
+#define TKO__CTX_KIND ((uintptr_t)4)
+/* An owned task (lifecycle.h): its record is its tko__task_owner. */
+#define TKO__CTX_OWNED (TKO__CTX_GROUP | TKO__CTX_KIND)
+
+/* Task kinds: what a feature that follows its own tasks (a group's member,
+ * an async task, a periodic timer's firing, a task handle) registers with
+ * the engine, which knows such a task only by this record, reached through
+ * the record the item's ctx points to (tagged TKO__CTX_GROUP or
+ * TKO__CTX_KIND: tko__item_kind). A plain task (ctx 0) has no kind and
+ * pays for none of this. The engine calls each callback on the thread that
+ * runs or cancels the task, with no pool lock held, before the host's hooks
+ * see the outcome counted:
+ * - run (NULL: the engine runs the task): the kind runs the task itself,
+ *   in place of start, the started count, the hooks, the call and done,
+ *   and finishes it itself, counted, once it ends (an async task: its
+ *   start function runs here, and it completes later on any thread,
+ *   tko_async_complete); returns the task's status so far. A thread that
+ *   ends inside run leaves the task to the kind (worker.c: thread exit);
+ * - start (NULL: always true): a worker, or the caller in caller-runs, is
+ *   about to run the task, its hooks not yet called. False: the task must
+ *   not run (its feature withdrew it); the engine cancels it instead, as
+ *   it cancels any queued task (on_cancel, then cancelled, counted);
+ * - done: the task ran and returned status (-ECANCELED for a task that
+ *   ended its thread: run.c, tko__finish_started), after the after_run and on_failure hooks;
+ * - cancelled: the task will never run, after the on_cancel hook saw it;
+ * - dropped (NULL: nothing): a worker took the task from its queue and
+ *   will not start it (TKO_CANCEL began), just before the engine cancels
+ *   it (cancelled follows): what the take gave it goes back (an async
+ *   task's in-flight slot).
+ * Exactly one of done and cancelled is called, once (with run, only
+ * cancelled, and only for a task that never reached run, or that run gave
+ * back to the engine to cancel). After it the engine touches neither the
+ * item's record nor the kind, so done and cancelled may be the last touch
+ * of a record its owner frees at once. */
+typedef struct tko__task_kind {
+  int (*run)(tko_pool *pool, tko__worker *w, const tko__item *item);
+  bool (*start)(const tko__item *item);
+  void (*done)(const tko__item *item, int status);
+  void (*cancelled)(const tko__item *item);
+  void (*dropped)(tko_pool *pool, const tko__item *item);
+} tko__task_kind;
+
+/* The kind of a task, NULL for a plain or an owned one. Its record starts
+ * with the kinds of its tasks: the first word for a task without
+ * TKO__CTX_ASYNC, the second for one with it (a group's record holds the
+ * kind of its plain members and that of its async members; the async
+ * feature's own record, for a task in no group, holds the async kind). */
+static inline const tko__task_kind *tko__item_kind(const tko__item *item) {
+  uintptr_t tag = item->ctx & TKO__CTX_TAGS;
+  if (!(tag & TKO__CTX_OWNED) || tag == TKO__CTX_OWNED) return NULL;
+  const tko__task_kind *const *kinds = (const tko__task_kind *const *)(item->ctx & ~TKO__CTX_TAGS);
+  return kinds[(tag & TKO__CTX_ASYNC) != 0];
+}
+
+/* The group an item is a member of, NULL for any other. */
+static inline void *tko__item_group(const tko__item *item) {
+  return (item->ctx & TKO__CTX_OWNED) == TKO__CTX_GROUP ? (void *)(item->ctx & ~TKO__CTX_TAGS)
+                                                        : NULL;
+}
+/* run.c: the item whose on_cancel hook runs on this thread, if any. */
+extern _Thread_local const tko__item *tko__cancelling_item;
+
+/* The owner of an owned task, NULL for any other. */
+static inline tko__task_owner *tko__item_owner(const tko__item *item) {
+  return (item->ctx & TKO__CTX_TAGS) == TKO__CTX_OWNED
+             ? (tko__task_owner *)(item->ctx & ~TKO__CTX_TAGS)
+             : NULL;
+}
+
+/* An internal owner's task (the keyed table's runners): not a host task. */
+static inline bool tko__item_internal(const tko__item *item) {
+  const tko__task_owner *o = tko__item_owner(item);
+  return o && o->internal;
+}
+
+/* Room a queued item holds in a bounded queue: an internal task holds none. */
+static inline size_t tko__item_room(const tko__item *item) {
+  return !tko__item_internal(item);
+}
+
+/* group.c: an async member finished (or was cancelled, status
+ * -ECANCELED): its kind's (async.c) report to the group. */
+void tko__group_finished(void *group, int status);
+/* Submits a member of group: a plain one (async_kind NULL: the group's own
+ * kind), or an async task (TKO__CTX_ASYNC) of async_kind, which the group's
+ * record holds for its async members (tko__item_kind). */
+int tko__group_submit_ctx(tko_pool *pool, tko_group *group, const tko__task_kind *async_kind,
+                          tko_task_fn fn, void *arg, int weight);
+#endif

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/* Running a task: the kind dispatch (an internal runner, a kind that runs
+ * its tasks itself, a kind that withdrew its task), the host's hooks and
+ * the worker's counters around the call, the cancel of a task that will
+ * never run, and the start of a task a worker took (tko__run_or_cancel:
+ * its room, TKO_CANCEL, its blocking hint, and the cleanup handler that
+ * a task ending its thread unwinds through). Counters are per worker, so
+ * running a task writes no cache line that another thread writes. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+
+#include "engine.h"
+#include "seam.h"
+
+_Thread_local tko_pool *tko__current_pool;
+_Thread_local tko__worker *tko__current_worker;
+_Thread_local const tko__item *tko__cancelling_item;
+
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_start_window)(tko_pool *pool, void *arg); /* prim.h, seam.h */
+#endif
+
+/* The caller slot is shared by any thread that runs tasks outside a worker. */
+void tko__count(tko_pool *pool, tko__worker *w, atomic_uint_fast64_t *c) {
+  if (w == &pool->caller) tko__add_seq(c, 1);
+  else tko__count_own(c);
+}
+
+static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item *item) {
+  *info = (tko_task_info){.id = item->id, .fn = item->fn, .arg = item->arg,
+                          .weight = item->weight, .worker = w->index, .kind = w->kind};
+}
+
+/* Tells the task's kind, if any, that it is done (an owned task's owner
+ * hears of a cancel in tko__cancel_item; a plain task has no one to tell). */
+static void ctx_done(const tko__item *item, int status, bool cancelled) {
+  const tko__task_kind *kind = tko__item_kind(item);
+  if (!kind) return;
+  if (cancelled) kind->cancelled(item);
+  else kind->done(item, status);
+}
+
+/* An internal task (the keyed table's runner) is the library's own: no hooks, no
+ * task counters (the keyed tasks it runs have their own), only its
+ * runners_done. seq_cst: with the finished counts, wait_idle's half of the
+ * Dekker pair (see tko__notify_idle). */
+static int run_runner(tko_pool *pool, const tko__item *item) {
+  tko__witness_assert_none_held(); /* the keyed tasks it runs are the host's */
+  item->fn(item->arg);
+  tko__add_seq(&pool->runners_done, 1);
+  return 0;
+}
+
+/* tko_stats.late_inversions: a worker's start of *item at now is late if
+ * some queue's heaviest queued task is heavier and its weight's oldest
+ * submit is more than recheck_ns old (the queue's top and top_since,
+ * stored under its lock when they change, read here as hints). An async
+ * task held back by max_async_inflight is not in shard 0's top (it cannot
+ * start: tko__refresh_backlog), so starts past it are not late.
+ * A keyed task (a side task: id with the top bit set) runs inside its
+ * lane's runner, which never looks at the queue, so a heavier task
+ * submitted meanwhile would stay in its submitter's ring, unseen, for the
+ * whole drain: the start first moves the submissions into the queues
+ * (cheap when there are none), as a take or a look would. */
+static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, uint64_t now) {
+  if (item->id >> 63) tko__shards_sweep(pool, NULL);
+  for (unsigned i = 0; i < pool->nshards; i++) {
+    const tko__shard *sh = &pool->shards[i];
+    if (tko__load_relaxed(&sh->top) <= item->weight) continue;
+    uint64_t since = tko__load_relaxed(&sh->top_since);
+    if (since && now > since && now - since > pool->recheck_ns) {
+      tko__count_own(&w->late_inversions);
+      return;
+    }
+  }
+}
+
+int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
+  /* A plain task (ctx 0) pays this one test, and a NULL kind at its end. */
+  const tko__task_kind *kind = NULL;
+  if (item->ctx) {
+    if (tko__item_internal(item)) return run_runner(pool, item);
+    kind = tko__item_kind(item);
+    /* A kind that runs its tasks itself (an async task) takes it from here. */
+    if (kind && kind->run) return kind->run(pool, w, item);
+    /* A kind may have withdrawn its task (a handle's cancel won): it is
+     * cancelled here, by whoever met it, exactly as a queued task is. */
+    if (kind && kind->start && !kind->start(item)) {
+      tko__cancel_item(pool, item);
+      return -ECANCELED;
+    }
+  }
+  const tko_hooks *h = &pool->opts.hooks;
+  tko__count(pool, w, &w->started);
+  tko__witness_assert_none_held(); /* the task and its hooks are the host's */
+  if (!pool->timing) {
+    int status = item->fn(item->arg);
+    if (status) tko__count(pool, w, &w->failed);
+    if (kind) kind->done(item, status);
+    tko__count(pool, w, &w->finished);
+    return status;
+  }
+  tko_task_info info;
+  fill_info(&info, w, item);
+  uint64_t start = tko__now_ns();
+  info.wait_ns = start > item->enq_ns ? start - item->enq_ns : 0;
+  if (pool->count_late && w != &pool->caller) count_late(pool, w, item, start);
+  if (h->before_run) h->before_run(h->user, &info);
+  info.status = item->fn(item->arg);
+  info.run_ns = tko__now_ns() - start;
+  if (h->after_run) h->after_run(h->user, &info);
+  if (info.status) {
+    if (h->on_failure) h->on_failure(h->user, &info);
+    tko__count(pool, w, &w->failed);
+  }
+  if (kind) kind->done(item, info.status);
+  tko__count(pool, w, &w->finished);
+  return info.status;
+}
+
+void tko__cancel_item(tko_pool *pool, const tko__item *item) {
+  const tko_hooks *h = &pool->opts.hooks;
+  tko_task_info info;
+  fill_info(&info, &pool->caller, item);
+  info.worker = UINT32_MAX;
+  /* An owned task (a lane runner, a coalescer sweep) goes to its owner,
+   * which knows what its argument is (a lane hands its queued tasks to the
+   * lanes' on_cancel); the host's hook never sees (or frees) it. */
+  tko__task_owner *owner = tko__item_owner(item);
+  /* Read before the callback: once the owner has its task back, its
+   * destroy may free the record (test
+   * attack_lanes2/lanes_destroy_waiting_then_cancel_shutdown). */
+  bool internal = owner && owner->internal;
+  tko__witness_assert_none_held(); /* on_cancel, or an owner's, which calls the host's */
+  if (owner) owner->cancelled(owner, item->arg);
+  if (internal) { /* its keyed tasks counted as cancelled, one by one */
+    tko__add_seq(&pool->runners_done, 1); /* seq_cst: as cancelled, below */
+    tko__notify_idle(pool);
+    return;
+  }
+  if (!owner && h->on_cancel) {
+    tko_pool *prev = tko__enter_pool(pool);
+    const tko__item *outer = tko__cancelling_item; /* a hook may cancel more */
+    tko__cancelling_item = item;
+    h->on_cancel(h->user, &info);
+    tko__cancelling_item = outer;
+    tko__leave_pool(prev);
+  }
+  if (item->ctx) ctx_done(item, -ECANCELED, true);
+  /* seq_cst: wait_idle reads cancelled with finished, before submitted;
+   * and before notify_idle's load of idle_waiters, as a finish is. */
+  tko__add_seq(&pool->cancelled, 1);
+  tko__notify_idle(pool); /* a group cancel may leave the pool idle */
+}
+
+void tko__notify_idle(tko_pool *pool) {
+  /* seq_cst: the other half of wait_idle's Dekker pair. This worker stored
+   * its finished count seq_cst, then loads idle_waiters; the waiter adds
+   * itself to idle_waiters, then loads the finished counts. */
+  if (tko__load_seq(&pool->idle_waiters) == 0) return;
+  tko__mutex_lock(&pool->idle_mu);
+  pthread_cond_broadcast(&pool->idle_cv);
+  tko__mutex_unlock(&pool->idle_mu);
+}
+
+/* A task that ends its thread (worker.c: tko__task_exited): the tasks
+ * the thread had started (the exiting one, and any that were waiting in a
+ * helping group wait below it) count as finished with status -ECANCELED,
+ * failed, except one whose kind ran it (tko__task_kind.run), which is its
+ * kind's to finish; its blocking hint ends. */
+void tko__finish_started(tko_pool *pool, tko__worker *w) {
+  for (tko__task_frame *f = w->task; f; f = f->outer) {
+    const tko__task_kind *kind = tko__item_kind(f->item);
+    if (kind && kind->run) continue;
+    if (tko__item_internal(f->item)) { /* a keyed lane's runner: not a task */
+      tko__add_seq(&pool->runners_done, 1);
+      continue;
+    }
+    tko__count(pool, w, &w->failed);
+    if (f->item->ctx) ctx_done(f->item, -ECANCELED, false); /* it ran */
+    tko__count(pool, w, &w->finished);
+  }
+  w->task = NULL;
+  if (w->blocking_depth) tko__sub_relaxed(&pool->blocking, 1);
+  w->blocking_depth = 0;
+  tko__publish_finished(w);
+}
+
+/* Starts one task this worker took, or cancels it once TKO_CANCEL began. */
+void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
+  /* A bounded queue counts a task until it starts (or is cancelled), not
+   * until a worker takes it: taken tasks still wait. */
+  tko__give_room(pool, w, tko__item_room(item));
+  void (*seam)(tko_pool *, void *) = TKO__SEAM(tko__test_start_window); /* 0 outside tests */
+  if (seam) seam(pool, item->arg);
+  /* Acquire: pairs with the release in lifecycle.c (close_pool), so tasks this
+   * worker had taken are cancelled rather than run once TKO_CANCEL began. */
+  if (tko__load_acquire(&pool->cancelling)) {
+    /* What the take gave the task goes back first (an async task's
+     * in-flight slot), so that no snapshot taken once the cancel counts
+     * shows the idle pool with an async task in flight. */
+    const tko__task_kind *kind = item->ctx ? tko__item_kind(item) : NULL;
+    if (kind && kind->dropped) kind->dropped(pool, item);
+    tko__cancel_item(pool, item);
+    return;
+  }
+  /* The blocking hint belongs to the task that gave it: the depth at its
+   * start is its base (a task run while helping starts inside its waiter's
+   * region), tko_blocking_end refuses to go below it, and a task that
+   * returns inside its own region ends it here, so that the pool does not
+   * count a blocked worker forever. The frame is owner-only and on this
+   * stack: plain stores, no shared line. */
+  tko__task_frame frame = {item, w->blocking_depth, w->task};
+  w->task = &frame;
+  /* A task that ends this thread (pthread_exit) unwinds through here:
+   * run.c is built with -fexceptions, so this is a cleanup attribute
+   * (a few stores, no setjmp) and the handler runs in this frame, with
+   * every outer frame - batches taken, tasks waiting in a helping wait -
+   * still intact above it. */
+  pthread_cleanup_push(tko__task_exited, w);
+  tko__run_item(pool, w, item);
+  pthread_cleanup_pop(0);
+  w->task = frame.outer;
+  if (w->blocking_depth != frame.blocking_base) {
+    if (frame.blocking_base == 0) tko__sub_relaxed(&pool->blocking, 1);
+    w->blocking_depth = frame.blocking_base;
+  }
+}
