@@ -37,16 +37,13 @@ expect_usage_error() {
 }
 
 # watchdog TARGET: kills TARGET (a pid, or -pgid) after 120 s; stop it with
-# `kill $dog`, which also ends its sleep (it must not hold CTest's pipe).
+# `kill -KILL $dog`. It is a shell of its own whose output goes nowhere (its
+# sleep, left to run out, must not hold CTest's pipe), and it is stopped
+# with SIGKILL: a forked child of this script that any other signal reached
+# before its exec would run this script's EXIT trap and remove $tmp under
+# the tests still running.
 watchdog() {
-  (
-    trap - EXIT # the script's: it would remove $tmp when this ends
-    trap 'kill $s 2>/dev/null; exit 0' TERM
-    sleep 120 &
-    s=$!
-    wait $s
-    kill -KILL -- "$1" 2>/dev/null
-  ) >/dev/null 2>&1 &
+  sh -c 'sleep 120; kill -KILL -- "$1" 2>/dev/null' watchdog "$1" >/dev/null 2>&1 &
   dog=$!
 }
 
@@ -547,7 +544,7 @@ outputs)
       watchdog $pid # kills the run (exit 137) if it outlives the bound
       wait $pid
       rc=$?
-      kill $dog 2>/dev/null
+      kill -KILL $dog 2>/dev/null
       wait $dog 2>/dev/null
       [ $rc -eq 130 ] && ! grep -q "^tasks  *[1-9][0-9]* completed" "$tmp/out" || break
     done
@@ -604,7 +601,7 @@ outputs)
       wait $pid
       rc=$?
     fi
-    kill $dog 2>/dev/null
+    kill -KILL $dog 2>/dev/null
     wait $dog 2>/dev/null
     [ $rc -eq 130 ] || { fail "two SIGINTs ($how): exit $rc, expected 130"; cat "$tmp/err"; }
     grep -q "^interrupted by Ctrl-C" "$tmp/out" || fail "two SIGINTs ($how): no summary"
