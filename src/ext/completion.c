@@ -70,6 +70,7 @@
 #include "atomics.h"
 #include "mem.h"
 #include "prim.h"
+#include "seam.h"
 #include "taskorch/completion.h"
 
 typedef struct cq_slot {
@@ -124,6 +125,13 @@ int tko_cq_create(tko_cq **out, size_t capacity, const tko_allocator *allocator)
 
 int tko_cq_fd(const tko_cq *cq) { return cq ? cq->fds[0] : -EINVAL; }
 
+#ifdef TKO_TEST_SEAMS
+/* A test seam (tests/unit/test_completion_window.c): called by a post
+ * between reserving its slot and publishing it, where a preempted poster
+ * holds up every completion reserved after its own. */
+void (*_Atomic tko__test_cq_post_window)(void);
+#endif
+
 int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user) {
   if (!cq) return -EINVAL;
   size_t pos = tko__load_relaxed(&cq->tail);
@@ -142,6 +150,8 @@ int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user) {
       pos = tko__load_relaxed(&cq->tail); /* another poster took pos */
     }
   }
+  void (*window)(void) = TKO__SEAM(tko__test_cq_post_window);
+  if (window) window();
   s->c = (tko_completion){.id = id, .status = status, .user = user};
   /* Release: pairs with the acquire in take_one, which then sees c. */
   tko__store_release(&s->seq, full_mark(pos));
