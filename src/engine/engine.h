@@ -109,6 +109,15 @@ static inline void tko__publish_finished(tko__worker *w) {
 }
 /* Runs one task with hooks and counting, on the calling thread. */
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item);
+/* The tasks this thread runs in a pool's caller slot off that pool's
+ * workers (a caller-runs task, a closed pool's timer task, an async task's
+ * hooks in its completion), innermost first, in frames on its stack. */
+extern _Thread_local tko__task_frame *tko__off_worker_task;
+/* Whether this thread is inside the task or hooks of an item is(item,
+ * what) accepts: in its on_cancel, running it on a worker (a task nested
+ * in a helping wait below it included), or off the workers. A wait on what
+ * such a task is part of could only end at its deadline: -EDEADLK. */
+bool tko__thread_runs(bool (*is)(const tko__item *item, const void *what), const void *what);
 /* Starts one task worker w took, or cancels it once TKO_CANCEL began. */
 void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item);
 /* Counts the tasks w had started as finished (status -ECANCELED, failed)

@@ -16,6 +16,7 @@
 _Thread_local tko_pool *tko__current_pool;
 _Thread_local tko__worker *tko__current_worker;
 _Thread_local const tko__item *tko__cancelling_item;
+_Thread_local tko__task_frame *tko__off_worker_task;
 
 #ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_start_window)(tko_pool *pool, void *arg); /* prim.h, seam.h */
@@ -76,7 +77,7 @@ static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, ui
   }
 }
 
-int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
+static int run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   /* A plain task (ctx 0) pays this one test, and a NULL kind at its end. */
   const tko__task_kind *kind = NULL;
   if (item->ctx) {
@@ -117,6 +118,29 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   if (kind) kind->done(item, info.status);
   tko__count(pool, w, &w->finished);
   return info.status;
+}
+
+/* A worker keeps its tasks in its own frames (tko__run_or_cancel); a task
+ * run in a pool's caller slot, on a thread that is not that pool's worker,
+ * is kept in the thread's frames, so that a wait it makes on its own group
+ * or handle is -EDEADLK there too (tko__thread_runs). */
+int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
+  if (w != &pool->caller) return run_item(pool, w, item);
+  tko__task_frame f = {.item = item, .outer = tko__off_worker_task};
+  tko__off_worker_task = &f;
+  int rc = run_item(pool, w, item);
+  tko__off_worker_task = f.outer;
+  return rc;
+}
+
+bool tko__thread_runs(bool (*is)(const tko__item *item, const void *what), const void *what) {
+  if (tko__cancelling_item && is(tko__cancelling_item, what)) return true;
+  const tko__worker *w = tko__current_worker;
+  for (const tko__task_frame *f = w ? w->task : NULL; f; f = f->outer)
+    if (is(f->item, what)) return true;
+  for (const tko__task_frame *f = tko__off_worker_task; f; f = f->outer)
+    if (is(f->item, what)) return true;
+  return false;
 }
 
 void tko__cancel_item(tko_pool *pool, const tko__item *item) {

@@ -144,6 +144,11 @@ static void finish(struct tko_async *op, int status) {
   /* The completer thread runs this task's hooks and still counts it in
    * flight: waiting on the pool from here would wait on itself. */
   tko_pool *prev = tko__enter_pool(pool);
+  /* Its hooks run here as the task's own: a wait on its group from them
+   * is -EDEADLK (tko__thread_runs). */
+  const tko__item self = {.ctx = op->ctx};
+  tko__task_frame frame = {.item = &self, .outer = tko__off_worker_task};
+  tko__off_worker_task = &frame;
   tko__witness_assert_none_held(); /* the hooks are the host's */
   if (pool->timing) {
     tko_task_info info = {.id = op->id, .fn = AS_TASK(op->fn), .arg = op->arg,
@@ -154,6 +159,7 @@ static void finish(struct tko_async *op, int status) {
     if (h->after_run) h->after_run(h->user, &info);
     if (status && h->on_failure) h->on_failure(h->user, &info);
   }
+  tko__off_worker_task = frame.outer;
   tko__leave_pool(prev);
   void *group = group_of(op->ctx);
   give_record(pool, op);

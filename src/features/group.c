@@ -293,18 +293,15 @@ static int help_until_done(tko__group *g, tko_pool *group_pool, tko__worker *sel
   return rc;
 }
 
+static bool member_of(const tko__item *item, const void *g) { return tko__item_group(item) == g; }
+
 /* Whether the calling thread is itself a pending member of g: inside the
  * on_cancel hook of a member being cancelled, or running a member (a task,
- * its hooks, or a task nested in a helping wait below it). Such a wait
+ * its hooks, or a task nested in a helping wait below it), on a worker or
+ * off the workers (caller-runs, an async member's completion). Such a wait
  * could only end at its deadline (with no timeout, never), so it is
  * -EDEADLK, as every other self-wait from a hook is. */
-static bool waits_on_itself(const tko__group *g) {
-  if (tko__cancelling_item && tko__item_group(tko__cancelling_item) == g) return true;
-  const tko__worker *w = tko__current_worker;
-  for (const tko__task_frame *f = w ? w->task : NULL; f; f = f->outer)
-    if (tko__item_group(f->item) == g) return true;
-  return false;
-}
+static bool waits_on_itself(const tko__group *g) { return tko__thread_runs(member_of, g); }
 
 int tko_group_wait(tko_group *group, long timeout_ms) {
   tko__group *g = get(group);

@@ -261,15 +261,16 @@ static int wait_on_worker(tko__handle *h, tko__worker *w, long timeout_ms, uint6
   return rc;
 }
 
+static bool is_task(const tko__item *item, const void *ctx) {
+  return item->ctx == *(const uintptr_t *)ctx;
+}
+
 /* Whether the calling thread is the handle's task: running it (or a task
- * nested in a wait below it), or in on_cancel for it. */
+ * nested in a wait below it), on a worker or on the submitting thread
+ * (caller-runs), or in on_cancel for it. */
 static bool waits_on_itself(const tko__handle *h) {
   uintptr_t ctx = ctx_of(h);
-  if (tko__cancelling_item && tko__cancelling_item->ctx == ctx) return true;
-  const tko__worker *w = tko__current_worker;
-  for (const tko__task_frame *f = w ? w->task : NULL; f; f = f->outer)
-    if (f->item->ctx == ctx) return true;
-  return false;
+  return tko__thread_runs(is_task, &ctx);
 }
 
 int tko_handle_wait(tko_handle *handle, long timeout_ms) {
