@@ -9,6 +9,9 @@
 #   - test_errors' version checks, workbench_args (--version),
 #     workbench_manpage, example_hello;
 #   - and the tree installs.
+# With TARBALL_README=1 it then runs the README's two commands there,
+# scripts/demo.sh and scripts/test.sh, as a user of the tarball would (the
+# whole suite plain, under TSan and under ASan: about ten minutes more).
 # The tarball is the working tree's tracked files as they are now (committed
 # or not; untracked files are left out, as from a release).
 set -euo pipefail
@@ -56,4 +59,12 @@ ran=$(grep -c ' Passed ' "$tmp/ctest.log" || true)
 step "install"
 DESTDIR=$tmp/dest cmake --install build >/dev/null || fail "install failed"
 find "$tmp/dest" -name taskorch.pc | grep -q . || fail "no taskorch.pc installed"
+if [ "${TARBALL_README:-0}" = 1 ]; then
+  step "the README's first command: scripts/demo.sh"
+  scripts/demo.sh >"$tmp/demo.log" 2>&1 || { tail -20 "$tmp/demo.log" >&2; fail "scripts/demo.sh failed"; }
+  [ -s demo.svg ] || fail "scripts/demo.sh wrote no demo.svg"
+  step "the README's second command: scripts/test.sh"
+  scripts/test.sh >"$tmp/test.log" 2>&1 || { tail -40 "$tmp/test.log" >&2; fail "scripts/test.sh failed"; }
+  grep -E "tests passed|passed" "$tmp/test.log" | tail -3
+fi
 step "passed"
