@@ -139,7 +139,7 @@ enum tko__batch_end tko__run_batch(tko_pool *pool, tko__worker *w, const tko__it
 /* Puts the tasks w took and has not started back in the queue; one the
  * queue cannot take back (no memory) is cancelled. */
 void tko__requeue_taken(tko_pool *pool, tko__worker *w);
-/* Takes up to max queued tasks whose ctx is ctx (or ctx | TKO__CTX_ASYNC in
+/* Takes up to max queued tasks whose ctx is ctx (or ctx | TKO__CTX_HELD in
  * the async queue) out of the pool, wherever they are queued, their room
  * given back; returns how many (0: none left). O(queued). */
 size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t max);

@@ -14,7 +14,7 @@
 /* An async task: it waits in the async queue (the engine's take counts it
  * against max_async_inflight); its record is its group, or the async
  * feature's own (TKO__CTX_KIND). */
-#define TKO__CTX_ASYNC ((uintptr_t)2)
+#define TKO__CTX_HELD ((uintptr_t)2)
 /* A task of a kind (below): its record starts with its tko__task_kind. */
 #define TKO__CTX_KIND ((uintptr_t)4)
 /* An owned task (lifecycle.h): its record is its tko__task_owner. */
@@ -60,14 +60,14 @@ typedef struct tko__task_kind {
 
 /* The kind of a task, NULL for a plain or an owned one. Its record starts
  * with the kinds of its tasks: the first word for a task without
- * TKO__CTX_ASYNC, the second for one with it (a group's record holds the
+ * TKO__CTX_HELD, the second for one with it (a group's record holds the
  * kind of its plain members and that of its async members; the async
  * feature's own record, for a task in no group, holds the async kind). */
 static inline const tko__task_kind *tko__item_kind(const tko__item *item) {
   uintptr_t tag = item->ctx & TKO__CTX_TAGS;
   if (!(tag & TKO__CTX_OWNED) || tag == TKO__CTX_OWNED) return NULL;
   const tko__task_kind *const *kinds = (const tko__task_kind *const *)(item->ctx & ~TKO__CTX_TAGS);
-  return kinds[(tag & TKO__CTX_ASYNC) != 0];
+  return kinds[(tag & TKO__CTX_HELD) != 0];
 }
 
 /* The group an item is a member of, NULL for any other. */
@@ -100,7 +100,7 @@ static inline size_t tko__item_room(const tko__item *item) {
  * -ECANCELED): its kind's (async.c) report to the group. */
 void tko__group_finished(void *group, int status);
 /* Submits a member of group: a plain one (async_kind NULL: the group's own
- * kind), or an async task (TKO__CTX_ASYNC) of async_kind, which the group's
+ * kind), or an async task (TKO__CTX_HELD) of async_kind, which the group's
  * record holds for its async members (tko__item_kind). */
 int tko__group_submit_ctx(tko_pool *pool, tko_group *group, const tko__task_kind *async_kind,
                           tko_task_fn fn, void *arg, int weight);

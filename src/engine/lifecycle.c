@@ -208,9 +208,9 @@ void tko__empty_queue(tko_pool *pool, bool run) {
       /* Async tasks started here still count against the in-flight limit
        * only loosely: with every worker gone, shutdown starts what is left. */
       if (n == 0 && s == 0) {
-        n = tko__queue_pop(&pool->async_queue, batch, TKO__GRAB_MAX);
-        if (run) pool->async_running += (unsigned)n; /* each start holds a slot */
-        tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+        n = tko__queue_pop(&pool->held, batch, TKO__GRAB_MAX);
+        if (run) pool->held_running += (unsigned)n; /* each start holds a slot */
+        tko__store_relaxed(&pool->held_inflight, pool->held_running); /* under lock */
       }
       tko__refresh_backlog(pool, sh);
       tko__unlock(&sh->lock);

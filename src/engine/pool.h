@@ -194,11 +194,11 @@ struct tko_pool {
   tko__shard *shards; /* I: cache-line aligned inside shards_raw */
   unsigned nshards;   /* I */
   void *shards_raw;
-  tko__queue async_queue; /* async tasks waiting for an in-flight slot */
-  unsigned async_running; /* async tasks in flight; guarded by shard 0's lock */
+  tko__queue held; /* the held source's tasks (kind.h: tko__source), waiting to start */
+  unsigned held_running; /* held tasks in flight; guarded by shard 0's lock */
   /* 1 while async tasks wait, else 0; stored under shard 0's lock when
    * that changes (tko__refresh_backlog), read lock-free. */
-  atomic_size_t async_waiting;
+  atomic_size_t held_waiting;
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */
   atomic_bool cancelling; /* TKO_CANCEL in progress */
   atomic_bool paused;     /* tko_pool_pause: no task starts */
@@ -267,7 +267,7 @@ struct tko_pool {
   tko__mutex async_mu; /* guards async_free and async_chunks */
   struct tko_async *async_free;
   void *async_chunks;
-  atomic_uint async_inflight; /* async_running, readable lock-free */
+  atomic_uint held_inflight; /* held_running, readable lock-free */
   atomic_uint completers;     /* threads inside tko_async_complete */
 
   /* Workers helping in tko_group_wait with nothing to run list themselves

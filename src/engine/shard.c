@@ -36,12 +36,12 @@ int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh) {
   /* Not past an inbox that could not move everything: a thread whose ring
    * came after a failed claim has older tasks there (ring.c). */
   if (sh->index == 0)
-    rc = tko__inbox_drain(&pool->inbox, &sh->queue, &pool->async_queue, TKO__CTX_ASYNC);
+    rc = tko__inbox_drain(&pool->inbox, &sh->queue, &pool->held, TKO__CTX_HELD);
   /* Async tasks only come through the inbox where there are several
    * shards (submit.c), so other shards' rings never hold one. */
   if (rc == 0)
-    rc = tko__rings_drain(&pool->rings, sh->index, &sh->queue, &pool->async_queue,
-                          TKO__CTX_ASYNC);
+    rc = tko__rings_drain(&pool->rings, sh->index, &sh->queue, &pool->held,
+                          TKO__CTX_HELD);
   tko__refresh_backlog(pool, sh);
   return rc;
 }

@@ -25,7 +25,7 @@ size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t ma
     tko__shard_drain_locked(pool, sh);
     n += tko__queue_remove_ctx(&sh->queue, ctx, out + n, max - n);
     if (i == 0 && n < max)
-      n += tko__queue_remove_ctx(&pool->async_queue, ctx | TKO__CTX_ASYNC, out + n, max - n);
+      n += tko__queue_remove_ctx(&pool->held, ctx | TKO__CTX_HELD, out + n, max - n);
     tko__refresh_backlog(pool, sh);
     tko__unlock(&sh->lock);
   }
@@ -74,13 +74,13 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
   bool paused = drain_for_take(pool, sh);
   size_t len = sh->queue.len, n = 0;
   unsigned max_async = pool->opts.max_async_inflight;
-  bool async_ready = !paused && sh->index == 0 && pool->async_queue.len &&
-                     (!max_async || pool->async_running < max_async);
-  if (async_ready && (!len || tko__queue_top_before(&pool->async_queue, &sh->queue))) {
+  bool async_ready = !paused && sh->index == 0 && pool->held.len &&
+                     (!max_async || pool->held_running < max_async);
+  if (async_ready && (!len || tko__queue_top_before(&pool->held, &sh->queue))) {
     /* The best task is async: take it alone, inside the in-flight limit. */
-    n = tko__queue_pop(&pool->async_queue, batch, 1);
-    pool->async_running++;
-    tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+    n = tko__queue_pop(&pool->held, batch, 1);
+    pool->held_running++;
+    tko__store_relaxed(&pool->held_inflight, pool->held_running); /* under lock */
     tko__refresh_backlog(pool, sh);
   } else if (len && !paused) {
     /* Share by the workers there could be, elastic ones included (any of
@@ -94,7 +94,7 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
     if (async_ready) {
       /* The batch ends where an async task that may start comes first, so
        * that equal weights start in submit order across the two queues. */
-      while (n < share && sh->queue.len && !tko__queue_top_before(&pool->async_queue, &sh->queue))
+      while (n < share && sh->queue.len && !tko__queue_top_before(&pool->held, &sh->queue))
         n += tko__queue_pop(&sh->queue, batch + n, 1);
     } else {
       n = tko__queue_pop(&sh->queue, batch, share);
@@ -168,7 +168,7 @@ size_t tko__take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_t 
  * submitter's move into the queue does. */
 
 static tko__queue *queue_of(tko_pool *pool, const tko__batch_frame *b, const tko__item *it) {
-  return it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &b->shard->queue;
+  return it->ctx & TKO__CTX_HELD ? &pool->held : &b->shard->queue;
 }
 
 /* Under sh's lock: makes room for every task this thread took from sh and
@@ -177,7 +177,7 @@ static tko__queue *queue_of(tko_pool *pool, const tko__batch_frame *b, const tko
  * weights' buckets usually kept, so this allocates nothing in a steady
  * state (pool/steady_state_allocates_nothing_per_task*). */
 static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w, tko__shard *sh) {
-  tko__queue *qs[2] = {&sh->queue, &pool->async_queue};
+  tko__queue *qs[2] = {&sh->queue, &pool->held};
   size_t items[2] = {0, 0}, weights[2] = {0, 0}; /* new weights, counted with repeats */
   for (const tko__batch_frame *b = w->batch; b; b = b->outer) {
     if (b->shard != sh) continue;
@@ -289,12 +289,12 @@ static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__i
   w->swept_ns = w->clocked_ns;
   if (tko__load_seq(&pool->paused)) return false; /* nothing outranks: nothing starts */
   bool heavier = tko__shards_outrank(pool, than->weight);
-  if (!heavier && tko__load_relaxed(&pool->async_waiting)) {
+  if (!heavier && tko__load_relaxed(&pool->held_waiting)) {
     tko__shard *first = &pool->shards[0];
     unsigned max_async = pool->opts.max_async_inflight;
     tko__lock_acquire(&first->lock);
-    heavier = (!max_async || pool->async_running < max_async) &&
-              tko__queue_outranks(&pool->async_queue, than);
+    heavier = (!max_async || pool->held_running < max_async) &&
+              tko__queue_outranks(&pool->held, than);
     tko__unlock(&first->lock);
   }
   if (!heavier) return false;
@@ -319,8 +319,8 @@ static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__it
   unsigned max_async = pool->opts.max_async_inflight;
   bool back = !paused &&
               (tko__queue_outranks(&sh->queue, than) ||
-               ((!max_async || pool->async_running < max_async) &&
-                tko__queue_outranks(&pool->async_queue, than))) &&
+               ((!max_async || pool->held_running < max_async) &&
+                tko__queue_outranks(&pool->held, than))) &&
               room_for_taken_locked(pool, w, sh);
   if (back) put_back_locked(pool, w, sh);
   tko__unlock(&sh->lock);

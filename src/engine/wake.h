@@ -8,7 +8,7 @@
 
 #include "engine.h"
 
-/* Refreshes sh's backlog (and, for shard 0, async_waiting) and top;
+/* Refreshes sh's backlog (and, for shard 0, held_waiting) and top;
  * caller holds sh's lock. Each backlog is read only as "any" (tko__look_seq,
  * tko__nothing_left), so it is stored only when that changes: a flood's
  * takes then leave its line alone, which they stored once a take, the
@@ -26,14 +26,14 @@ static inline void tko__refresh_backlog(tko_pool *pool, tko__shard *sh) {
   const tko__queue *best = &sh->queue;
   if (sh->index == 0) {
     unsigned max = pool->opts.max_async_inflight;
-    size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
+    size_t runnable_async = !max || pool->held_running < max ? pool->held.len : 0;
     work |= runnable_async > 0;
     if (runnable_async &&
-        tko__queue_top_weight(&pool->async_queue) > tko__queue_top_weight(&sh->queue))
-      best = &pool->async_queue;
-    size_t waiting = pool->async_queue.len > 0;
-    if (tko__load_relaxed(&pool->async_waiting) != waiting)
-      tko__store_relaxed(&pool->async_waiting, waiting);
+        tko__queue_top_weight(&pool->held) > tko__queue_top_weight(&sh->queue))
+      best = &pool->held;
+    size_t waiting = pool->held.len > 0;
+    if (tko__load_relaxed(&pool->held_waiting) != waiting)
+      tko__store_relaxed(&pool->held_waiting, waiting);
   }
   if (tko__load_relaxed(&sh->backlog) != work) tko__store_relaxed(&sh->backlog, work);
   if (pool->nshards > 1 || pool->count_late) {
@@ -119,7 +119,7 @@ static inline bool tko__runnable_seq(tko_pool *pool) {
 static inline bool tko__nothing_left(tko_pool *pool) {
   /* Holes count: a reservation made before the close and not yet
    * published is still to come (inbox.h). */
-  return !tko__has_work_seq(pool) && tko__load_seq(&pool->async_waiting) == 0;
+  return !tko__has_work_seq(pool) && tko__load_seq(&pool->held_waiting) == 0;
 }
 
 /* Called after new work is queued: wakes the workers waiting in a helping

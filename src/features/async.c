@@ -99,13 +99,13 @@ static void give_record(tko_pool *pool, struct tko_async *r) {
 static const tko__task_kind async_kind;
 
 /* The record of an async task in no group: tko__item_kind reads the second
- * word of a TKO__CTX_ASYNC task's record (both hold the kind). Aligned for
+ * word of a TKO__CTX_HELD task's record (both hold the kind). Aligned for
  * the ctx tags. */
 static _Alignas(8) const tko__task_kind *const lone_task[2] = {&async_kind, &async_kind};
 
 int tko_submit_async(tko_pool *pool, tko_async_fn fn, void *arg, int weight) {
   if (!pool || !fn) return -EINVAL;
-  uintptr_t ctx = (uintptr_t)lone_task | TKO__CTX_KIND | TKO__CTX_ASYNC;
+  uintptr_t ctx = (uintptr_t)lone_task | TKO__CTX_KIND | TKO__CTX_HELD;
   return tko__submit_item(pool, AS_TASK(fn), arg, ctx, weight, -1);
 }
 
@@ -127,9 +127,9 @@ void *tko_async_arg(const tko_async *op) { return op ? op->arg : NULL; }
 static void release_slot(tko_pool *pool) {
   tko__shard *first = &pool->shards[0]; /* the async queue's */
   tko__lock_acquire(&first->lock);
-  TKO__INVARIANT(pool->async_running > 0);
-  pool->async_running--;
-  tko__store_relaxed(&pool->async_inflight, pool->async_running);
+  TKO__INVARIANT(pool->held_running > 0);
+  pool->held_running--;
+  tko__store_relaxed(&pool->held_inflight, pool->held_running);
   tko__refresh_backlog(pool, first);
   tko__unlock(&first->lock);
   if (tko__runnable_seq(pool)) tko__signal_work(pool);
@@ -237,7 +237,7 @@ static const tko__task_kind async_kind = {
     .run = async_run, .cancelled = async_cancelled, .dropped = async_dropped};
 
 static bool no_async_in_flight(void *pool) {
-  return tko__load_seq(&((tko_pool *)pool)->async_inflight) == 0;
+  return tko__load_seq(&((tko_pool *)pool)->held_inflight) == 0;
 }
 
 /* The phase's close (shutdown, the workers gone): waits, within the
