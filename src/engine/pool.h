@@ -177,6 +177,8 @@ typedef struct tko__shard {
   unsigned index; /* I */
 } tko__shard;
 
+struct tko__source; /* kind.h */
+
 struct tko_pool {
   /* Submitters write here without a lock (inbox.h): the shared inbox, and
    * each submitting thread's own ring (ring.h). */
@@ -194,9 +196,14 @@ struct tko_pool {
   tko__shard *shards; /* I: cache-line aligned inside shards_raw */
   unsigned nshards;   /* I */
   void *shards_raw;
-  tko__queue held; /* the held source's tasks (kind.h: tko__source), waiting to start */
+  tko__queue held;       /* the held source's tasks waiting to start (kind.h) */
   unsigned held_running; /* held tasks in flight; guarded by shard 0's lock */
-  /* 1 while async tasks wait, else 0; stored under shard 0's lock when
+  /* The held source (kind.h: tko__source), NULL until it registers: set
+   * once, a release store (tko__source_add); read under shard 0's lock,
+   * only where the held queue holds a task, which its submitter queued
+   * after it saw the source registered. */
+  _Atomic(const struct tko__source *) held_source;
+  /* 1 while held tasks wait, else 0; stored under shard 0's lock when
    * that changes (tko__refresh_backlog), read lock-free. */
   atomic_size_t held_waiting;
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */

@@ -73,11 +73,11 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
   tko__lock_acquire(&sh->lock);
   bool paused = drain_for_take(pool, sh);
   size_t len = sh->queue.len, n = 0;
-  unsigned max_async = pool->opts.max_async_inflight;
-  bool async_ready = !paused && sh->index == 0 && pool->held.len &&
-                     (!max_async || pool->held_running < max_async);
-  if (async_ready && (!len || tko__queue_top_before(&pool->held, &sh->queue))) {
-    /* The best task is async: take it alone, inside the in-flight limit. */
+  /* The held queue is read, and its source asked, only where it holds a
+   * task: a plain task's take pays one load for it. */
+  bool held_ready = !paused && sh->index == 0 && pool->held.len && tko__held_may_start(pool);
+  if (held_ready && (!len || tko__queue_top_before(&pool->held, &sh->queue))) {
+    /* The best task is held: take it alone, while its source allows it. */
     n = tko__queue_pop(&pool->held, batch, 1);
     pool->held_running++;
     tko__store_relaxed(&pool->held_inflight, pool->held_running); /* under lock */
@@ -91,8 +91,8 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
     size_t share = workers > 1 ? len / workers : len;
     if (share < 1) share = 1;
     if (share > max) share = max;
-    if (async_ready) {
-      /* The batch ends where an async task that may start comes first, so
+    if (held_ready) {
+      /* The batch ends where a held task that may start comes first, so
        * that equal weights start in submit order across the two queues. */
       while (n < share && sh->queue.len && !tko__queue_top_before(&pool->held, &sh->queue))
         n += tko__queue_pop(&sh->queue, batch + n, 1);
@@ -187,8 +187,8 @@ static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w, tko__sha
       weights[k] += !tko__queue_has_bucket(qs[k], b->items[i].weight);
     }
   }
-  /* The async queue is shard 0's: another shard's lock does not guard it,
-   * and its batches hold no async task. */
+  /* The held queue is shard 0's: another shard's lock does not guard it,
+   * and its batches hold no held task. */
   for (size_t k = 0; k < (sh->index == 0 ? 2u : 1u); k++) {
     if (tko__queue_reserve(qs[k], items[k])) return false;
     if (weights[k] && tko__queue_reserve_buckets(qs[k], weights[k])) return false;
@@ -280,7 +280,7 @@ void tko__requeue_taken(tko_pool *pool, tko__worker *w) {
  * weight never read the clock for it. */
 
 /* The look with several shards (shard.c): sweeps every shard, then
- * compares their tops (and, under shard 0's lock, the async queue's best)
+ * compares their tops (and, under shard 0's lock, the held queue's best)
  * with *than. The hand-back goes shard by shard, each all or nothing,
  * innermost batch first; one a shard cannot take back (no memory) stays
  * with this thread. True if the innermost batch went back. */
@@ -291,10 +291,9 @@ static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__i
   bool heavier = tko__shards_outrank(pool, than->weight);
   if (!heavier && tko__load_relaxed(&pool->held_waiting)) {
     tko__shard *first = &pool->shards[0];
-    unsigned max_async = pool->opts.max_async_inflight;
     tko__lock_acquire(&first->lock);
-    heavier = (!max_async || pool->held_running < max_async) &&
-              tko__queue_outranks(&pool->held, than);
+    heavier = pool->held.len && tko__queue_outranks(&pool->held, than) &&
+              tko__held_may_start(pool);
     tko__unlock(&first->lock);
   }
   if (!heavier) return false;
@@ -310,17 +309,16 @@ static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__i
  * a task queued now outranks *than, puts back what this thread took and
  * has not started (all of it, or - when the queue cannot grow - none: a
  * task is never cancelled for a recheck). Nothing outranks while paused
- * (nothing starts), and an async task only inside the in-flight limit. */
+ * (nothing starts), and a held task only while its source allows one. */
 static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__item *than) {
   if (pool->nshards > 1) return hand_back_across_shards(pool, w, than);
   tko__shard *sh = &pool->shards[0];
   tko__lock_acquire(&sh->lock);
   bool paused = drain_for_take(pool, sh);
-  unsigned max_async = pool->opts.max_async_inflight;
   bool back = !paused &&
               (tko__queue_outranks(&sh->queue, than) ||
-               ((!max_async || pool->held_running < max_async) &&
-                tko__queue_outranks(&pool->held, than))) &&
+               (pool->held.len && tko__queue_outranks(&pool->held, than) &&
+                tko__held_may_start(pool))) &&
               room_for_taken_locked(pool, w, sh);
   if (back) put_back_locked(pool, w, sh);
   tko__unlock(&sh->lock);
