@@ -139,11 +139,11 @@ enum tko__batch_end tko__run_batch(tko_pool *pool, tko__worker *w, const tko__it
 /* Puts the tasks w took and has not started back in the queue; one the
  * queue cannot take back (no memory) is cancelled. */
 void tko__requeue_taken(tko_pool *pool, tko__worker *w);
-/* Takes up to max queued tasks whose ctx is ctx (or ctx | TKO__CTX_ASYNC in
- * the async queue) out of the pool, wherever they are queued, their room
+/* Takes up to max queued tasks whose ctx is ctx (or ctx | TKO__CTX_HELD in
+ * the held queue) out of the pool, wherever they are queued, their room
  * given back; returns how many (0: none left). O(queued). */
 size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t max);
-/* Takes the queued task whose ctx is ctx (not an async one) out of the
+/* Takes the queued task whose ctx is ctx (not a held one) out of the
  * queue and runs it on worker w, the calling thread, wherever its weight
  * places it (a wait on that one task: tko_handle_wait); false if it is not
  * queued or the pool is paused. O(queued). */

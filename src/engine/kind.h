@@ -11,10 +11,10 @@
 
 /* Tags in the low bits of tko__item.ctx (TKO__CTX_TAGS, queue.h). */
 #define TKO__CTX_GROUP ((uintptr_t)1)
-/* An async task: it waits in the async queue (the engine's take counts it
- * against max_async_inflight); its record is its group, or the async
- * feature's own (TKO__CTX_KIND). */
-#define TKO__CTX_ASYNC ((uintptr_t)2)
+/* A task of the held source (below): it waits in the held queue, and
+ * starts only while the source allows one more; its record is its group or
+ * its feature's own (TKO__CTX_KIND). */
+#define TKO__CTX_HELD ((uintptr_t)2)
 /* A task of a kind (below): its record starts with its tko__task_kind. */
 #define TKO__CTX_KIND ((uintptr_t)4)
 /* An owned task (lifecycle.h): its record is its tko__task_owner. */
@@ -58,16 +58,47 @@ typedef struct tko__task_kind {
   void (*dropped)(tko_pool *pool, const tko__item *item);
 } tko__task_kind;
 
+/* The held source: a feature whose tasks (TKO__CTX_HELD, an async task)
+ * wait in the pool's held queue, shard 0's, and start only while it allows
+ * one more (async.c: fewer than max_async_inflight in flight). It registers
+ * with the pool (tko__source_add) before it queues its first task; the
+ * engine then keeps, under shard 0's lock, how many of its tasks are in
+ * flight (held_running, mirrored in held_inflight for tko_pool_stats): a
+ * take from the held queue, a caller-runs start and shutdown's run of
+ * what is left each count one, and the source gives each back once its
+ * task ends (tko__held_release). The engine reads the held queue only
+ * where it holds a task, so a plain task's take never calls the source.
+ * - may_start: under shard 0's lock, with running held tasks in flight:
+ *   whether one more may start now. A pure test: it takes no lock and
+ *   changes nothing (the engine asks it again at each take and refresh). */
+typedef struct tko__source {
+  bool (*may_start)(const tko_pool *pool, unsigned running);
+} tko__source;
+
+/* lifecycle.c: registers src as pool's held source, once (one source per
+ * pool); a later call with src returns at once. */
+void tko__source_add(tko_pool *pool, const tko__source *src);
+/* lifecycle.c: under shard 0's lock, with a task in the held queue: whether
+ * the held source lets one more start now. */
+bool tko__held_may_start(const tko_pool *pool);
+/* lifecycle.c: under shard 0's lock: stores held_waiting (tko__refresh_backlog);
+ * returns the held queue if it holds a task that may start now, else NULL. */
+const tko__queue *tko__held_refresh(tko_pool *pool);
+/* lifecycle.c: a held task ended (or was dropped) and gives back its count:
+ * wakes a worker if held tasks wait for one, and, while the pool closes,
+ * the workers sleeping with nothing left. Takes shard 0's lock. */
+void tko__held_release(tko_pool *pool);
+
 /* The kind of a task, NULL for a plain or an owned one. Its record starts
  * with the kinds of its tasks: the first word for a task without
- * TKO__CTX_ASYNC, the second for one with it (a group's record holds the
- * kind of its plain members and that of its async members; the async
- * feature's own record, for a task in no group, holds the async kind). */
+ * TKO__CTX_HELD, the second for one with it (a group's record holds the
+ * kind of its plain members and that of its held members; the held
+ * feature's own record, for a task in no group, holds its kind). */
 static inline const tko__task_kind *tko__item_kind(const tko__item *item) {
   uintptr_t tag = item->ctx & TKO__CTX_TAGS;
   if (!(tag & TKO__CTX_OWNED) || tag == TKO__CTX_OWNED) return NULL;
   const tko__task_kind *const *kinds = (const tko__task_kind *const *)(item->ctx & ~TKO__CTX_TAGS);
-  return kinds[(tag & TKO__CTX_ASYNC) != 0];
+  return kinds[(tag & TKO__CTX_HELD) != 0];
 }
 
 /* The group an item is a member of, NULL for any other. */
@@ -100,7 +131,7 @@ static inline size_t tko__item_room(const tko__item *item) {
  * -ECANCELED): its kind's (async.c) report to the group. */
 void tko__group_finished(void *group, int status);
 /* Submits a member of group: a plain one (async_kind NULL: the group's own
- * kind), or an async task (TKO__CTX_ASYNC) of async_kind, which the group's
+ * kind), or an async task (TKO__CTX_HELD) of async_kind, which the group's
  * record holds for its async members (tko__item_kind). */
 int tko__group_submit_ctx(tko_pool *pool, tko_group *group, const tko__task_kind *async_kind,
                           tko_task_fn fn, void *arg, int weight);

@@ -205,12 +205,12 @@ void tko__empty_queue(tko_pool *pool, bool run) {
       tko__lock_acquire(&sh->lock);
       tko__shard_drain_locked(pool, sh);
       n = tko__queue_pop(&sh->queue, batch, TKO__GRAB_MAX);
-      /* Async tasks started here still count against the in-flight limit
-       * only loosely: with every worker gone, shutdown starts what is left. */
+      /* Held tasks started here count as in flight without asking their
+       * source: with every worker gone, shutdown starts what is left. */
       if (n == 0 && s == 0) {
-        n = tko__queue_pop(&pool->async_queue, batch, TKO__GRAB_MAX);
-        if (run) pool->async_running += (unsigned)n; /* each start holds a slot */
-        tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+        n = tko__queue_pop(&pool->held, batch, TKO__GRAB_MAX);
+        if (run) pool->held_running += (unsigned)n; /* each start counts */
+        tko__store_relaxed(&pool->held_inflight, pool->held_running); /* under lock */
       }
       tko__refresh_backlog(pool, sh);
       tko__unlock(&sh->lock);
@@ -289,6 +289,46 @@ int tko__phase_add(tko_pool *pool, const tko__phase *phase) {
   }
   tko__mutex_unlock(&pool->gate_mu);
   return rc;
+}
+
+/* The held source (kind.h): here beside the phases, its other registration,
+ * and out of shard.c, so that the shard drain keeps tko__refresh_backlog
+ * inline. */
+void tko__source_add(tko_pool *pool, const tko__source *src) {
+  /* Acquire: a submitter that finds src here queues its task after the
+   * store, so a worker that takes the task reads src. */
+  if (tko__load_acquire(&pool->held_source) == src) return;
+  tko__shard *first = &pool->shards[0]; /* the held queue's */
+  tko__lock_acquire(&first->lock);
+  TKO__INVARIANT(tko__load_relaxed(&pool->held_source) == NULL ||
+                 tko__load_relaxed(&pool->held_source) == src); /* one source per pool */
+  tko__store_release(&pool->held_source, src);
+  tko__unlock(&first->lock);
+}
+
+bool tko__held_may_start(const tko_pool *pool) {
+  const tko__source *src = tko__load_relaxed(&pool->held_source); /* under the lock */
+  return src->may_start(pool, pool->held_running);
+}
+
+const tko__queue *tko__held_refresh(tko_pool *pool) {
+  size_t waiting = pool->held.len > 0;
+  if (tko__load_relaxed(&pool->held_waiting) != waiting)
+    tko__store_relaxed(&pool->held_waiting, waiting); /* under the lock */
+  return waiting && tko__held_may_start(pool) ? &pool->held : NULL;
+}
+
+void tko__held_release(tko_pool *pool) {
+  tko__shard *first = &pool->shards[0]; /* the held queue's */
+  tko__lock_acquire(&first->lock);
+  TKO__INVARIANT(pool->held_running > 0);
+  pool->held_running--;
+  tko__store_relaxed(&pool->held_inflight, pool->held_running); /* under lock */
+  tko__refresh_backlog(pool, first);
+  tko__unlock(&first->lock);
+  if (tko__runnable_seq(pool)) tko__signal_work(pool);
+  /* Closing: sleeping workers may now have nothing left and can exit. */
+  if (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) tko__idle_wake_all(&pool->idle);
 }
 
 /* Calls each registered phase's close in number order, from the first

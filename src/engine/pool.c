@@ -144,7 +144,7 @@ static void free_pool(tko_pool *pool) {
   for (unsigned i = 0; pool->shards && i < pool->nshards; i++)
     tko__queue_fini(&pool->shards[i].queue);
   tko__mem_free(a, pool->shards_raw);
-  tko__queue_fini(&pool->async_queue);
+  tko__queue_fini(&pool->held);
   tko__mutex_destroy(&pool->async_mu);
   tko__inbox_fini(&pool->inbox, a);
   if (pool->rings.uid) tko__rings_fini(&pool->rings); /* uid: set once initialised */
@@ -230,8 +230,8 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
     rc = tko__rings_init(&pool->rings, opts->workers == 1 && opts->max_elastic == 0,
                          pool->nshards, a);
   if (rc == 0) rc = shards_init(pool, opts->initial_capacity ? opts->initial_capacity : 256);
-  if (rc == 0) rc = tko__queue_init(&pool->async_queue, 16, a);
-  pool->async_queue.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
+  if (rc == 0) rc = tko__queue_init(&pool->held, 16, a);
+  pool->held.aging_ns = (uint64_t)opts->aging_ms * 1000000u;
   pool->stamp_enqueue = pool->timing || opts->aging_ms;
   pool->count_late = pool->timing && !opts->aging_ms;
   if (rc == 0) {
@@ -380,13 +380,13 @@ static void trim_queue(tko_pool *pool, tko__shard *sh, tko__queue *q) {
 void tko__pool_trim(tko_pool *pool) {
   for (unsigned i = 0; i < pool->nshards; i++)
     trim_queue(pool, &pool->shards[i], &pool->shards[i].queue);
-  trim_queue(pool, &pool->shards[0], &pool->async_queue);
+  trim_queue(pool, &pool->shards[0], &pool->held);
 }
 
 bool tko__pool_trimmable(const tko_pool *pool) {
   for (unsigned i = 0; i < pool->nshards; i++)
     if (tko__queue_oversized(&pool->shards[i].queue)) return true;
-  return tko__queue_oversized(&pool->async_queue);
+  return tko__queue_oversized(&pool->held);
 }
 
 int tko_pool_trim(tko_pool *pool) {
@@ -477,12 +477,12 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
   out->caller_runs =
       tko__load_relaxed(&pool->caller_runs) + tko__load_relaxed(&pool->off_worker_runs);
   out->lock_contended = 0;
-  out->queue_bytes = tko__load_relaxed(&pool->async_queue.slab_bytes);
+  out->queue_bytes = tko__load_relaxed(&pool->held.slab_bytes);
   for (unsigned i = 0; i < pool->nshards; i++) { /* relaxed: statistics */
     out->lock_contended += tko__load_relaxed(&pool->shards[i].lock.contended);
     out->queue_bytes += tko__load_relaxed(&pool->shards[i].queue.slab_bytes);
   }
-  out->async_inflight = tko__load_relaxed(&pool->async_inflight);
+  out->async_inflight = tko__load_relaxed(&pool->held_inflight);
   out->handbacks = sum_slots(pool, offsetof(tko__worker, handbacks));
   out->late_inversions = sum_slots(pool, offsetof(tko__worker, late_inversions));
 }

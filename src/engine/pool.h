@@ -177,6 +177,8 @@ typedef struct tko__shard {
   unsigned index; /* I */
 } tko__shard;
 
+struct tko__source; /* kind.h */
+
 struct tko_pool {
   /* Submitters write here without a lock (inbox.h): the shared inbox, and
    * each submitting thread's own ring (ring.h). */
@@ -194,11 +196,16 @@ struct tko_pool {
   tko__shard *shards; /* I: cache-line aligned inside shards_raw */
   unsigned nshards;   /* I */
   void *shards_raw;
-  tko__queue async_queue; /* async tasks waiting for an in-flight slot */
-  unsigned async_running; /* async tasks in flight; guarded by shard 0's lock */
-  /* 1 while async tasks wait, else 0; stored under shard 0's lock when
+  tko__queue held;       /* the held source's tasks waiting to start (kind.h) */
+  unsigned held_running; /* held tasks in flight; guarded by shard 0's lock */
+  /* The held source (kind.h: tko__source), NULL until it registers: set
+   * once, a release store (tko__source_add); read under shard 0's lock,
+   * only where the held queue holds a task, which its submitter queued
+   * after it saw the source registered. */
+  _Atomic(const struct tko__source *) held_source;
+  /* 1 while held tasks wait, else 0; stored under shard 0's lock when
    * that changes (tko__refresh_backlog), read lock-free. */
-  atomic_size_t async_waiting;
+  atomic_size_t held_waiting;
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */
   atomic_bool cancelling; /* TKO_CANCEL in progress */
   atomic_bool paused;     /* tko_pool_pause: no task starts */
@@ -267,7 +274,7 @@ struct tko_pool {
   tko__mutex async_mu; /* guards async_free and async_chunks */
   struct tko_async *async_free;
   void *async_chunks;
-  atomic_uint async_inflight; /* async_running, readable lock-free */
+  atomic_uint held_inflight; /* held_running, readable lock-free */
   atomic_uint completers;     /* threads inside tko_async_complete */
 
   /* Workers helping in tko_group_wait with nothing to run list themselves

@@ -56,8 +56,8 @@ static int run_runner(tko_pool *pool, const tko__item *item) {
 /* tko_stats.late_inversions: a worker's start of *item at now is late if
  * some queue's heaviest queued task is heavier and its weight's oldest
  * submit is more than recheck_ns old (the queue's top and top_since,
- * stored under its lock when they change, read here as hints). An async
- * task held back by max_async_inflight is not in shard 0's top (it cannot
+ * stored under its lock when they change, read here as hints). A held
+ * task its source does not let start is not in shard 0's top (it cannot
  * start: tko__refresh_backlog), so starts past it are not late.
  * A keyed task (a side task: id with the top bit set) runs inside its
  * lane's runner, which never looks at the queue, so a heavier task

@@ -5,7 +5,7 @@
  * cores that serialises the pool (benchmarks/MODEL.md, the sharing audit's
  * third gate). With several, a submitting thread's ring drains into one
  * shard (ring i into shard i mod the count; the shared inbox and the
- * async queue into shard 0), and each worker takes from its home shard
+ * held queue into shard 0), and each worker takes from its home shard
  * first, so that threads on different shards share no line in the steady
  * state.
  *
@@ -21,9 +21,9 @@
  * recheck_ns (plus the batch it already took) later while that task is
  * still queued. Within one shard the order is the single queue's.
  *
- * What several shards give up in order: a thread's async tasks go through
- * the inbox into shard 0 (the async queue is shard 0's) while its other
- * tasks go through its ring, so equal-weight async and plain tasks of one
+ * What several shards give up in order: a thread's held tasks go through
+ * the inbox into shard 0 (the held queue is shard 0's) while its other
+ * tasks go through its ring, so equal-weight held and plain tasks of one
  * thread keep no order between them; and a thread that used the inbox
  * (its ring claim failed for want of memory) and later gets a ring of
  * another shard may see its newer tasks taken before its older ones still
@@ -36,12 +36,11 @@ int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh) {
   /* Not past an inbox that could not move everything: a thread whose ring
    * came after a failed claim has older tasks there (ring.c). */
   if (sh->index == 0)
-    rc = tko__inbox_drain(&pool->inbox, &sh->queue, &pool->async_queue, TKO__CTX_ASYNC);
-  /* Async tasks only come through the inbox where there are several
+    rc = tko__inbox_drain(&pool->inbox, &sh->queue, &pool->held, TKO__CTX_HELD);
+  /* Held tasks only come through the inbox where there are several
    * shards (submit.c), so other shards' rings never hold one. */
   if (rc == 0)
-    rc = tko__rings_drain(&pool->rings, sh->index, &sh->queue, &pool->async_queue,
-                          TKO__CTX_ASYNC);
+    rc = tko__rings_drain(&pool->rings, sh->index, &sh->queue, &pool->held, TKO__CTX_HELD);
   tko__refresh_backlog(pool, sh);
   return rc;
 }

@@ -29,7 +29,7 @@ enum { QUEUED = 0, ROOM = TKO__INBOX_ROOM };
 static int claim_locked(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t ctx,
                         uint64_t enq_ns, uint64_t *id) {
   tko__shard *first = &pool->shards[0];
-  tko__queue *q = ctx & TKO__CTX_ASYNC ? &pool->async_queue : &first->queue;
+  tko__queue *q = ctx & TKO__CTX_HELD ? &pool->held : &first->queue;
   if (tko__inbox_has_room(&pool->inbox, n)) return ROOM; /* the drain made some */
   /* Room for all first, so that no push below can fail (all or nothing). */
   int rc = tko__queue_reserve(q, n);
@@ -107,13 +107,13 @@ static void run_on_caller(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t c
                     .enq_ns = tko__enqueue_time(pool)};
   /* seq_cst: counted as submitted before it can count as finished. */
   tko__add_seq(&pool->caller_runs, 1);
-  if (ctx & TKO__CTX_ASYNC) {
-    /* It holds an in-flight slot like any started async task (its
-     * completion gives one back); caller-runs does not wait for the limit. */
-    tko__shard *first = &pool->shards[0]; /* the async queue's */
+  if (ctx & TKO__CTX_HELD) {
+    /* It counts as in flight like any started held task (its source gives
+     * the count back); caller-runs does not ask the source. */
+    tko__shard *first = &pool->shards[0]; /* the held queue's */
     tko__lock_acquire(&first->lock);
-    pool->async_running++;
-    tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+    pool->held_running++;
+    tko__store_relaxed(&pool->held_inflight, pool->held_running); /* under lock */
     tko__refresh_backlog(pool, first);
     tko__unlock(&first->lock);
   }
@@ -138,7 +138,7 @@ static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t c
  * tasks ahead of the batch), room in the queue is made for all (all or
  * nothing), then the batch goes through the ring a ringful at a time, each
  * moved at once. No publish can fail here: the close of this ring takes
- * the lock (lifecycle.c). Never an async task (submit_batch's). */
+ * the lock (lifecycle.c). Never a held task (submit_batch's). */
 static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
                                uint64_t enq_ns) {
   tko__shard *sh = tko__shard_of_ring(pool, r);
@@ -156,7 +156,7 @@ static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tas
     rc = tko__ring_publish(r, t, k);
     TKO__INVARIANT(rc == 0);
     /* Cannot fail: reserved above. */
-    (void)tko__ring_drain(r, q, &pool->async_queue, TKO__CTX_ASYNC);
+    (void)tko__ring_drain(r, q, &pool->held, TKO__CTX_HELD);
     t += k;
     done += k;
   }
@@ -218,9 +218,9 @@ static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int
                    uint64_t *id) {
   uint64_t enq_ns = tko__enqueue_time(pool);
   raise_ceiling(pool, weight);
-  /* An async task goes through the inbox where there are several shards:
-   * the async queue is shard 0's (shard.c). */
-  tko__ring *r = ctx & TKO__CTX_ASYNC && pool->nshards > 1 ? NULL : tko__rings_mine(&pool->rings);
+  /* A held task goes through the inbox where there are several shards:
+   * the held queue is shard 0's (shard.c). */
+  tko__ring *r = ctx & TKO__CTX_HELD && pool->nshards > 1 ? NULL : tko__rings_mine(&pool->rings);
   if (r) {
     tko_task task = {fn, arg, weight};
     int rc = ring_enqueue(pool, r, &task, 1, ctx, enq_ns, id);

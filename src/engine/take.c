@@ -25,7 +25,7 @@ size_t tko__take_queued(tko_pool *pool, uintptr_t ctx, tko__item *out, size_t ma
     tko__shard_drain_locked(pool, sh);
     n += tko__queue_remove_ctx(&sh->queue, ctx, out + n, max - n);
     if (i == 0 && n < max)
-      n += tko__queue_remove_ctx(&pool->async_queue, ctx | TKO__CTX_ASYNC, out + n, max - n);
+      n += tko__queue_remove_ctx(&pool->held, ctx | TKO__CTX_HELD, out + n, max - n);
     tko__refresh_backlog(pool, sh);
     tko__unlock(&sh->lock);
   }
@@ -73,14 +73,14 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
   tko__lock_acquire(&sh->lock);
   bool paused = drain_for_take(pool, sh);
   size_t len = sh->queue.len, n = 0;
-  unsigned max_async = pool->opts.max_async_inflight;
-  bool async_ready = !paused && sh->index == 0 && pool->async_queue.len &&
-                     (!max_async || pool->async_running < max_async);
-  if (async_ready && (!len || tko__queue_top_before(&pool->async_queue, &sh->queue))) {
-    /* The best task is async: take it alone, inside the in-flight limit. */
-    n = tko__queue_pop(&pool->async_queue, batch, 1);
-    pool->async_running++;
-    tko__store_relaxed(&pool->async_inflight, pool->async_running); /* under lock */
+  /* The held queue is read, and its source asked, only where it holds a
+   * task: a plain task's take pays one load for it. */
+  bool held_ready = !paused && sh->index == 0 && pool->held.len && tko__held_may_start(pool);
+  if (held_ready && (!len || tko__queue_top_before(&pool->held, &sh->queue))) {
+    /* The best task is held: take it alone, while its source allows it. */
+    n = tko__queue_pop(&pool->held, batch, 1);
+    pool->held_running++;
+    tko__store_relaxed(&pool->held_inflight, pool->held_running); /* under lock */
     tko__refresh_backlog(pool, sh);
   } else if (len && !paused) {
     /* Share by the workers there could be, elastic ones included (any of
@@ -91,10 +91,10 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
     size_t share = workers > 1 ? len / workers : len;
     if (share < 1) share = 1;
     if (share > max) share = max;
-    if (async_ready) {
-      /* The batch ends where an async task that may start comes first, so
+    if (held_ready) {
+      /* The batch ends where a held task that may start comes first, so
        * that equal weights start in submit order across the two queues. */
-      while (n < share && sh->queue.len && !tko__queue_top_before(&pool->async_queue, &sh->queue))
+      while (n < share && sh->queue.len && !tko__queue_top_before(&pool->held, &sh->queue))
         n += tko__queue_pop(&sh->queue, batch + n, 1);
     } else {
       n = tko__queue_pop(&sh->queue, batch, share);
@@ -168,7 +168,7 @@ size_t tko__take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_t 
  * submitter's move into the queue does. */
 
 static tko__queue *queue_of(tko_pool *pool, const tko__batch_frame *b, const tko__item *it) {
-  return it->ctx & TKO__CTX_ASYNC ? &pool->async_queue : &b->shard->queue;
+  return it->ctx & TKO__CTX_HELD ? &pool->held : &b->shard->queue;
 }
 
 /* Under sh's lock: makes room for every task this thread took from sh and
@@ -177,7 +177,7 @@ static tko__queue *queue_of(tko_pool *pool, const tko__batch_frame *b, const tko
  * weights' buckets usually kept, so this allocates nothing in a steady
  * state (pool/steady_state_allocates_nothing_per_task*). */
 static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w, tko__shard *sh) {
-  tko__queue *qs[2] = {&sh->queue, &pool->async_queue};
+  tko__queue *qs[2] = {&sh->queue, &pool->held};
   size_t items[2] = {0, 0}, weights[2] = {0, 0}; /* new weights, counted with repeats */
   for (const tko__batch_frame *b = w->batch; b; b = b->outer) {
     if (b->shard != sh) continue;
@@ -187,8 +187,8 @@ static bool room_for_taken_locked(tko_pool *pool, const tko__worker *w, tko__sha
       weights[k] += !tko__queue_has_bucket(qs[k], b->items[i].weight);
     }
   }
-  /* The async queue is shard 0's: another shard's lock does not guard it,
-   * and its batches hold no async task. */
+  /* The held queue is shard 0's: another shard's lock does not guard it,
+   * and its batches hold no held task. */
   for (size_t k = 0; k < (sh->index == 0 ? 2u : 1u); k++) {
     if (tko__queue_reserve(qs[k], items[k])) return false;
     if (weights[k] && tko__queue_reserve_buckets(qs[k], weights[k])) return false;
@@ -280,7 +280,7 @@ void tko__requeue_taken(tko_pool *pool, tko__worker *w) {
  * weight never read the clock for it. */
 
 /* The look with several shards (shard.c): sweeps every shard, then
- * compares their tops (and, under shard 0's lock, the async queue's best)
+ * compares their tops (and, under shard 0's lock, the held queue's best)
  * with *than. The hand-back goes shard by shard, each all or nothing,
  * innermost batch first; one a shard cannot take back (no memory) stays
  * with this thread. True if the innermost batch went back. */
@@ -289,12 +289,11 @@ static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__i
   w->swept_ns = w->clocked_ns;
   if (tko__load_seq(&pool->paused)) return false; /* nothing outranks: nothing starts */
   bool heavier = tko__shards_outrank(pool, than->weight);
-  if (!heavier && tko__load_relaxed(&pool->async_waiting)) {
+  if (!heavier && tko__load_relaxed(&pool->held_waiting)) {
     tko__shard *first = &pool->shards[0];
-    unsigned max_async = pool->opts.max_async_inflight;
     tko__lock_acquire(&first->lock);
-    heavier = (!max_async || pool->async_running < max_async) &&
-              tko__queue_outranks(&pool->async_queue, than);
+    heavier = pool->held.len && tko__queue_outranks(&pool->held, than) &&
+              tko__held_may_start(pool);
     tko__unlock(&first->lock);
   }
   if (!heavier) return false;
@@ -310,17 +309,16 @@ static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__i
  * a task queued now outranks *than, puts back what this thread took and
  * has not started (all of it, or - when the queue cannot grow - none: a
  * task is never cancelled for a recheck). Nothing outranks while paused
- * (nothing starts), and an async task only inside the in-flight limit. */
+ * (nothing starts), and a held task only while its source allows one. */
 static bool hand_back_if_outranked(tko_pool *pool, tko__worker *w, const tko__item *than) {
   if (pool->nshards > 1) return hand_back_across_shards(pool, w, than);
   tko__shard *sh = &pool->shards[0];
   tko__lock_acquire(&sh->lock);
   bool paused = drain_for_take(pool, sh);
-  unsigned max_async = pool->opts.max_async_inflight;
   bool back = !paused &&
               (tko__queue_outranks(&sh->queue, than) ||
-               ((!max_async || pool->async_running < max_async) &&
-                tko__queue_outranks(&pool->async_queue, than))) &&
+               (pool->held.len && tko__queue_outranks(&pool->held, than) &&
+                tko__held_may_start(pool))) &&
               room_for_taken_locked(pool, w, sh);
   if (back) put_back_locked(pool, w, sh);
   tko__unlock(&sh->lock);

@@ -8,7 +8,7 @@
 
 #include "engine.h"
 
-/* Refreshes sh's backlog (and, for shard 0, async_waiting) and top;
+/* Refreshes sh's backlog (and, for shard 0, held_waiting) and top;
  * caller holds sh's lock. Each backlog is read only as "any" (tko__look_seq,
  * tko__nothing_left), so it is stored only when that changes: a flood's
  * takes then leave its line alone, which they stored once a take, the
@@ -19,21 +19,19 @@
  * (shard.c), which then decide under that shard's lock. */
 static inline void tko__refresh_backlog(tko_pool *pool, tko__shard *sh) {
   size_t work = sh->queue.len > 0;
-  /* The queue whose best task is the shard's top: shard 0's async queue
-   * when it may start one and holds a heavier task (else a heavy async
-   * task would wait for every other shard's lighter tasks, their tops
-   * beating shard 0's empty queue). */
+  /* The queue whose best task is the shard's top: shard 0's held queue
+   * when its source may start one and it holds a heavier task (else a
+   * heavy held task would wait for every other shard's lighter tasks,
+   * their tops beating shard 0's empty queue). */
   const tko__queue *best = &sh->queue;
-  if (sh->index == 0) {
-    unsigned max = pool->opts.max_async_inflight;
-    size_t runnable_async = !max || pool->async_running < max ? pool->async_queue.len : 0;
-    work |= runnable_async > 0;
-    if (runnable_async &&
-        tko__queue_top_weight(&pool->async_queue) > tko__queue_top_weight(&sh->queue))
-      best = &pool->async_queue;
-    size_t waiting = pool->async_queue.len > 0;
-    if (tko__load_relaxed(&pool->async_waiting) != waiting)
-      tko__store_relaxed(&pool->async_waiting, waiting);
+  /* The held queue's part is out of line (lifecycle.c), so that this stays
+   * small: a pool with no held task pays two loads for it. */
+  if (sh->index == 0 && (pool->held.len || tko__load_relaxed(&pool->held_waiting))) {
+    const tko__queue *held = tko__held_refresh(pool);
+    if (held) {
+      work = 1;
+      if (tko__queue_top_weight(held) > tko__queue_top_weight(&sh->queue)) best = held;
+    }
   }
   if (tko__load_relaxed(&sh->backlog) != work) tko__store_relaxed(&sh->backlog, work);
   if (pool->nshards > 1 || pool->count_late) {
@@ -115,11 +113,11 @@ static inline bool tko__runnable_seq(tko_pool *pool) {
   return tko__look_seq(pool) != TKO__LOOK_NOTHING;
 }
 
-/* Shutdown may let workers go: nothing queued anywhere, async included. */
+/* Shutdown may let workers go: nothing queued anywhere, held tasks included. */
 static inline bool tko__nothing_left(tko_pool *pool) {
   /* Holes count: a reservation made before the close and not yet
    * published is still to come (inbox.h). */
-  return !tko__has_work_seq(pool) && tko__load_seq(&pool->async_waiting) == 0;
+  return !tko__has_work_seq(pool) && tko__load_seq(&pool->held_waiting) == 0;
 }
 
 /* Called after new work is queued: wakes the workers waiting in a helping

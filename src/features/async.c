@@ -7,10 +7,12 @@
  * are allocated 64 at a time, in chunks that live until destroy, so op
  * pointers stay valid and steady traffic allocates nothing.
  *
- * Limit: async tasks wait in their own weighted queue, and a worker takes
- * one only while fewer than max_async_inflight are in flight (the count is
- * kept under the queue lock, where the take is decided). A completion frees
- * a slot and wakes a worker if async tasks wait.
+ * Limit: async tasks are the engine's held source (kind.h: tko__source):
+ * they wait in the held queue, and a worker takes one only while fewer
+ * than max_async_inflight are in flight (async_may_start, asked under the
+ * queue lock, where the take is decided; the engine keeps the count). A
+ * completion frees a slot (tko__held_release), which wakes a worker if
+ * async tasks wait.
  *
  * Kind: an async task is a task kind (kind.h: tko__task_kind) whose
  * run replaces the engine's: it takes a record, runs the start function,
@@ -30,7 +32,6 @@
 #include "invariant.h"
 #include "kind.h"
 #include "mem.h"
-#include "wake.h"
 
 #define CHUNK_RECORDS 64
 
@@ -99,19 +100,36 @@ static void give_record(tko_pool *pool, struct tko_async *r) {
 static const tko__task_kind async_kind;
 
 /* The record of an async task in no group: tko__item_kind reads the second
- * word of a TKO__CTX_ASYNC task's record (both hold the kind). Aligned for
+ * word of a TKO__CTX_HELD task's record (both hold the kind). Aligned for
  * the ctx tags. */
 static _Alignas(8) const tko__task_kind *const lone_task[2] = {&async_kind, &async_kind};
 
+/* The async source (kind.h: tko__source): one more async task may start
+ * while fewer than max_async_inflight (0: no limit) are in flight. */
+static bool async_may_start(const tko_pool *pool, unsigned running) {
+  unsigned max = pool->opts.max_async_inflight;
+  return !max || running < max;
+}
+
+static const tko__source async_source = {.may_start = async_may_start};
+
+/* Registers the async source with pool before its first async task is
+ * queued; a bad pool is left to the submit, which refuses it. */
+static void add_source(tko_pool *pool) {
+  if (tko__pool_check(pool) == 0) tko__source_add(pool, &async_source);
+}
+
 int tko_submit_async(tko_pool *pool, tko_async_fn fn, void *arg, int weight) {
   if (!pool || !fn) return -EINVAL;
-  uintptr_t ctx = (uintptr_t)lone_task | TKO__CTX_KIND | TKO__CTX_ASYNC;
+  add_source(pool);
+  uintptr_t ctx = (uintptr_t)lone_task | TKO__CTX_KIND | TKO__CTX_HELD;
   return tko__submit_item(pool, AS_TASK(fn), arg, ctx, weight, -1);
 }
 
 int tko_group_submit_async(tko_pool *pool, tko_group *group, tko_async_fn fn, void *arg,
                            int weight) {
   if (!fn) return -EINVAL;
+  add_source(pool);
   return tko__group_submit_ctx(pool, group, &async_kind, AS_TASK(fn), arg, weight);
 }
 
@@ -122,19 +140,10 @@ static void *group_of(uintptr_t ctx) {
 
 void *tko_async_arg(const tko_async *op) { return op ? op->arg : NULL; }
 
-/* Frees an in-flight slot (the take, or caller-runs, counted one); wakes a
- * worker if async tasks wait for one. */
+/* Frees an in-flight slot (the take, or caller-runs, counted one); the
+ * engine wakes a worker if async tasks wait for one. */
 static void release_slot(tko_pool *pool) {
-  tko__shard *first = &pool->shards[0]; /* the async queue's */
-  tko__lock_acquire(&first->lock);
-  TKO__INVARIANT(pool->async_running > 0);
-  pool->async_running--;
-  tko__store_relaxed(&pool->async_inflight, pool->async_running);
-  tko__refresh_backlog(pool, first);
-  tko__unlock(&first->lock);
-  if (tko__runnable_seq(pool)) tko__signal_work(pool);
-  /* Closing: sleeping workers may now have nothing left and can exit. */
-  if (tko__load_seq(&pool->closing) && tko__nothing_left(pool)) tko__idle_wake_all(&pool->idle);
+  tko__held_release(pool);
 }
 
 static void finish(struct tko_async *op, int status) {
@@ -237,7 +246,7 @@ static const tko__task_kind async_kind = {
     .run = async_run, .cancelled = async_cancelled, .dropped = async_dropped};
 
 static bool no_async_in_flight(void *pool) {
-  return tko__load_seq(&((tko_pool *)pool)->async_inflight) == 0;
+  return tko__load_seq(&((tko_pool *)pool)->held_inflight) == 0;
 }
 
 /* The phase's close (shutdown, the workers gone): waits, within the

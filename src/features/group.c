@@ -178,7 +178,7 @@ int tko__group_submit_ctx(tko_pool *pool, tko_group *group, const tko__task_kind
   g->pending++;
   if (async_kind && !g->kinds[1]) g->kinds[1] = async_kind; /* one kind: async.c's */
   tko__mutex_unlock(&g->mu);
-  uintptr_t tag = async_kind ? TKO__CTX_ASYNC : 0;
+  uintptr_t tag = async_kind ? TKO__CTX_HELD : 0;
   if (!tag) tko__add_relaxed(&g->unstarted, 1); /* before the member can start */
   int rc = tko__submit_item(pool, fn, arg, (uintptr_t)g | TKO__CTX_GROUP | tag, weight, -1);
   if (rc) {

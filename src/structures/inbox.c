@@ -84,8 +84,8 @@ static tko__item item_at(const tko__inbox_slot *s, uint64_t pos) {
 
 /* Fills order with offsets from h, grouped by weight (queue.h:
  * tko__grouping); false if the tasks cannot be grouped (too many weights,
- * an async task, too many tasks, a slot not published). */
-static bool group_by_weight(tko__inbox *in, uint64_t h, uint64_t t, uintptr_t async_tag,
+ * a held task, too many tasks, a slot not published). */
+static bool group_by_weight(tko__inbox *in, uint64_t h, uint64_t t, uintptr_t held_tag,
                             uint16_t *order, size_t *groups_out) {
   tko__grouping g; /* 1 KiB: not zeroed, started */
   tko__grouping_start(&g);
@@ -93,7 +93,7 @@ static bool group_by_weight(tko__inbox *in, uint64_t h, uint64_t t, uintptr_t as
     /* head at p: a follower's leader in [h, p) was found published above,
      * and moves in this pass, before it. */
     const tko__inbox_slot *s = published(in, p, p);
-    if (!s || s->ctx & async_tag || !tko__grouping_add(&g, s->weight)) return false;
+    if (!s || s->ctx & held_tag || !tko__grouping_add(&g, s->weight)) return false;
   }
   tko__grouping_order(&g, order);
   *groups_out = g.groups;
@@ -124,7 +124,7 @@ static uint64_t settle(tko__inbox *in, uint64_t h, uint64_t t) {
   return h;
 }
 
-int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
+int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *hq, uintptr_t held_tag) {
   uint64_t h = tko__load_relaxed(&in->head); /* only the lock holder writes it */
   uint64_t t = tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
   TKO__INVARIANT(t - h <= ((uint64_t)1 << 62)); /* head never passes the tail */
@@ -142,7 +142,7 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
    * then pays nothing for the grouping it never needs. Not with a claim
    * ahead (then end == t: all slots). */
   bool tallied = big && in->mixed_weights && room && in->claim_end <= h;
-  bool grouped = tallied && group_by_weight(in, h, end, async_tag, order, &groups);
+  bool grouped = tallied && group_by_weight(in, h, end, held_tag, order, &groups);
   if (grouped && groups > 1 && tko__queue_reserve_buckets(q, groups) == 0) {
     for (uint64_t i = 0; i < end - h; i++) {
       uint64_t pos = h + order[i];
@@ -153,7 +153,7 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
     tko__store_release(&in->head, end);
     return 0;
   }
-  /* One weight, or more than grouping takes (too many weights, async
+  /* One weight, or more than grouping takes (too many weights, held
    * tasks, a hole): stop tallying until a drain looks mixed again, so a
    * pool fed many weights pays the pass on at most every other big drain. */
   if (tallied && (groups == 1 || !grouped)) in->mixed_weights = false;
@@ -165,7 +165,7 @@ int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t as
     const tko__inbox_slot *s = published(in, p, h);
     if (!s) continue; /* a hole (workers poll beside it), or done already */
     tko__item item = item_at(s, p);
-    rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
+    rc = tko__queue_push(item.ctx & held_tag ? hq : q, &item);
     if (rc) break; /* out of memory: the rest stay in the inbox for later */
     if (!moved++) first_weight = item.weight;
     last_weight = item.weight;

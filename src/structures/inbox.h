@@ -218,11 +218,11 @@ static inline void tko__inbox_close(tko__inbox *in) {
   atomic_fetch_or_explicit(&in->tail, TKO__INBOX_CLOSED, memory_order_seq_cst);
 }
 
-/* Moves the published tasks it finds, in position order, into q (async
- * ones, tagged by async_tag in ctx, into aq), skipping reservations not yet
+/* Moves the published tasks it finds, in position order, into q (held
+ * ones, tagged by held_tag in ctx, into hq), skipping reservations not yet
  * published; never waits. Caller holds the queue lock. Returns 0, or
  * -ENOMEM if a queue could not grow (the rest stay). */
-int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *aq, uintptr_t async_tag);
+int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *hq, uintptr_t held_tag);
 
 /* Whether n more positions fit in the ring now (a hint for the queue lock's
  * holder, which alone moves head). */

@@ -27,7 +27,7 @@
 typedef struct tko__item {
   tko_task_fn fn;
   void *arg;
-  uintptr_t ctx;    /* 0, or a group / async record tagged in its low bits */
+  uintptr_t ctx;    /* 0, or a group / kind record tagged in its low bits */
   uint64_t id;      /* submit order; also the FIFO tie-break */
   uint64_t enq_ns;  /* submit time, when the pool measures times or ages */
   int weight;

@@ -118,22 +118,22 @@ static tko__item item_at(const tko__ring *r, uint64_t pos) {
 }
 
 /* Fills order with offsets from h grouped by weight (queue.h:
- * tko__grouping); false if an async task is among them or they carry too
+ * tko__grouping); false if a held task is among them or they carry too
  * many weights. */
-static bool group_by_weight(const tko__ring *r, uint64_t h, uint64_t t, uintptr_t async_tag,
+static bool group_by_weight(const tko__ring *r, uint64_t h, uint64_t t, uintptr_t held_tag,
                             uint16_t *order, size_t *groups) {
   tko__grouping g; /* 1 KiB: not zeroed, started */
   tko__grouping_start(&g);
   for (uint64_t p = h; p != t; p++) {
     const tko__ring_slot *s = &r->slots[p & (TKO__RING_CAPACITY - 1)];
-    if (s->ctx & async_tag || !tko__grouping_add(&g, s->weight)) return false;
+    if (s->ctx & held_tag || !tko__grouping_add(&g, s->weight)) return false;
   }
   tko__grouping_order(&g, order);
   *groups = g.groups;
   return true;
 }
 
-int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async_tag) {
+int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t held_tag) {
   uint64_t h = tko__load_relaxed(&r->head); /* only the lock holder writes it */
   /* Acquire: pairs with the owner's publish, so its slots are written. */
   uint64_t t = tko__load_acquire(&r->tail) & ~TKO__RING_CLOSED;
@@ -145,7 +145,7 @@ int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async
   if (big && room && r->mixed_weights) {
     uint16_t order[TKO__GROUPED_MAX];
     size_t groups = 0;
-    if (group_by_weight(r, h, t, async_tag, order, &groups) && groups > 1 &&
+    if (group_by_weight(r, h, t, held_tag, order, &groups) && groups > 1 &&
         tko__queue_reserve_buckets(q, groups) == 0) {
       for (uint64_t i = 0; i < t - h; i++) {
         tko__item item = item_at(r, h + order[i]);
@@ -161,7 +161,7 @@ int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async
   int first_weight = r->slots[h & (TKO__RING_CAPACITY - 1)].weight, last_weight = first_weight;
   for (; h != t; h++) {
     tko__item item = item_at(r, h);
-    rc = tko__queue_push(item.ctx & async_tag ? aq : q, &item);
+    rc = tko__queue_push(item.ctx & held_tag ? hq : q, &item);
     if (rc) break;
     last_weight = item.weight;
   }
@@ -172,11 +172,11 @@ int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async
   return rc;
 }
 
-int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *aq,
-                     uintptr_t async_tag) {
+int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *hq,
+                     uintptr_t held_tag) {
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
   for (unsigned i = shard; i < n; i += rs->shards) {
-    int rc = tko__ring_drain(rs->ring[i], q, aq, async_tag);
+    int rc = tko__ring_drain(rs->ring[i], q, hq, held_tag);
     if (rc) return rc;
   }
   return 0;

@@ -156,13 +156,13 @@ void tko__rings_close_claims(tko__rings *rs);
 void tko__rings_close_shard(tko__rings *rs, unsigned shard);
 
 /* Moves the published tasks of every ring of shard `shard`, in position
- * order, into q (async ones, tagged by async_tag, into aq). Caller holds
+ * order, into q (held ones, tagged by held_tag, into hq). Caller holds
  * that shard's lock. Returns 0, or -ENOMEM if a queue could not grow (the
  * rest stay). */
-int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *aq,
-                     uintptr_t async_tag);
+int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *hq,
+                     uintptr_t held_tag);
 /* The same for one ring. */
-int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *aq, uintptr_t async_tag);
+int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t held_tag);
 
 /* Whether any ring holds a published task not yet moved: seq_cst (a
  * worker about to sleep, step (2) of signal.c's essay), or relaxed (a
