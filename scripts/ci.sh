@@ -12,6 +12,9 @@ step() { echo "== [$((SECONDS - start)) s] $*"; }
 
 step "the README's test command (scripts/test.sh)"
 scripts/test.sh
+step "the README's first command (scripts/demo.sh): everything built Release, -Werror, and the demo run"
+scripts/demo.sh >/dev/null
+[ -s demo.svg ] || { echo "scripts/demo.sh wrote no demo.svg" >&2; exit 1; }
 source scripts/flavour.sh
 
 step "onequeue: the suite on pools of one queue (scripts/flavour.sh)"

@@ -195,7 +195,7 @@ static bool keeps_working(void *arg) {
   o.elastic_idle_ms = DECAY_MS;
   tko_pool *pool = NULL;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);
-  uint64_t last_call;
+  uint64_t last_call = 0; /* burst_at sets it */
   uint64_t peak = burst_at(pool, &last_call);
   uint64_t end = tt_now_ns() + PERIODS * decay_ns;
   long rounds = 0;
