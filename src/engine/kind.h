@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Task kinds and owned tasks, the interface features use to follow their
- * own tasks through the engine: the tags of tko__item.ctx, tko__task_kind
- * and the accessors that read an item's kind, group and owner, and the
- * group's entry points for its async members. Attachments, phases and
- * task owners themselves are lifecycle.h's. */
+/* Task kinds, the interface features use to follow their own tasks
+ * through the engine: the tags of tko__item.ctx, tko__task_kind and the
+ * accessors that read an item's kind and group, and the group's entry
+ * points for its async members. Owned tasks (lifecycle.h's extension
+ * interface) are tasks of the two owner kinds (lifecycle.c); attachments
+ * and phases are lifecycle.h's too. */
 #ifndef TKO_KIND_H
 #define TKO_KIND_H
 
@@ -17,14 +18,17 @@
 #define TKO__CTX_HELD ((uintptr_t)2)
 /* A task of a kind (below): its record starts with its tko__task_kind. */
 #define TKO__CTX_KIND ((uintptr_t)4)
-/* An owned task (lifecycle.h): its record is its tko__task_owner. */
-#define TKO__CTX_OWNED (TKO__CTX_GROUP | TKO__CTX_KIND)
+/* A task of a kind that a worker takes alone (the queue's alone_tag): an
+ * owned task (lifecycle.h), whose record, its tko__task_owner, starts with
+ * its kind as a TKO__CTX_KIND record does. */
+#define TKO__CTX_ALONE (TKO__CTX_GROUP | TKO__CTX_KIND)
 
 /* Task kinds: what a feature that follows its own tasks (a group's member,
- * an async task, a periodic timer's firing, a task handle) registers with
- * the engine, which knows such a task only by this record, reached through
- * the record the item's ctx points to (tagged TKO__CTX_GROUP or
- * TKO__CTX_KIND: tko__item_kind). A plain task (ctx 0) has no kind and
+ * an async task, a periodic timer's firing, a task handle, an owned task:
+ * a lane's runner, a keyed runner, a coalescer's sweep) registers with the
+ * engine, which knows such a task only by this record, reached through
+ * the record the item's ctx points to (tagged TKO__CTX_GROUP, TKO__CTX_KIND
+ * or TKO__CTX_ALONE: tko__item_kind). A plain task (ctx 0) has no kind and
  * pays for none of this. The engine calls each callback on the thread that
  * runs or cancels the task, with no pool lock held, before the host's hooks
  * see the outcome counted:
@@ -44,7 +48,17 @@
  * - dropped (NULL: nothing): a worker took the task from its queue and
  *   will not start it (TKO_CANCEL began), just before the engine cancels
  *   it (cancelled follows): what the take gave it goes back (an async
- *   task's in-flight slot).
+ *   task's in-flight slot);
+ * - own_cancel: the pool's on_cancel hook never sees a cancelled task of
+ *   the kind, whose argument only the kind knows (a lane's runner hands
+ *   its queued tasks to the lanes' on_cancel): cancelled alone hears of it;
+ * - internal: the task is the library's own, not a host task (the keyed
+ *   table's runner, whose keyed tasks are the host's): it takes no room in
+ *   a bounded queue (only a TKO__CTX_ALONE task may be internal, so that
+ *   the room test reads no record for another), runs with no hooks, no
+ *   start, done nor task counters, counted only in runners_out and
+ *   runners_done, and its cancel counts no task either (cancelled, with
+ *   own_cancel, still hears of it).
  * Exactly one of done and cancelled is called, once (with run, only
  * cancelled, and only for a task that never reached run, or that run gave
  * back to the engine to cancel). After it the engine touches neither the
@@ -56,6 +70,8 @@ typedef struct tko__task_kind {
   void (*done)(const tko__item *item, int status);
   void (*cancelled)(const tko__item *item);
   void (*dropped)(tko_pool *pool, const tko__item *item);
+  bool own_cancel;
+  bool internal;
 } tko__task_kind;
 
 /* The held source: a feature whose tasks (TKO__CTX_HELD, an async task)
@@ -89,37 +105,30 @@ const tko__queue *tko__held_refresh(tko_pool *pool);
  * the workers sleeping with nothing left. Takes shard 0's lock. */
 void tko__held_release(tko_pool *pool);
 
-/* The kind of a task, NULL for a plain or an owned one. Its record starts
- * with the kinds of its tasks: the first word for a task without
- * TKO__CTX_HELD, the second for one with it (a group's record holds the
- * kind of its plain members and that of its held members; the held
- * feature's own record, for a task in no group, holds its kind). */
+/* The kind of a task, NULL for a plain one. Its record starts with the
+ * kinds of its tasks: the first word for a task without TKO__CTX_HELD, the
+ * second for one with it (a group's record holds the kind of its plain
+ * members and that of its held members; the held feature's own record,
+ * for a task in no group, holds its kind). */
 static inline const tko__task_kind *tko__item_kind(const tko__item *item) {
   uintptr_t tag = item->ctx & TKO__CTX_TAGS;
-  if (!(tag & TKO__CTX_OWNED) || tag == TKO__CTX_OWNED) return NULL;
+  if (!(tag & TKO__CTX_ALONE)) return NULL;
   const tko__task_kind *const *kinds = (const tko__task_kind *const *)(item->ctx & ~TKO__CTX_TAGS);
   return kinds[(tag & TKO__CTX_HELD) != 0];
 }
 
 /* The group an item is a member of, NULL for any other. */
 static inline void *tko__item_group(const tko__item *item) {
-  return (item->ctx & TKO__CTX_OWNED) == TKO__CTX_GROUP ? (void *)(item->ctx & ~TKO__CTX_TAGS)
+  return (item->ctx & TKO__CTX_ALONE) == TKO__CTX_GROUP ? (void *)(item->ctx & ~TKO__CTX_TAGS)
                                                         : NULL;
 }
 /* run.c: the item whose on_cancel hook runs on this thread, if any. */
 extern _Thread_local const tko__item *tko__cancelling_item;
 
-/* The owner of an owned task, NULL for any other. */
-static inline tko__task_owner *tko__item_owner(const tko__item *item) {
-  return (item->ctx & TKO__CTX_TAGS) == TKO__CTX_OWNED
-             ? (tko__task_owner *)(item->ctx & ~TKO__CTX_TAGS)
-             : NULL;
-}
-
-/* An internal owner's task (the keyed table's runners): not a host task. */
+/* A task of an internal kind (the keyed table's runners): not a host
+ * task. Only a TKO__CTX_ALONE task may be one, so another reads no record. */
 static inline bool tko__item_internal(const tko__item *item) {
-  const tko__task_owner *o = tko__item_owner(item);
-  return o && o->internal;
+  return (item->ctx & TKO__CTX_TAGS) == TKO__CTX_ALONE && tko__item_kind(item)->internal;
 }
 
 /* Room a queued item holds in a bounded queue: an internal task holds none. */

@@ -291,6 +291,29 @@ int tko__phase_add(tko_pool *pool, const tko__phase *phase) {
   return rc;
 }
 
+/* The owner kinds: an owned task runs as the host's task (no start, and
+ * nothing to tell once done), and its cancel goes to its owner alone. */
+static void owner_done(const tko__item *item, int status) {
+  (void)item;
+  (void)status;
+}
+
+static void owner_cancelled(const tko__item *item) {
+  tko__task_owner *owner = (tko__task_owner *)(item->ctx & ~TKO__CTX_TAGS);
+  owner->cancelled(owner, item->arg);
+}
+
+static const tko__task_kind owner_kind = {
+    .done = owner_done, .cancelled = owner_cancelled, .own_cancel = true};
+static const tko__task_kind internal_owner_kind = {
+    .done = owner_done, .cancelled = owner_cancelled, .own_cancel = true, .internal = true};
+
+void tko__owner_init(tko__task_owner *owner, void (*cancelled)(tko__task_owner *owner, void *arg),
+                     bool internal) {
+  *owner = (tko__task_owner){.kind = internal ? &internal_owner_kind : &owner_kind,
+                             .cancelled = cancelled};
+}
+
 /* The held source (kind.h): here beside the phases, its other registration,
  * and out of shard.c, so that the shard drain keeps tko__refresh_backlog
  * inline. */

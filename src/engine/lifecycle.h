@@ -135,28 +135,37 @@ typedef struct tko__phase {
 int tko__phase_add(tko_pool *pool, const tko__phase *phase);
 
 /* Owned tasks: tasks the library submits for itself (a lane's runner, a
- * coalescer's sweep). The engine never names their owners: it reaches
- * them through the tko__task_owner record each carries (the layering
+ * keyed runner, a coalescer's sweep). They are task kinds (kind.h) like a
+ * group's members: the item's ctx is its tko__task_owner, which starts
+ * with its kind, one of the engine's two owner kinds (lifecycle.c: the
+ * host's, or the internal one), set by tko__owner_init; the engine reaches
+ * the owner only through that kind, so it never names one (the layering
  * rule: a lower layer reaches a higher one only through what it
  * registered). Two promises differ from a host's task:
- * - a worker takes an owned task alone: a take ends before one, and one
- *   taken starts a take of its own, so that an owned task not yet started
- *   stays available to an idle worker (two lanes' runners in one take
- *   would run their keys one after the other);
+ * - a worker takes an owned task alone (TKO__CTX_ALONE): a take ends
+ *   before one, and one taken starts a take of its own, so that an owned
+ *   task not yet started stays available to an idle worker (two lanes'
+ *   runners in one take would run their keys one after the other);
  * - a queued owned task that the pool cancels goes to its owner's
  *   cancelled callback, never to the pool's on_cancel hook, which would
  *   not know what its argument is. It is called on the cancelling thread,
  *   with no pool lock held, once per task.
  * Otherwise an owned task is the host's task (room in a bounded queue,
- * hooks, stats), unless its owner is `internal`: the pool's own keyed
+ * hooks, stats), unless its owner is internal: the pool's own keyed
  * table, whose runners take no room, are not counted nor seen by hooks
  * (their keyed tasks are), and are refused only at shutdown or for want of
  * memory. The record must outlive its tasks (an owner counts them). */
 typedef struct tko__task_owner tko__task_owner;
 struct tko__task_owner {
+  const struct tko__task_kind *kind; /* first: the record of a kind's task */
   void (*cancelled)(tko__task_owner *owner, void *arg);
-  bool internal;
 };
+
+/* Makes owner a record for owned tasks: cancelled gets each back that the
+ * pool cancels; internal, the pool's own (see above). Before its first
+ * task. */
+void tko__owner_init(tko__task_owner *owner, void (*cancelled)(tko__task_owner *owner, void *arg),
+                     bool internal);
 
 /* Submits fn(arg) as owner's task: as tko_submit_timed does (the pool's
  * full policy, waiting up to timeout_ms for room), except that with

@@ -109,7 +109,7 @@ static int shards_init(tko_pool *pool, size_t capacity) {
       return rc;
     }
     sh->queue.aging_ns = (uint64_t)pool->opts.aging_ms * 1000000u;
-    sh->queue.alone_tag = TKO__CTX_OWNED; /* a worker takes an owned task alone */
+    sh->queue.alone_tag = TKO__CTX_ALONE; /* a worker takes an owned task alone */
   }
   return 0;
 }

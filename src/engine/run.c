@@ -33,18 +33,9 @@ static void fill_info(tko_task_info *info, const tko__worker *w, const tko__item
                           .weight = item->weight, .worker = w->index, .kind = w->kind};
 }
 
-/* Tells the task's kind, if any, that it is done (an owned task's owner
- * hears of a cancel in tko__cancel_item; a plain task has no one to tell). */
-static void ctx_done(const tko__item *item, int status, bool cancelled) {
-  const tko__task_kind *kind = tko__item_kind(item);
-  if (!kind) return;
-  if (cancelled) kind->cancelled(item);
-  else kind->done(item, status);
-}
-
-/* An internal task (the keyed table's runner) is the library's own: no hooks, no
- * task counters (the keyed tasks it runs have their own), only its
- * runners_done. seq_cst: with the finished counts, wait_idle's half of the
+/* A task of an internal kind (the keyed table's runner) is the library's
+ * own: no hooks, no task counters (the keyed tasks it runs have their
+ * own), only its runners_done. seq_cst: with the finished counts, wait_idle's half of the
  * Dekker pair (see tko__notify_idle). */
 static int run_runner(tko_pool *pool, const tko__item *item) {
   tko__witness_assert_none_held(); /* the keyed tasks it runs are the host's */
@@ -81,8 +72,8 @@ static int run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   /* A plain task (ctx 0) pays this one test, and a NULL kind at its end. */
   const tko__task_kind *kind = NULL;
   if (item->ctx) {
-    if (tko__item_internal(item)) return run_runner(pool, item);
     kind = tko__item_kind(item);
+    if (kind && kind->internal) return run_runner(pool, item);
     /* A kind that runs its tasks itself (an async task) takes it from here. */
     if (kind && kind->run) return kind->run(pool, w, item);
     /* A kind may have withdrawn its task (a handle's cancel won): it is
@@ -148,22 +139,16 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
   tko_task_info info;
   fill_info(&info, &pool->caller, item);
   info.worker = UINT32_MAX;
-  /* An owned task (a lane runner, a coalescer sweep) goes to its owner,
-   * which knows what its argument is (a lane hands its queued tasks to the
-   * lanes' on_cancel); the host's hook never sees (or frees) it. */
-  tko__task_owner *owner = tko__item_owner(item);
-  /* Read before the callback: once the owner has its task back, its
+  /* A kind with its own cancel (an owned task: a lane runner, a coalescer
+   * sweep) knows what its argument is (a lane hands its queued tasks to
+   * the lanes' on_cancel); the host's hook never sees (or frees) it. Read
+   * before the callback: once the kind has its task back, its owner's
    * destroy may free the record (test
    * attack_lanes2/lanes_destroy_waiting_then_cancel_shutdown). */
-  bool internal = owner && owner->internal;
-  tko__witness_assert_none_held(); /* on_cancel, or an owner's, which calls the host's */
-  if (owner) owner->cancelled(owner, item->arg);
-  if (internal) { /* its keyed tasks counted as cancelled, one by one */
-    tko__add_seq(&pool->runners_done, 1); /* seq_cst: as cancelled, below */
-    tko__notify_idle(pool);
-    return;
-  }
-  if (!owner && h->on_cancel) {
+  const tko__task_kind *kind = item->ctx ? tko__item_kind(item) : NULL;
+  bool own_cancel = kind && kind->own_cancel, internal = kind && kind->internal;
+  tko__witness_assert_none_held(); /* on_cancel, or a kind's, which calls the host's */
+  if (!own_cancel && h->on_cancel) {
     tko_pool *prev = tko__enter_pool(pool);
     const tko__item *outer = tko__cancelling_item; /* a hook may cancel more */
     tko__cancelling_item = item;
@@ -171,7 +156,12 @@ void tko__cancel_item(tko_pool *pool, const tko__item *item) {
     tko__cancelling_item = outer;
     tko__leave_pool(prev);
   }
-  if (item->ctx) ctx_done(item, -ECANCELED, true);
+  if (kind) kind->cancelled(item);
+  if (internal) { /* its keyed tasks counted as cancelled, one by one */
+    tko__add_seq(&pool->runners_done, 1); /* seq_cst: as cancelled, below */
+    tko__notify_idle(pool);
+    return;
+  }
   /* seq_cst: wait_idle reads cancelled with finished, before submitted;
    * and before notify_idle's load of idle_waiters, as a finish is. */
   tko__add_seq(&pool->cancelled, 1);
@@ -197,12 +187,12 @@ void tko__finish_started(tko_pool *pool, tko__worker *w) {
   for (tko__task_frame *f = w->task; f; f = f->outer) {
     const tko__task_kind *kind = tko__item_kind(f->item);
     if (kind && kind->run) continue;
-    if (tko__item_internal(f->item)) { /* a keyed lane's runner: not a task */
+    if (kind && kind->internal) { /* a keyed lane's runner: not a task */
       tko__add_seq(&pool->runners_done, 1);
       continue;
     }
     tko__count(pool, w, &w->failed);
-    if (f->item->ctx) ctx_done(f->item, -ECANCELED, false); /* it ran */
+    if (kind) kind->done(f->item, -ECANCELED); /* it ran */
     tko__count(pool, w, &w->finished);
   }
   w->task = NULL;

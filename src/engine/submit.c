@@ -280,7 +280,7 @@ int tko__submit_item_id(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx
   return submit_item(pool, fn, arg, ctx, weight, -1, true, id);
 }
 
-/* The keyed table's runners (lifecycle.h's internal owner). */
+/* The keyed table's runners (lifecycle.h: an internal owner's tasks). */
 static int submit_internal(tko_pool *pool, uintptr_t ctx, tko_task_fn fn, void *arg, int weight) {
   /* seq_cst: counted out before the inbox reservation that counts it
    * submitted, so stats never count it as a task (pool.c). */
@@ -292,8 +292,8 @@ static int submit_internal(tko_pool *pool, uintptr_t ctx, tko_task_fn fn, void *
 
 int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
                       int weight, long timeout_ms, bool run_here) {
-  uintptr_t ctx = (uintptr_t)owner | TKO__CTX_OWNED;
-  if (owner->internal) return submit_internal(pool, ctx, fn, arg, weight);
+  uintptr_t ctx = (uintptr_t)owner | TKO__CTX_ALONE;
+  if (owner->kind->internal) return submit_internal(pool, ctx, fn, arg, weight);
   return submit_item(pool, fn, arg, ctx, weight, timeout_ms, run_here, NULL);
 }
 

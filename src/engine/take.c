@@ -45,10 +45,10 @@ bool tko__holds_taken(const tko__worker *w, uintptr_t ctx) {
 size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, size_t max) {
   tko__item batch[TKO__GRAB_MAX];
   if (max > TKO__GRAB_MAX) max = TKO__GRAB_MAX;
-  size_t n = tko__take_queued(pool, (uintptr_t)owner | TKO__CTX_OWNED, batch, max);
+  size_t n = tko__take_queued(pool, (uintptr_t)owner | TKO__CTX_ALONE, batch, max);
   for (size_t i = 0; i < n; i++) args[i] = batch[i].arg;
   /* seq_cst: as a cancelled task is counted (tko__cancel_item). */
-  if (n) tko__add_seq(owner->internal ? &pool->runners_done : &pool->cancelled, n);
+  if (n) tko__add_seq(owner->kind->internal ? &pool->runners_done : &pool->cancelled, n);
   if (n) tko__notify_idle(pool);
   return n;
 }

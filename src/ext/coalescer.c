@@ -396,7 +396,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
   bool attached = false;
   if (!rc) {
     c->attach.close = pool_closing;
-    c->sweep_owner = (tko__task_owner){.cancelled = sweep_cancelled};
+    tko__owner_init(&c->sweep_owner, sweep_cancelled, false);
     rc = tko__attach(pool, &c->attach); /* -ESHUTDOWN once the pool's shutdown began */
     attached = rc == 0;
   }

@@ -61,7 +61,7 @@ int tko__lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *o
   l->fork_gen = tko__fork_generation();
   l->pool = pool;
   l->keyed = keyed;
-  l->runner_owner = (tko__task_owner){.cancelled = tko__lanes_runner_cancelled, .internal = keyed};
+  tko__owner_init(&l->runner_owner, tko__lanes_runner_cancelled, keyed);
   l->opts = o;
   l->mask = o.lanes - 1;
   l->raw = tko__mem_alloc(a, (size_t)o.lanes * LANE_STRIDE + TKO_CACHE_LINE);
