@@ -61,7 +61,8 @@
  *   own_cancel, still hears of it).
  * Exactly one of done and cancelled is called, once (with run, only
  * cancelled, and only for a task that never reached run, or that run gave
- * back to the engine to cancel). After it the engine touches neither the
+ * back to the engine to cancel; with internal, only cancelled, for a task
+ * that never ran). After it the engine touches neither the
  * item's record nor the kind, so done and cancelled may be the last touch
  * of a record its owner frees at once. */
 typedef struct tko__task_kind {
