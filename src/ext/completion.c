@@ -130,6 +130,9 @@ int tko_cq_fd(const tko_cq *cq) { return cq ? cq->fds[0] : -EINVAL; }
  * between reserving its slot and publishing it, where a preempted poster
  * holds up every completion reserved after its own. */
 void (*_Atomic tko__test_cq_post_window)(void);
+/* And by a take between finding a published completion and claiming it,
+ * where another drain may claim it first. */
+void (*_Atomic tko__test_cq_take_window)(void);
 #endif
 
 int tko_cq_post(tko_cq *cq, uint64_t id, int status, void *user) {
@@ -172,6 +175,8 @@ static bool take_one(tko_cq *cq, tko_completion *out, size_t end) {
     size_t seq = tko__load_acquire(&s->seq);
     intptr_t dif = (intptr_t)(seq - full_mark(pos));
     if (dif == 0) {
+      void (*window)(void) = TKO__SEAM(tko__test_cq_take_window);
+      if (window) window();
       if (tko__cas_seq(&cq->head, &pos, pos + 1)) break;
     } else if (dif < 0) {
       return false; /* empty, or its poster has not published yet */

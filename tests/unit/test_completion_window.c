@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* A completion queue's poster stopped between reserving its slot and
- * publishing it (parked by the test seam tko__test_cq_post_window, as a
- * preempted thread would be) holds up every completion reserved after its
+/* The completion queue's windows, where a thread stopped (parked by a test
+ * seam, as a preempted thread would be) meets the others.
+ *
+ * A poster stopped between reserving its slot and publishing it
+ * (tko__test_cq_post_window) holds up every completion reserved after its
  * own: delivery keeps reservation order. A drain in that window takes
  * nothing and leaves the descriptor quiet (the loop is not woken for what
  * it cannot take yet); the moment that post returns, with no other post or
@@ -17,6 +19,7 @@
 #include "tko_test_sync.h"
 
 extern void (*_Atomic tko__test_cq_post_window)(void);
+extern void (*_Atomic tko__test_cq_take_window)(void);
 
 static _Thread_local bool is_poster;
 static atomic_bool parked, released;
@@ -75,4 +78,36 @@ Test(completion_window, a_completion_behind_a_post_in_progress_is_signalled_when
 
 Test(completion_window, on_a_pipe_a_completion_behind_a_post_in_progress_is_signalled_too) {
   post_in_progress(true);
+}
+
+/* A drain stopped between finding a published completion and claiming it
+ * (tko__test_cq_take_window) while another drain takes that completion:
+ * the stopped one, resumed, finds it gone and delivers nothing. Each
+ * completion is delivered exactly once. */
+static tko_cq *raced_cq;
+static void *take_parked(void *out) {
+  is_poster = true; /* the seam parks this thread, as it parks a poster */
+  return (void *)(intptr_t)tko_cq_take(raced_cq, out, 8);
+}
+
+Test(completion_window, a_drain_that_finds_its_completion_taken_by_another_delivers_it_not_again) {
+  atomic_store(&parked, false);
+  atomic_store(&released, false);
+  cr_assert_eq(tko_cq_create(&raced_cq, 8, NULL), 0);
+  cr_assert_eq(tko_cq_post(raced_cq, 1, 0, NULL), 0);
+  atomic_store(&tko__test_cq_take_window, park_the_poster);
+  static tko_completion theirs[8], mine[8];
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, take_parked, theirs), 0);
+  while (!atomic_load(&parked)) sched_yield(); /* it found id 1 and stopped: certain */
+  long n = tko_cq_take(raced_cq, mine, 8);
+  atomic_store(&released, true);
+  void *rc;
+  cr_assert_eq(pthread_join(t, &rc), 0);
+  atomic_store(&tko__test_cq_take_window, NULL);
+  cr_assert_eq(n, 1);
+  cr_assert_eq(mine[0].id, 1);
+  cr_assert_eq((intptr_t)rc, 0, "the resumed drain delivered the completion a second time");
+  cr_assert_eq(tko_cq_take(raced_cq, mine, 8), 0);
+  cr_assert_eq(tko_cq_destroy(raced_cq), 0);
 }
