@@ -126,7 +126,7 @@ static void label_rings(tko_pool *pool) {
     snprintf(names[i][2], sizeof names[i][2], "ring%u.slots", i);
     tko__audit_label((const void *)&r->tail, sizeof r->tail, names[i][0]);
     tko__audit_label((const void *)&r->head, sizeof r->head, names[i][1]);
-    tko__audit_label(r->slots, sizeof r->slots, names[i][2]);
+    tko__audit_label(r->rseg->slots, sizeof r->rseg->slots, names[i][2]); /* the first segment */
   }
 }
 

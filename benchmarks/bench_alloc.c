@@ -131,6 +131,10 @@ static void burst_queue(bench *b, bench_table *t, long tasks, bool judge_rss) {
   tko_pool_resume(pool);
   tko_pool_wait_idle(pool, -1);
   tko_pool_trim(pool);
+  /* The burst waited in this thread's submit ring first, whose segments
+   * are malloc'd: the trim frees them, and the purge makes jemalloc hand
+   * their pages back now rather than after its decay time. */
+  bench_jemalloc_purge();
   m.rss[2] = bench_rss_bytes();
   m.held[2] = queue_bytes(pool);
   add_burst_row(t, "queue: paused backlog, drained, tko_pool_trim", "slab", &m);
@@ -139,7 +143,8 @@ static void burst_queue(bench *b, bench_table *t, long tasks, bool judge_rss) {
   /* RSS is judged only where jemalloc is the allocator, i.e. with no
    * sanitizer: ThreadSanitizer's shadow of the unmapped slab stays resident. */
   if (judge_rss)
-    bench_check(b, m.rss[2] < m.rss[1] && m.rss[2] - m.rss[0] <= (m.rss[1] - m.rss[0]) / 4,
+    bench_check(b, m.rss[2] < m.rss[1] &&
+                       (m.rss[2] <= m.rss[0] || m.rss[2] - m.rss[0] <= (m.rss[1] - m.rss[0]) / 4),
               "queue burst: RSS %llu KiB after the trim, %llu before, %llu at the peak",
               (unsigned long long)m.rss[2] / 1024, (unsigned long long)m.rss[0] / 1024,
               (unsigned long long)m.rss[1] / 1024);

@@ -1001,6 +1001,11 @@ bool bench_jemalloc_snapshot(bench_mem *out) {
   return true;
 }
 
+void bench_jemalloc_purge(void) {
+  if (bench_jemalloc_active())
+    mallctl("arena." BENCH_STR(MALLCTL_ARENAS_ALL) ".purge", NULL, NULL, NULL, 0);
+}
+
 const char *bench_allocator_name(void) {
   static char buf[128];
   const char *version = NULL;
@@ -1020,6 +1025,7 @@ const char *bench_allocator_name(void) {
 bool bench_jemalloc_active(void) {
   return false;
 }
+void bench_jemalloc_purge(void) {}
 bool bench_jemalloc_snapshot(bench_mem *out) {
   *out = (bench_mem){0};
   return false;

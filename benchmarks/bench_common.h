@@ -183,6 +183,9 @@ typedef struct bench_mem {
 bool bench_jemalloc_active(void);
 /* Refreshes jemalloc's statistics and reads them; false when unavailable. */
 bool bench_jemalloc_snapshot(bench_mem *out);
+/* Makes jemalloc give the pages of freed memory back to the system now
+ * rather than after its decay time (nothing without jemalloc). */
+void bench_jemalloc_purge(void);
 /* "jemalloc 5.3.0 (active)", "glibc malloc", ... */
 const char *bench_allocator_name(void);
 

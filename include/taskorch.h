@@ -773,7 +773,8 @@ TKO_API int tko_pool_resume(tko_pool *pool);
 TKO_API int tko_pool_destroy(tko_pool *pool);
 
 /** Gives memory back after a burst: while nothing is queued, the queue's
- * item slab shrinks back to initial_capacity.
+ * item slab shrinks back to initial_capacity; the submitting threads'
+ * rings free the segments a burst grew them by and the workers moved.
  * @details A slab that grew past 512 KiB with the default allocator is
  * unmapped. The pool also does this by
  * itself, once it has stayed idle for elastic_idle_ms (default 1 s) after

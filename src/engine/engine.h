@@ -74,6 +74,12 @@ extern void (*_Atomic tko__test_settle_window)(void);
  * with the pool, whatever this returned. */
 enum { TKO__ADMITTED = 0, TKO__RUN_HERE = 1 };
 int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy, bool *gated);
+/* A test seam (tests/stress/test_stalled_submit.c): called where a submit
+ * finds a segment's worth in its ring, before it waits for room (submit.c:
+ * wait_for_room). NULL outside tests. */
+#ifdef TKO_TEST_SEAMS
+extern void (*_Atomic tko__test_full_ring_window)(tko_pool *pool);
+#endif
 /* The submit time to stamp on a task: only when the pool measures times
  * or ages tasks. */
 uint64_t tko__enqueue_time(tko_pool *pool);

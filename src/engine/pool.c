@@ -381,12 +381,15 @@ void tko__pool_trim(tko_pool *pool) {
   for (unsigned i = 0; i < pool->nshards; i++)
     trim_queue(pool, &pool->shards[i], &pool->shards[i].queue);
   trim_queue(pool, &pool->shards[0], &pool->held);
+  /* The rings' spares only while nothing is queued, as the slabs: a
+   * backlog will want them again soon. */
+  if (!tko__has_work_hint(pool)) tko__rings_trim(&pool->rings);
 }
 
 bool tko__pool_trimmable(const tko_pool *pool) {
   for (unsigned i = 0; i < pool->nshards; i++)
     if (tko__queue_oversized(&pool->shards[i].queue)) return true;
-  return tko__queue_oversized(&pool->held);
+  return tko__queue_oversized(&pool->held) || tko__rings_trimmable(&pool->rings);
 }
 
 int tko_pool_trim(tko_pool *pool) {
@@ -482,6 +485,7 @@ void tko_pool_stats(tko_pool *pool, tko_stats *out) {
     out->lock_contended += tko__load_relaxed(&pool->shards[i].lock.contended);
     out->queue_bytes += tko__load_relaxed(&pool->shards[i].queue.slab_bytes);
   }
+  out->queue_bytes += tko__rings_bytes(&pool->rings);
   out->async_inflight = tko__load_relaxed(&pool->held_inflight);
   out->handbacks = sum_slots(pool, offsetof(tko__worker, handbacks));
   out->late_inversions = sum_slots(pool, offsetof(tko__worker, late_inversions));

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Shards: the pool's weighted queues, each with its own lock
- * (tko_options.queues). With one, every take and every full ring meet at
+ * (tko_options.queues). With one, every take and every drain meet at
  * one lock and one queue, whose lines the previous holder wrote: on many
  * cores that serialises the pool (benchmarks/MODEL.md, the sharing audit's
  * third gate). With several, a submitting thread's ring drains into one

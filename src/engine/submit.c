@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Submitting: single tasks and batches go through the submitting thread's
  * own ring (ring.h), or the shared lock-free inbox (inbox.h) when the pool
- * has one worker or every ring is taken; only a full ring or inbox, or a
- * batch larger than one, takes the queue lock to move tasks along. */
+ * has one worker or every ring is taken. A ring never fills (ring.h); only
+ * a full inbox, or a batch larger than it, takes the queue lock to move
+ * tasks along. */
 #include <errno.h>
 #include <limits.h>
 
@@ -133,68 +134,66 @@ static int run_here(tko_pool *pool, const tko_task *tasks, size_t n, uintptr_t c
   return 0;
 }
 
-/* A batch larger than a ring, under its shard's lock: everything published
- * there is moved first (this thread's ring is then empty, its earlier
- * tasks ahead of the batch), room in the queue is made for all (all or
- * nothing), then the batch goes through the ring a ringful at a time, each
- * moved at once. No publish can fail here: the close of this ring takes
- * the lock (lifecycle.c). Never a held task (submit_batch's). */
-static int ring_enqueue_locked(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
-                               uint64_t enq_ns) {
-  tko__shard *sh = tko__shard_of_ring(pool, r);
-  tko__queue *q = &sh->queue;
-  tko__lock_acquire(&sh->lock);
-  uint64_t t = tko__load_relaxed(&r->tail); /* the owner's own; the close bit under lock */
-  int rc = t & TKO__RING_CLOSED ? -ESHUTDOWN : tko__shard_drain_locked(pool, sh);
-  if (rc == 0) rc = tko__queue_reserve(q, n);
-  if (rc == 0) rc = tko__queue_reserve_buckets(q, n);
-  for (size_t done = 0; rc == 0 && done < n;) {
-    size_t k = n - done < TKO__RING_CAPACITY ? n - done : TKO__RING_CAPACITY;
-    for (size_t i = 0; i < k; i++)
-      tko__ring_write(r, t + i, tasks[done + i].fn, tasks[done + i].arg, 0,
-                      tasks[done + i].weight, enq_ns);
-    rc = tko__ring_publish(r, t, k);
-    TKO__INVARIANT(rc == 0);
-    /* Cannot fail: reserved above. */
-    (void)tko__ring_drain(r, q, &pool->held, TKO__CTX_HELD);
-    t += k;
-    done += k;
+/* How long a submitter whose ring holds a segment's worth waits for the
+ * workers to move it before it grows the ring (wait_for_room). */
+#define ROOM_WAIT_NS 1000000u
+
+/* The seam of a full ring (engine.h; seam.h: a constant NULL outside the
+ * test library). */
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_full_ring_window)(tko_pool *pool);
+#endif
+typedef void (*full_ring_seam)(tko_pool *pool);
+
+/* The ring holds a segment's worth that no drain has moved: the workers
+ * are behind. A ring never fills, so the submitter needs no lock to go on;
+ * it waits a moment for the workers to move the backlog, so that a
+ * producer faster than the workers is held to their pace rather than grow
+ * its ring without end, taking no lock and holding nothing (a submitter
+ * stopped here holds up no one). It does not wait where no drain may come:
+ * on a paused pool (a take moves nothing then), or in a task of the pool,
+ * whose worker may be the one to drain; nor longer than ROOM_WAIT_NS (the
+ * workers may all be blocked, in tasks that wait for this thread), after
+ * which the ring grows. Relaxed loads of head: a hint. */
+static void wait_for_room(tko_pool *pool, tko__ring *r, uint64_t t) {
+  full_ring_seam seam = TKO__SEAM(tko__test_full_ring_window);
+  if (seam) seam(pool);
+  if (tko__current_pool == pool || tko__load_relaxed(&pool->paused)) return;
+  uint64_t deadline = 0;
+  for (unsigned step = 0; t - tko__load_relaxed(&r->head) >= TKO__RING_CAPACITY; step++) {
+    tko__wait_step(step, 32);
+    if (step % 64 != 63) continue;
+    uint64_t now = tko__now_ns();
+    if (!deadline) deadline = now + ROOM_WAIT_NS;
+    else if (now > deadline) return;
   }
-  tko__refresh_backlog(pool, sh);
-  tko__publish_backlog_seq(sh);
-  tko__unlock(&sh->lock);
-  if (rc) tko__signal_work(pool); /* for what the drain moved (tko__publish_backlog_seq) */
-  return rc;
 }
 
 /* Puts n tasks into the calling thread's ring r and publishes them with
- * one CAS (ring.h). A full ring is moved into the queue under the lock
- * first. */
+ * one CAS (ring.h), a batch of any size included: all or (-ENOMEM, when
+ * a segment could not be had; -ESHUTDOWN) none. No lock is taken. */
 static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
                         uintptr_t ctx, uint64_t enq_ns, uint64_t *id) {
-  if (n > TKO__RING_CAPACITY) return ring_enqueue_locked(pool, r, tasks, n, enq_ns);
   uint64_t t = tko__load_relaxed(&r->tail); /* only this thread moves it; the close sets a bit */
   if (t & TKO__RING_CLOSED) return -ESHUTDOWN;
-  if (!tko__ring_room(r, t, n)) {
-    tko__shard *sh = tko__shard_of_ring(pool, r);
-    tko__lock_acquire(&sh->lock);
-    int rc = tko__shard_drain_locked(pool, sh);
-    tko__publish_backlog_seq(sh);
-    tko__unlock(&sh->lock);
-    /* The drain moved every task this thread published, unless a queue
-     * could not grow. */
-    if (!tko__ring_room(r, t, n)) {
-      tko__signal_work(pool); /* for what the drain moved (tko__publish_backlog_seq) */
-      return rc ? rc : -ENOMEM;
-    }
+  tko__ring_seg *seg = r->wseg;
+  /* Past its segment: once a segment's worth, never per task. */
+  if (t + n - 1 - seg->base >= TKO__RING_CAPACITY &&
+      t - tko__load_relaxed(&r->head) >= TKO__RING_CAPACITY)
+    wait_for_room(pool, r, t);
+  for (size_t i = 0; i < n; i++) {
+    seg = tko__ring_seg_for(r, seg, t + i);
+    if (!seg) return -ENOMEM;
+    tko__ring_write(seg, t + i, tasks[i].fn, tasks[i].arg, ctx, tasks[i].weight, enq_ns);
   }
-  for (size_t i = 0; i < n; i++)
-    tko__ring_write(r, t + i, tasks[i].fn, tasks[i].arg, ctx, tasks[i].weight, enq_ns);
   if (id) *id = r->id_base | (t + 1); /* the first task's (ring.h), before the publish */
   publish_seam seam = seam_now();
   if (seam) seam(r->id_base | t, false);
   int rc = tko__ring_publish(r, t, n);
   if (rc) return rc;
+  /* Not before the publish: a segment before it may be given back by a
+   * drain only once a position past it is published. */
+  r->wseg = seg;
   if (seam) seam(r->id_base | t, true);
   return 0;
 }
@@ -210,8 +209,9 @@ static void raise_ceiling(tko_pool *pool, int weight) {
   }
 }
 
-/* Reserves an inbox slot and publishes the task, or queues it directly
- * when the ring has no room (after admit; a failure leaves the room it
+/* Publishes the task in the thread's ring, or reserves an inbox slot and
+ * publishes it there, or queues it directly when the inbox has no room
+ * (after admit; a failure leaves the room it
  * took to the caller). *id (id not NULL): the task's id, stored before the
  * task is published, so before it can start. */
 static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
@@ -309,8 +309,8 @@ int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long
 
 /* Queues a batch admit let in: through the thread's ring, or the inbox,
  * or straight into the queue when it is larger than the inbox (positions
- * claimed past the ring, so its ids stay consecutive) or the ring has no
- * room for it. */
+ * claimed past the inbox's, so its ids stay consecutive) or the inbox has
+ * no room for it. */
 static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n, int heaviest) {
   uint64_t enq_ns = tko__enqueue_time(pool);
   raise_ceiling(pool, heaviest);

@@ -61,11 +61,13 @@ size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, 
  * (Read only after the drain, a stale tail plus a fresh resume let a take
  * pick from half the backlog.) And paused again after the drain: a task
  * the drain saw was submitted after a pause that happened before it, which
- * that load then sees. */
+ * that load then sees. While paused nothing is moved: nothing starts, and
+ * a paused backlog waits in its submitters' rings, whose size then says
+ * what a burst needs (ring.c: seg_take) whatever the workers did. */
 static bool drain_for_take(tko_pool *pool, tko__shard *sh) {
-  bool paused = tko__load_seq(&pool->paused);
+  if (tko__load_seq(&pool->paused)) return true;
   tko__shard_drain_locked(pool, sh);
-  return paused || tko__load_seq(&pool->paused);
+  return tko__load_seq(&pool->paused);
 }
 
 /* Takes up to max tasks from shard sh: a share of its backlog. */

@@ -34,10 +34,33 @@ int tko__rings_init(tko__rings *rs, bool off, unsigned shards, const tko_allocat
   return 0;
 }
 
+static tko__ring_seg *seg_new(const tko_allocator *alloc) {
+  void *raw;
+  tko__ring_seg *seg =
+      tko__mem_alloc_aligned(alloc, sizeof(tko__ring_seg), alignof(tko__ring_seg), &raw);
+  if (seg) seg->raw = raw;
+  return seg;
+}
+
+static void segs_free(const tko_allocator *alloc, tko__ring_seg *seg) {
+  while (seg) {
+    tko__ring_seg *next = tko__load_relaxed(&seg->next);
+    tko__mem_free(alloc, seg->raw);
+    seg = next;
+  }
+}
+
+/* Every segment: the chain from the drain's, the spares. */
+static void ring_free(tko__ring *r) {
+  segs_free(r->alloc, r->rseg);
+  segs_free(r->alloc, tko__load_relaxed(&r->kept));
+  segs_free(r->alloc, tko__load_relaxed(&r->spare));
+  tko__mem_free(r->alloc, r->raw);
+}
+
 void tko__rings_fini(tko__rings *rs) {
   unsigned n = atomic_load_explicit(&rs->count, memory_order_relaxed);
-  for (unsigned i = 0; i < n; i++)
-    tko__mem_free(rs->alloc, rs->ring[i]->raw);
+  for (unsigned i = 0; i < n; i++) ring_free(rs->ring[i]);
   tko__mutex_destroy(&rs->mu);
 }
 
@@ -45,11 +68,22 @@ static tko__ring *ring_new(tko__rings *rs, unsigned index) {
   void *raw;
   tko__ring *r = tko__mem_alloc_aligned(rs->alloc, sizeof(tko__ring), alignof(tko__ring), &raw);
   if (!r) return NULL;
+  tko__ring_seg *seg = seg_new(rs->alloc);
+  if (!seg) {
+    tko__mem_free(rs->alloc, raw);
+    return NULL;
+  }
+  atomic_init(&seg->next, NULL);
+  seg->base = 0;
   atomic_init(&r->tail, rs->closed ? TKO__RING_CLOSED : 0);
   atomic_init(&r->head, 0);
   atomic_init(&r->credits, 0);
+  atomic_init(&r->spare, NULL);
+  atomic_init(&r->segs, 1);
+  r->wseg = r->rseg = seg;
+  atomic_init(&r->kept, NULL);
+  r->alloc = rs->alloc;
   r->mixed_weights = false;
-  r->head_seen = 0;
   r->owner = &cache;
   r->shard = index % rs->shards;
   r->id_base = TKO__RING_ID | (uint64_t)index << TKO__RING_ID_SHIFT;
@@ -105,9 +139,77 @@ void tko__rings_close_shard(tko__rings *rs, unsigned shard) {
   tko__mutex_unlock(&rs->mu);
 }
 
+/* Pushes seg onto the ring's spare list. Release: pairs with the acquire
+ * exchange of the owner (seg_take) or a trim that takes the list, so the
+ * segment's last reads are done before it is rewritten or freed. A push
+ * reads no segment but its own, so a list taken and refilled meanwhile
+ * only fails the CAS (no ABA). */
+static void spare_push(tko__ring *r, tko__ring_seg *seg) {
+  tko__ring_seg *top = tko__load_relaxed(&r->spare);
+  do
+    tko__store_relaxed(&seg->next, top);
+  while (!atomic_compare_exchange_weak_explicit(&r->spare, &top, seg, memory_order_release,
+                                                memory_order_relaxed));
+}
+
+static tko__ring_seg *seg_new_counted(tko__ring *r) {
+  tko__ring_seg *seg = seg_new(r->alloc);
+  /* Relaxed: a gauge (tko__rings_bytes). */
+  if (seg) atomic_fetch_add_explicit(&r->segs, 1, memory_order_relaxed);
+  return seg;
+}
+
+/* The owner's next segment, for position pos: a spare, or a new one. The
+ * owner takes the drains' spares whole and keeps the rest in kept, which
+ * a trim may also take whole: each side reads only segments it took by
+ * exchange. */
+static tko__ring_seg *seg_take(tko__ring *r, uint64_t pos) {
+  /* Acquire, both: pairs with spare_push's release, or with the owner's
+   * own release store below (a trim took nothing between). */
+  tko__ring_seg *seg = atomic_exchange_explicit(&r->kept, NULL, memory_order_acquire);
+  if (!seg) seg = atomic_exchange_explicit(&r->spare, NULL, memory_order_acquire);
+  if (seg) {
+    /* Release: pairs with a trim's acquire exchange of kept. */
+    atomic_store_explicit(&r->kept, tko__load_relaxed(&seg->next), memory_order_release);
+  } else if (!(seg = seg_new_counted(r))) {
+    return NULL;
+  }
+  /* A backlog of B tasks spans B / capacity + 1 segments at most, by
+   * where it starts: with that many, a ring holds a backlog it held
+   * before again wherever it starts, without an allocation (a steady
+   * state allocates nothing). Relaxed loads: head is a hint (an older one
+   * only asks for more); segs is written by this thread and a trim,
+   * which frees only spares. */
+  uint64_t backlog = pos + 1 - tko__load_relaxed(&r->head);
+  while (tko__load_relaxed(&r->segs) < backlog / TKO__RING_CAPACITY + 2) {
+    tko__ring_seg *extra = seg_new_counted(r);
+    if (!extra) break;
+    spare_push(r, extra);
+  }
+  return seg;
+}
+
+tko__ring_seg *tko__ring_seg_grow(tko__ring *r, tko__ring_seg *seg, uint64_t pos) {
+  while (pos - seg->base >= TKO__RING_CAPACITY) {
+    /* Relaxed: the owner wrote it (a link past the tail, from a write that
+     * found no memory further on). */
+    tko__ring_seg *next = tko__load_relaxed(&seg->next);
+    if (!next) {
+      if (!(next = seg_take(r, pos))) return NULL;
+      tko__store_relaxed(&next->next, NULL);
+      next->base = seg->base + TKO__RING_CAPACITY;
+      /* Relaxed: the tail's CAS that publishes a position in next orders
+       * this store before the drain's acquire load of the tail. */
+      tko__store_relaxed(&seg->next, next);
+    }
+    seg = next;
+  }
+  return seg;
+}
+
 /* A published slot as a queue item. */
-static tko__item item_at(const tko__ring *r, uint64_t pos) {
-  const tko__ring_slot *s = &r->slots[pos & (TKO__RING_CAPACITY - 1)];
+static tko__item item_at(const tko__ring *r, const tko__ring_seg *seg, uint64_t pos) {
+  const tko__ring_slot *s = &seg->slots[pos - seg->base];
   TKO__AUDIT_PLAIN(LOAD, s);
   return (tko__item){.fn = s->fn,
                      .arg = s->arg,
@@ -119,13 +221,13 @@ static tko__item item_at(const tko__ring *r, uint64_t pos) {
 
 /* Fills order with offsets from h grouped by weight (queue.h:
  * tko__grouping); false if a held task is among them or they carry too
- * many weights. */
-static bool group_by_weight(const tko__ring *r, uint64_t h, uint64_t t, uintptr_t held_tag,
+ * many weights. [h, t) lies in seg. */
+static bool group_by_weight(const tko__ring_seg *seg, uint64_t h, uint64_t t, uintptr_t held_tag,
                             uint16_t *order, size_t *groups) {
   tko__grouping g; /* 1 KiB: not zeroed, started */
   tko__grouping_start(&g);
   for (uint64_t p = h; p != t; p++) {
-    const tko__ring_slot *s = &r->slots[p & (TKO__RING_CAPACITY - 1)];
+    const tko__ring_slot *s = &seg->slots[p - seg->base];
     if (s->ctx & held_tag || !tko__grouping_add(&g, s->weight)) return false;
   }
   tko__grouping_order(&g, order);
@@ -133,41 +235,60 @@ static bool group_by_weight(const tko__ring *r, uint64_t h, uint64_t t, uintptr_
   return true;
 }
 
-int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t held_tag) {
-  uint64_t h = tko__load_relaxed(&r->head); /* only the lock holder writes it */
-  /* Acquire: pairs with the owner's publish, so its slots are written. */
-  uint64_t t = tko__load_acquire(&r->tail) & ~TKO__RING_CLOSED;
-  TKO__INVARIANT(t - h <= TKO__RING_CAPACITY); /* head never passes the tail */
-  if (h == t) return 0;
+/* Moves positions [h, t) of seg into the queues (see tko__ring_drain);
+ * returns where it stopped. */
+static uint64_t drain_seg(tko__ring *r, tko__ring_seg *seg, uint64_t h, uint64_t t, tko__queue *q,
+                          tko__queue *hq, uintptr_t held_tag, int *rc) {
   /* If the queue cannot grow, the pushes below stop at the first failure. */
   bool room = tko__queue_reserve(q, (size_t)(t - h)) == 0;
   bool big = t - h >= TKO__GROUPED_MIN;
   if (big && room && r->mixed_weights) {
     uint16_t order[TKO__GROUPED_MAX];
     size_t groups = 0;
-    if (group_by_weight(r, h, t, held_tag, order, &groups) && groups > 1 &&
+    if (group_by_weight(seg, h, t, held_tag, order, &groups) && groups > 1 &&
         tko__queue_reserve_buckets(q, groups) == 0) {
       for (uint64_t i = 0; i < t - h; i++) {
-        tko__item item = item_at(r, h + order[i]);
+        tko__item item = item_at(r, seg, h + order[i]);
         (void)tko__queue_push(q, &item); /* cannot fail: items and buckets reserved */
       }
-      /* Release: pairs with the owner's acquire in tko__ring_room. */
-      tko__store_release(&r->head, t);
-      return 0;
+      return t;
     }
     r->mixed_weights = false; /* one weight, or not groupable: tally again once mixed */
   }
-  int rc = 0;
-  int first_weight = r->slots[h & (TKO__RING_CAPACITY - 1)].weight, last_weight = first_weight;
+  int first_weight = seg->slots[h - seg->base].weight, last_weight = first_weight;
   for (; h != t; h++) {
-    tko__item item = item_at(r, h);
-    rc = tko__queue_push(item.ctx & held_tag ? hq : q, &item);
-    if (rc) break;
+    tko__item item = item_at(r, seg, h);
+    *rc = tko__queue_push(item.ctx & held_tag ? hq : q, &item);
+    if (*rc) break;
     last_weight = item.weight;
   }
   /* A cheap sign of interleaved weights: the first and last moved differ. */
-  if (big && rc == 0 && last_weight != first_weight) r->mixed_weights = true;
-  /* Release: pairs with the owner's acquire in tko__ring_room. */
+  if (big && *rc == 0 && last_weight != first_weight) r->mixed_weights = true;
+  return h;
+}
+
+/* Moves r's published tasks (tko__rings_drain). */
+static int ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t held_tag) {
+  uint64_t h = tko__load_relaxed(&r->head); /* only the lock holder writes it */
+  /* Acquire: pairs with the owner's publish, so its slots and links are
+   * written. */
+  uint64_t t = tko__load_acquire(&r->tail) & ~TKO__RING_CLOSED;
+  TKO__INVARIANT(t - h < (uint64_t)1 << 62); /* head never passes the tail */
+  int rc = 0;
+  while (h != t && rc == 0) {
+    tko__ring_seg *seg = r->rseg;
+    if (h - seg->base == TKO__RING_CAPACITY) {
+      /* Relaxed: ordered by the tail's acquire load above. */
+      r->rseg = tko__load_relaxed(&seg->next);
+      TKO__INVARIANT(r->rseg && r->rseg->base == h);
+      spare_push(r, seg); /* back to the owner */
+      continue;
+    }
+    uint64_t end = seg->base + TKO__RING_CAPACITY;
+    h = drain_seg(r, seg, h, t - seg->base < TKO__RING_CAPACITY ? t : end, q, hq, held_tag, &rc);
+  }
+  /* Release: pairs with the re-check's seq_cst load (tko__rings_ready_seq),
+   * so the tail it loads next is at least the one this drain moved to. */
   tko__store_release(&r->head, h);
   return rc;
 }
@@ -176,7 +297,7 @@ int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *
                      uintptr_t held_tag) {
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
   for (unsigned i = shard; i < n; i += rs->shards) {
-    int rc = tko__ring_drain(rs->ring[i], q, hq, held_tag);
+    int rc = ring_drain(rs->ring[i], q, hq, held_tag);
     if (rc) return rc;
   }
   return 0;
@@ -209,6 +330,42 @@ bool tko__rings_ready_hint(tko__rings *rs) { return ready_hint(rs, 0, 1); }
 
 bool tko__rings_shard_ready_hint(tko__rings *rs, unsigned shard) {
   return ready_hint(rs, shard, rs->shards);
+}
+
+void tko__rings_trim(tko__rings *rs) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
+  for (unsigned i = 0; i < n; i++) {
+    tko__ring *r = rs->ring[i];
+    /* Only an empty ring's (relaxed: a hint, like the queue's "nothing
+     * queued"): a backlog will want its spares again soon. */
+    if ((tko__load_relaxed(&r->tail) & ~TKO__RING_CLOSED) != tko__load_relaxed(&r->head))
+      continue;
+    unsigned freed = 0;
+    /* Acquire: pairs with spare_push's release and seg_take's store. */
+    tko__ring_seg *lists[2] = {atomic_exchange_explicit(&r->spare, NULL, memory_order_acquire),
+                               atomic_exchange_explicit(&r->kept, NULL, memory_order_acquire)};
+    for (int l = 0; l < 2; l++)
+      for (tko__ring_seg *seg = lists[l], *next; seg; seg = next, freed++) {
+        next = tko__load_relaxed(&seg->next);
+        tko__mem_free(r->alloc, seg->raw);
+      }
+    atomic_fetch_sub_explicit(&r->segs, freed, memory_order_relaxed); /* a gauge */
+  }
+}
+
+size_t tko__rings_bytes(const tko__rings *rs) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
+  size_t segs = 0;
+  for (unsigned i = 0; i < n; i++) segs += tko__load_relaxed(&rs->ring[i]->segs) - 1;
+  return segs * sizeof(tko__ring_seg);
+}
+
+bool tko__rings_trimmable(const tko__rings *rs) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
+  for (unsigned i = 0; i < n; i++)
+    if (tko__load_relaxed(&rs->ring[i]->spare) || tko__load_relaxed(&rs->ring[i]->kept))
+      return true;
+  return false;
 }
 
 uint64_t tko__rings_published(tko__rings *rs) {

@@ -13,9 +13,18 @@
  * tail (a shutdown only sets its closed bit); only the lock holder reads
  * slots and advances head. Nothing is visible before the tail's CAS, so a
  * submitter stopped anywhere in a submit (preempted, in a debugger) holds
- * back no task but its own: there are no holes. The one exception is a
- * submitter whose ring is full: it takes the queue lock to move tasks
- * along (submit.c), and stopped there it holds every worker.
+ * back no task but its own: there are no holes, and it holds no lock.
+ *
+ * A ring is never full: it is a chain of segments of TKO__RING_CAPACITY
+ * slots. The owner that reaches the end of its segment links the next one
+ * (a segment the drains gave back, or a new allocation) before it
+ * publishes a position in it; the lock holder follows the link once it
+ * has moved the whole segment, and gives that segment back to the owner
+ * as a spare. A backlog in a ring thus costs memory like a backlog in the
+ * queue: kept for the next burst (a steady state allocates nothing), and
+ * given back by a trim (tko__rings_trim). A submitter never waits for
+ * room or takes the queue lock to make it
+ * (tests/stress/test_stalled_submit.c).
  *
  * Order: a ring moves in position order, so one thread's tasks stay FIFO
  * within a weight. Tasks of different threads are moved ring by ring, so
@@ -51,7 +60,7 @@
 #include "taskorch.h"
 #include "witness.h"
 
-#define TKO__RING_CAPACITY 1024u /* slots per ring (40 bytes each), a power of two */
+#define TKO__RING_CAPACITY 1024u /* slots per segment (40 bytes each) */
 #define TKO__RINGS_MAX 64u
 #define TKO__RING_CLOSED ((uint64_t)1 << 63)
 #define TKO__RING_ID ((uint64_t)1 << 62)
@@ -65,19 +74,38 @@ typedef struct tko__ring_slot {
   int weight;
 } tko__ring_slot;
 
+/* A segment: positions [base, base + TKO__RING_CAPACITY). */
+typedef struct tko__ring_seg {
+  /* The next segment: written by the owner before it publishes a position
+   * there (the tail's CAS orders it for the drain); while the segment is
+   * spare, the next spare. */
+  _Atomic(struct tko__ring_seg *) next;
+  uint64_t base;
+  void *raw; /* the allocation (the segment is aligned inside it) */
+  TKO_CACHE_ALIGNED tko__ring_slot slots[TKO__RING_CAPACITY];
+} tko__ring_seg;
+
 typedef struct tko__ring {
   /* Positions published (the owner's CAS) and the closed bit (shutdown);
    * read by drains. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t tail;
-  uint64_t head_seen; /* owner only: a head it read, never ahead of head */
+  tko__ring_seg *wseg; /* owner only: where it wrote last (or the first) */
+  const tko_allocator *alloc; /* I: segments' */
   /* Room in a bounded queue this thread leased and has not spent (admit.c):
    * the owner spends it; a submitter that finds the queue full takes it
    * back. Its own line, so that a take-back leaves the tail's line to its
    * writer. */
   TKO_CACHE_ALIGNED atomic_size_t credits;
-  /* The first position not yet moved: the queue lock holder's; the owner
-   * reads it when the ring looks full. */
+  /* Segments the drains gave back, and those the owner took from them and
+   * has not used yet: lists through next that the owner or a trim takes
+   * whole (exchange: no ABA). */
+  TKO_CACHE_ALIGNED _Atomic(tko__ring_seg *) spare;
+  _Atomic(tko__ring_seg *) kept;
+  atomic_uint segs;       /* segments alive (a gauge) */
+  /* The first position not yet moved, and its segment: the queue lock
+   * holder's. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t head;
+  tko__ring_seg *rseg;
   /* The last big drain looked mixed (queue.h: tko__grouping): the lock
    * holder's, beside head, which it writes anyway. */
   bool mixed_weights;
@@ -85,7 +113,6 @@ typedef struct tko__ring {
   unsigned shard;    /* I: the pool's shard it drains into (index mod shards) */
   uint64_t id_base;  /* I: TKO__RING_ID | index << TKO__RING_ID_SHIFT */
   void *raw;         /* the allocation (the ring is aligned inside it) */
-  TKO_CACHE_ALIGNED tko__ring_slot slots[TKO__RING_CAPACITY];
 } tko__ring;
 
 typedef struct tko__rings {
@@ -113,19 +140,19 @@ void tko__rings_fini(tko__rings *rs);
  * the last one it looked up). */
 tko__ring *tko__rings_mine(tko__rings *rs);
 
-/* Whether the owner may write n more tasks (n <= capacity) from position
- * t. */
-static inline bool tko__ring_room(tko__ring *r, uint64_t t, uint64_t n) {
-  if (t + n - r->head_seen <= TKO__RING_CAPACITY) return true;
-  /* Acquire: pairs with the release in tko__rings_drain, so the slots'
-   * previous tasks were copied out before the owner rewrites them. */
-  r->head_seen = tko__load_acquire(&r->head);
-  return t + n - r->head_seen <= TKO__RING_CAPACITY;
+/* The owner's segment for position pos, at or after seg (which holds a
+ * position at or before pos): following the links, and linking a spare or
+ * new segment at the end; NULL if none could be allocated (nothing is
+ * lost: linked segments past the tail wait for the next write). */
+tko__ring_seg *tko__ring_seg_grow(tko__ring *r, tko__ring_seg *seg, uint64_t pos);
+static inline tko__ring_seg *tko__ring_seg_for(tko__ring *r, tko__ring_seg *seg, uint64_t pos) {
+  if (pos - seg->base < TKO__RING_CAPACITY) return seg;
+  return tko__ring_seg_grow(r, seg, pos);
 }
 
-static inline void tko__ring_write(tko__ring *r, uint64_t pos, tko_task_fn fn, void *arg,
+static inline void tko__ring_write(tko__ring_seg *seg, uint64_t pos, tko_task_fn fn, void *arg,
                                    uintptr_t ctx, int weight, uint64_t enq_ns) {
-  tko__ring_slot *s = &r->slots[pos & (TKO__RING_CAPACITY - 1)];
+  tko__ring_slot *s = &seg->slots[pos - seg->base];
   TKO__AUDIT_PLAIN(STORE, s); /* the drain fetches it under the queue lock */
   s->fn = fn;
   s->arg = arg;
@@ -149,9 +176,7 @@ static inline int tko__ring_publish(tko__ring *r, uint64_t t, uint64_t n) {
 
 /* Closing (shutdown), in two steps: tko__rings_close_claims makes rings
  * claimed from now on born closed; tko__rings_close_shard closes the
- * rings of one shard, under that shard's lock (a batch larger than a ring
- * publishes it a ringful at a time under its shard's lock, and none of
- * those publishes may fail: submit.c). Publishes after that fail. */
+ * rings of one shard. Publishes after that fail. */
 void tko__rings_close_claims(tko__rings *rs);
 void tko__rings_close_shard(tko__rings *rs, unsigned shard);
 
@@ -161,8 +186,6 @@ void tko__rings_close_shard(tko__rings *rs, unsigned shard);
  * rest stay). */
 int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *hq,
                      uintptr_t held_tag);
-/* The same for one ring. */
-int tko__ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t held_tag);
 
 /* Whether any ring holds a published task not yet moved: seq_cst (a
  * worker about to sleep, step (2) of signal.c's essay), or relaxed (a
@@ -171,6 +194,12 @@ bool tko__rings_ready_seq(tko__rings *rs);
 bool tko__rings_ready_hint(tko__rings *rs);
 /* The relaxed hint for the rings of one shard. */
 bool tko__rings_shard_ready_hint(tko__rings *rs, unsigned shard);
+/* Frees the spare segments of every empty ring (tko_pool_trim); whether
+ * there are any (a relaxed hint). */
+void tko__rings_trim(tko__rings *rs);
+bool tko__rings_trimmable(const tko__rings *rs);
+/* Memory the rings' segments past each one's first hold (stats). */
+size_t tko__rings_bytes(const tko__rings *rs);
 /* Tasks ever published through the rings (seq_cst loads). */
 uint64_t tko__rings_published(tko__rings *rs);
 

@@ -41,12 +41,11 @@
  * a full fence (docs/PERFORMANCE.md). A worker that stops searching
  * counts a hole as work when it decides whether to wake another
  * (tko__runnable_seq), for the same reason. A task a submit puts straight
- * into the queue (the ring full behind a hole, or a batch larger than the
- * ring) has its claim's seq_cst CAS of the tail and a seq_cst store of
- * its queue's backlog as its (1') (submit.c: claim_locked); a batch
- * larger than a submit ring goes through the ring a ringful at a time
- * under its queue's lock, each with its CAS (submit.c:
- * ring_enqueue_locked). Tasks a worker hands back (a shrink, a recheck:
+ * into the queue (the shared inbox full behind a hole, or a batch larger
+ * than the inbox) has its claim's seq_cst CAS of the inbox's tail and a
+ * seq_cst store of its queue's backlog as its (1') (submit.c:
+ * claim_locked); a batch of any size in a submit ring is one publish, one
+ * CAS. Tasks a worker hands back (a shrink, a recheck:
  * take.c) have the same seq_cst store of the backlog of the queue they
  * go back to as their (1'), then a seq_cst load of idle.state. Which
  * queue holds the work does not matter to a sleeper: the re-check (2)

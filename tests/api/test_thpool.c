@@ -632,22 +632,25 @@ Test(thpool, weighted_extension_orders_jobs) {
 /* Job records are reused: once a pool has held K jobs at once, K more jobs
  * later allocate nothing (neither here nor in taskorch underneath). The
  * pool is paused while the jobs go in, so exactly K are in flight each
- * round, whatever the scheduling. */
+ * round, whatever the scheduling. Two rounds warm up: a paused backlog
+ * waits in the submitting thread's ring, but in the first round workers
+ * still starting may move part of it into the queue before they see the
+ * pause, so the ring may not yet have held all K. */
 Test(thpool, no_allocation_per_job_once_warm) {
   threadpool p = thpool_init(2);
   cr_assert_not_null(p);
   atomic_long n = 0;
   const long k = 5000;
   long before = 0;
-  for (int round = 0; round < 3; round++) {
-    if (round == 1) before = atomic_load(&alloc_calls);
+  for (int round = 0; round < 4; round++) {
+    if (round == 2) before = atomic_load(&alloc_calls);
     thpool_pause(p);
     for (long i = 0; i < k; i++) cr_assert_eq(thpool_add_work(p, inc_atomic, &n), 0);
     thpool_resume(p);
     thpool_wait(p);
   }
   cr_assert_eq(atomic_load(&alloc_calls), before, "allocations once warm");
-  cr_assert_eq(atomic_load(&n), 3 * k);
+  cr_assert_eq(atomic_load(&n), 4 * k);
   long at_destroy = atomic_load(&alloc_calls);
   thpool_destroy(p);
   cr_assert_gt(at_destroy, 0, "the wrapper counts (thpool_init allocated)");
