@@ -30,20 +30,53 @@
  * Why a submit is refused, or waits, only for room that tasks waiting, or
  * submits in progress, hold: before it refuses or sleeps it gathers every
  * chunk (gather: it settles every worker slot's give-backs and takes every
- * ring's unspent credits back), waits out any settle or take-back another
- * thread has between its two steps (room_moving: the room is then in
- * neither place), and looks again. A lease between its CAS and its
- * credits is a submit in progress. And a waiter cannot sleep through room
- * coming free, by these Dekker pairs (seq_cst both sides): a worker stores
- * its give-back, then loads space_waiters; a lease adds its credits, then
- * loads space_waiters; a settle subtracts, then loads space_waiters; a
- * waiter increments space_waiters, then gathers, which loads them all.
- * Either the waiter's gather sees the room, or the other side sees the
- * waiter and broadcasts under space_mu, which the waiter holds from its
- * gather until it sleeps. */
+ * ring's unspent credits back) and looks again. Room another thread has
+ * between the two steps of a settle or a take-back (room_moving counts
+ * them: the room is then in neither place) is on its way: a submit that
+ * would refuse waits for it instead, asleep, as a blocked submit waits
+ * for room. A lease between its CAS and its credits is a submit in
+ * progress.
+ *
+ * Waiting takes no lock: space_seq is an event count. A waiter counts
+ * itself in space_waiters, reads space_seq, then looks (gathers, reads
+ * room_taken, room_moving, closing), and sleeps on space_seq
+ * (tko__word_wait) only while it still holds what it read. Whoever makes
+ * room, or ends a move, and sees waiters counted bumps space_seq and wakes
+ * them all (wake_space_waiters). No wake-up is lost, by these Dekker pairs
+ * (seq_cst both sides): a worker stores its give-back, then loads
+ * space_waiters; a lease adds its credits, then loads space_waiters; a
+ * settle or a take-back subtracts and leaves room_moving, then loads
+ * space_waiters; a shutdown stores closing, then bumps; a waiter
+ * increments space_waiters, then reads space_seq and looks, which loads
+ * them all. Either the waiter's look sees the room (or the end of the
+ * move, or the close), or the other side sees the waiter and bumps
+ * space_seq: after the waiter's read, so its sleep returns at once or is
+ * woken; before it, and then what came before the bump is seen by the look.
+ *
+ * What a submitter stopped inside admission (preempted, in a debugger)
+ * holds, and whom it holds up (tests/stress/test_stalled_admission.c parks
+ * one at each point, tko__test_admit_window and tko__test_settle_window):
+ *
+ * - Asleep, or between its look and its sleep: nothing. Workers that give
+ *   room back bump space_seq and call the wake, whether it sleeps or not;
+ *   other waiters look for themselves.
+ * - Between a lease's CAS and its credits: its lease (at most a chunk),
+ *   counted taken and in no ring. Submits that find the queue full
+ *   without that room wait or are refused for it; no worker waits.
+ * - Between a settle's two steps (its own gather, or as a worker): that
+ *   slot's give-backs (at most a chunk); between a take-back's two steps:
+ *   one ring's credits (at most a chunk; each ring is subtracted before
+ *   the next is taken). Submits that find the queue full without that room
+ *   wait for it, asleep, until the move ends (REJECT and CALLER_RUNS ones
+ *   too, rather than refuse); submits that fit, and workers, do not.
+ * - Inside tko__gate_enter, before it waits: gate_mu for a few
+ *   instructions, which other waiting submitters, shutdown and thread
+ *   starts and exits (tko__thread_enter/exit) take (lifecycle.c).
+ * - Where there is no futex, tko__word_wait's stripe mutex for a few
+ *   instructions (futex.c), which a wake of any word on that stripe takes.
+ */
 #include <errno.h>
-#include <sched.h>
-#include <time.h>
+#include <stdint.h>
 
 #include "engine.h"
 #include "invariant.h"
@@ -66,15 +99,23 @@ static size_t chunk_size(size_t free, unsigned sharers) {
   return chunk < CHUNK_MAX ? chunk : CHUNK_MAX;
 }
 
-/* Room came free: wakes the submitters waiting for it. seq_cst: after the
- * room was given back; the other half of the waiter's Dekker pair (see the
- * essay). */
+/* Room came free, or a move ended: bumps the event count and wakes the
+ * submitters waiting, if any are counted. seq_cst load: after the room was
+ * given back (or the move ended), the other half of the waiter's Dekker
+ * pair with its increment of space_waiters (see the essay). seq_cst bump:
+ * pairs with the waiter's read of space_seq before its look. */
 static void wake_space_waiters(tko_pool *pool) {
   if (tko__load_seq(&pool->space_waiters)) {
-    tko__mutex_lock(&pool->space_mu);
-    pthread_cond_broadcast(&pool->space_cv);
-    tko__mutex_unlock(&pool->space_mu);
+    tko__add_seq(&pool->space_seq, 1);
+    tko__word_wake_all(&pool->space_seq);
   }
+}
+
+void tko__admit_close(tko_pool *pool) {
+  /* seq_cst: after the caller's store of closing, which a waiter that read
+   * space_seq before this bump sees in its look (see the essay). */
+  tko__add_seq(&pool->space_seq, 1);
+  tko__word_wake_all(&pool->space_seq);
 }
 
 /* Whether submitters wait for room. seq_cst: after a give-back's store,
@@ -82,17 +123,25 @@ static void wake_space_waiters(tko_pool *pool) {
  * a hint. */
 static bool space_awaited(tko_pool *pool) { return tko__load_seq(&pool->space_waiters) != 0; }
 
-/* The seam of the settle (tests/unit/test_admit.c parks a worker there):
- * called between a settle's mark and its subtraction (seam.h). */
+/* The seams (seam.h): tests/unit/test_admit.c parks a worker between a
+ * settle's mark and its subtraction, tests/stress/test_stalled_admission.c
+ * a submitter there and at each point of tko__admit_point. */
 #ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_settle_window)(void);
+void (*_Atomic tko__test_admit_window)(enum tko__admit_point at);
 #endif
+
+static void admit_seam(enum tko__admit_point at) {
+  void (*seam)(enum tko__admit_point) = TKO__SEAM(tko__test_admit_window);
+  if (seam) seam(at);
+}
 
 /* Subtracts w's give-backs not yet settled from room_taken; returns how
  * many. Any thread may: room_settled is advanced by CAS, before the
  * subtraction (see the essay), and room_moving counts the settle from
  * before its mark to after its subtraction, so that a submit about to
- * refuse can tell room on its way back (tko__admit). */
+ * refuse can tell room on its way back (tko__admit); its end wakes the
+ * waiters, who may wait for it. */
 static size_t settle(tko_pool *pool, tko__worker *w) {
   size_t given = tko__load_seq(&w->room_given); /* seq_cst: a waiter's gather */
   size_t settled = tko__load_relaxed(&w->room_settled);
@@ -110,7 +159,8 @@ static size_t settle(tko_pool *pool, tko__worker *w) {
       break;
     }
   }
-  tko__sub_seq(&pool->room_moving, 1);
+  tko__sub_seq(&pool->room_moving, 1); /* seq_cst: before the wake's load (see the essay) */
+  wake_space_waiters(pool);
   return back;
 }
 
@@ -155,17 +205,12 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
     w->room_listed = true;
   }
   tko__store_seq(&w->room_given, given); /* seq_cst: a Dekker pair (see the essay) */
-  bool waiters = space_awaited(pool);
-  size_t back = 0;
-  if (waiters || given - tko__load_relaxed(&w->room_settled) >= w->room_chunk) {
-    back = settle(pool, w);
+  /* Waiters counted after this load look for themselves (their gather
+   * settles this slot); counted before it, they are woken by the settle. */
+  if (space_awaited(pool) || given - tko__load_relaxed(&w->room_settled) >= w->room_chunk) {
+    (void)settle(pool, w);
     w->room_chunk = next_chunk(pool, tko__load_relaxed(&pool->room_taken)); /* relaxed: a hint */
   }
-  /* A settle's room also wakes: a waiter that came after the load above
-   * slept on room this settle was still moving (its load of space_waiters
-   * follows the subtraction; docs/RELIABILITY.md: no deterministic test,
-   * the interleaving needs two seams). */
-  if (waiters || back) wake_space_waiters(pool);
 }
 
 void tko__release_room(tko_pool *pool, size_t n) {
@@ -176,27 +221,34 @@ void tko__take_room_unchecked(tko_pool *pool, size_t n) {
   tko__add_seq(&pool->room_taken, n); /* seq_cst: as try_take's CAS */
 }
 
+/* Takes ring r's unspent credits back to room_taken; returns how many.
+ * One ring at a time, so that a thread stopped between the two steps
+ * holds one ring's credits at most; room_moving counts the move, and its
+ * end wakes the waiters, as a settle's (see the essay). */
+static size_t take_back(tko_pool *pool, tko__ring *r) {
+  tko__add_seq(&pool->room_moving, 1);
+  size_t credits = tko__exchange_seq(&r->credits, 0);
+  admit_seam(TKO__ADMIT_TAKING_BACK);
+  if (credits) tko__sub_seq(&pool->room_taken, credits);
+  tko__sub_seq(&pool->room_moving, 1); /* seq_cst: before the wake's load (see the essay) */
+  wake_space_waiters(pool);
+  return credits;
+}
+
 /* Settles every worker slot and takes every ring's unspent credits back;
  * returns the room that came back. */
 static size_t gather(tko_pool *pool) {
   size_t back = 0;
   unsigned slots = tko__load_seq(&pool->room_slots);
   for (unsigned i = 0; i < slots; i++) back += settle(pool, &pool->slots[i]);
-  size_t credits = 0;
   /* seq_cst: a waiter's half of the lease's Dekker pair takes in a ring
    * claimed just before its lease (the claim's store is seq_cst). */
   unsigned rings = tko__load_seq(&pool->rings.count);
-  bool moving = false; /* counted only when there is something to move */
   for (unsigned i = 0; i < rings; i++) {
     tko__ring *r = pool->rings.ring[i];
-    if (!tko__load_seq(&r->credits)) continue;
-    if (!moving) tko__add_seq(&pool->room_moving, 1);
-    moving = true;
-    credits += tko__exchange_seq(&r->credits, 0);
+    if (tko__load_seq(&r->credits)) back += take_back(pool, r);
   }
-  if (credits) tko__sub_seq(&pool->room_taken, credits);
-  if (moving) tko__sub_seq(&pool->room_moving, 1);
-  return back + credits;
+  return back;
 }
 
 /* Spends k of ring r's credits, if it holds that many. Relaxed: a count
@@ -221,35 +273,39 @@ static bool try_take(tko_pool *pool, size_t k) {
     lease = r ? chunk_size(cap - taken - k, tko__load_relaxed(&pool->rings.count)) : 0;
   } while (!tko__cas_seq(&pool->room_taken, &taken, taken + k + lease));
   if (lease) {
+    admit_seam(TKO__ADMIT_LEASED);
     tko__add_seq(&r->credits, lease); /* seq_cst: a Dekker pair (see the essay) */
     wake_space_waiters(pool);
   }
   return true;
 }
 
-/* Blocks until k tasks may fit, the pool closes or the deadline passes. */
-static int wait_for_room(tko_pool *pool, size_t k, long timeout_ms, const struct timespec *deadline) {
+/* Sleeps until k tasks may fit (0: look again), or, until_moved, until no
+ * room is on its way (0), or the pool closes (-ESHUTDOWN) or the deadline
+ * (tko__now_ns; UINT64_MAX: none) passes (-ETIMEDOUT). Holds nothing while
+ * it sleeps, nor before: the event count of the essay. */
+static int wait_for_room(tko_pool *pool, size_t k, bool until_moved, uint64_t deadline) {
   int rc = 0;
-  tko__add_seq(&pool->space_waiters, 1); /* seq_cst: see the essay */
-  tko__mutex_lock(&pool->space_mu);
+  tko__add_seq(&pool->space_waiters, 1); /* seq_cst: the waiter's half of the Dekker pairs */
   for (;;) {
-    /* Others may fit in what came back: under space_mu, so a broadcast
-     * of our own. */
-    if (gather(pool)) pthread_cond_broadcast(&pool->space_cv);
+    /* seq_cst: read before the look; pairs with the bump in
+     * wake_space_waiters and tko__admit_close (see the essay). */
+    unsigned seq = tko__load_seq(&pool->space_seq);
+    (void)gather(pool); /* what comes back wakes the other waiters too */
     if (tko__load_seq(&pool->room_taken) + k <= pool->opts.queue_capacity) break;
+    if (until_moved && !tko__load_seq(&pool->room_moving)) break;
     if (tko__load_seq(&pool->closing)) {
       rc = -ESHUTDOWN;
       break;
     }
-    if (timeout_ms < 0) {
-      tko__cond_wait(&pool->space_cv, &pool->space_mu);
-    } else if (timeout_ms == 0 ||
-               tko__cond_timedwait(&pool->space_cv, &pool->space_mu, deadline) == ETIMEDOUT) {
+    uint64_t now = deadline == UINT64_MAX ? 0 : tko__now_ns();
+    if (now >= deadline) {
       rc = -ETIMEDOUT;
       break;
     }
+    admit_seam(TKO__ADMIT_ASLEEP);
+    tko__word_wait(&pool->space_seq, seq, deadline == UINT64_MAX ? UINT64_MAX : deadline - now);
   }
-  tko__mutex_unlock(&pool->space_mu);
   tko__sub_seq(&pool->space_waiters, 1);
   return rc;
 }
@@ -259,34 +315,34 @@ int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy
   if (!pool->opts.queue_capacity) return TKO__ADMITTED;
   if (k > pool->opts.queue_capacity) /* could never fit */
     return policy == TKO_FULL_CALLER_RUNS ? TKO__RUN_HERE : -EAGAIN;
-  struct timespec deadline;
-  if (timeout_ms > 0) tko__deadline_after(&deadline, timeout_ms);
+  uint64_t deadline = UINT64_MAX; /* none; a timeout past ~290 years is none too */
+  if (timeout_ms >= 0 && (uint64_t)timeout_ms < UINT64_MAX / 4000000u)
+    deadline = tko__now_ns() + (uint64_t)timeout_ms * 1000000u;
   while (!try_take(pool, k)) {
-    if (gather(pool)) {
-      wake_space_waiters(pool); /* others may fit in it too */
-      continue;
-    }
+    if (gather(pool)) continue;
     /* Room another thread is settling or taking back is on its way: wait
-     * for it (a few instructions, unless that thread was preempted), then
-     * look once more before refusing. seq_cst: after the gather. */
-    if (tko__load_seq(&pool->room_moving)) {
-      sched_yield();
-      continue;
+     * for it (asleep; the move's end wakes us) rather than refuse. A
+     * worker of the pool waits for it too, but never for room its own
+     * queue's tasks hold. seq_cst: after the gather. */
+    bool moving = tko__load_seq(&pool->room_moving) != 0;
+    if (!moving) {
+      if (try_take(pool, k)) break;
+      if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
+      switch (policy) {
+      case TKO_FULL_REJECT: return -EAGAIN;
+      case TKO_FULL_CALLER_RUNS: return TKO__RUN_HERE;
+      default: break;
+      }
+      if (tko__current_pool == pool) return -EAGAIN; /* a worker must not wait on itself */
     }
-    if (try_take(pool, k)) break;
-    if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
-    switch (policy) {
-    case TKO_FULL_REJECT: return -EAGAIN;
-    case TKO_FULL_CALLER_RUNS: return TKO__RUN_HERE;
-    default: break;
-    }
-    if (tko__current_pool == pool) return -EAGAIN; /* a worker must not wait on itself */
     if (!*gated) {
       int rc = tko__gate_enter(pool);
       if (rc) return rc;
       *gated = true;
     }
-    int rc = wait_for_room(pool, k, timeout_ms, &deadline);
+    bool blocks = policy == TKO_FULL_BLOCK;
+    bool until_moved = moving && (!blocks || tko__current_pool == pool);
+    int rc = wait_for_room(pool, k, until_moved, blocks ? deadline : UINT64_MAX);
     if (rc) return rc;
   }
   return TKO__ADMITTED;

@@ -62,11 +62,21 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n);
 void tko__release_room(tko_pool *pool, size_t n);
 /* Takes room for n tasks with no check (a caller-runs keyed task). */
 void tko__take_room_unchecked(tko_pool *pool, size_t n);
-/* A test seam (tests/unit/test_admit.c): called inside a settle, between
- * marking a worker's give-backs settled and subtracting them. NULL outside
- * tests. */
+/* The shutdown's wake of the submitters waiting for room, after it stored
+ * closing (lifecycle.c). */
+void tko__admit_close(tko_pool *pool);
+/* Test seams (admit.c's essay): tko__test_settle_window is called inside a
+ * settle, between marking a worker's give-backs settled and subtracting
+ * them (tests/unit/test_admit.c); tko__test_admit_window at each point
+ * below (tests/stress/test_stalled_admission.c). NULL outside tests. */
+enum tko__admit_point {
+  TKO__ADMIT_LEASED,      /* a lease's CAS done, its credits not yet added */
+  TKO__ADMIT_TAKING_BACK, /* a ring's credits taken, not yet subtracted */
+  TKO__ADMIT_ASLEEP,      /* a waiter counted and looked, about to sleep */
+};
 #ifdef TKO_TEST_SEAMS
 extern void (*_Atomic tko__test_settle_window)(void);
+extern void (*_Atomic tko__test_admit_window)(enum tko__admit_point at);
 #endif
 /* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
  * TKO__RUN_HERE (caller-runs: no room taken) or a negative errno. *gated:

@@ -254,9 +254,7 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   /* seq_cst: worker_sleep re-checks closing after announcing its sleep. */
   tko__store_seq(&pool->closing, true);
   tko__unlock(&first->lock);
-  tko__mutex_lock(&pool->space_mu); /* blocked submitters see closing */
-  pthread_cond_broadcast(&pool->space_cv);
-  tko__mutex_unlock(&pool->space_mu);
+  tko__admit_close(pool); /* blocked submitters see closing */
   /* The timer thread, if blocked submitting to a full queue, is woken by
    * closing too; timers close last, in their phase (finish). */
   if (cancel) tko__empty_queue(pool, false);

@@ -155,8 +155,6 @@ static void free_pool(tko_pool *pool) {
   pthread_cond_destroy(&pool->idle_cv);
   tko__mutex_destroy(&pool->gate_mu);
   pthread_cond_destroy(&pool->gate_cv);
-  tko__mutex_destroy(&pool->space_mu);
-  pthread_cond_destroy(&pool->space_cv);
   tko__mutex_destroy(&pool->timer_mu);
   pthread_cond_destroy(&pool->timer_cv);
   tko__mem_free(a, pool->raw);
@@ -170,8 +168,7 @@ static int init_sync(tko_pool *pool) {
       tko__mutex_init(&pool->spawn_mu, TKO__RANK_SPAWN) |
       tko__mutex_init(&pool->idle_mu, TKO__RANK_IDLE_WAIT) |
       pthread_cond_init(&pool->idle_cv, &ca) | tko__mutex_init(&pool->gate_mu, TKO__RANK_GATE) |
-      pthread_cond_init(&pool->gate_cv, &ca) | tko__mutex_init(&pool->space_mu, TKO__RANK_SPACE) |
-      pthread_cond_init(&pool->space_cv, &ca) | tko__mutex_init(&pool->timer_mu, TKO__RANK_TIMER) |
+      pthread_cond_init(&pool->gate_cv, &ca) | tko__mutex_init(&pool->timer_mu, TKO__RANK_TIMER) |
       pthread_cond_init(&pool->timer_cv, &ca) | tko__mutex_init(&pool->async_mu, TKO__RANK_ASYNC) |
       pthread_cond_init(&pool->spawn_cv, &ca) | tko__mutex_init(&pool->help_mu, TKO__RANK_HELP);
   pthread_condattr_destroy(&ca);

@@ -18,7 +18,7 @@
  * builds; every mutex below is a tko__mutex, bound to its rank where
  * pool.c initialises it, and taken through witness.h's wrappers.
  * Outermost first: spawn_mu, the queue lock, help_mu; every other lock
- * (gate_mu, space_mu, idle_mu, timer_mu, async_mu, a group's mu,
+ * (gate_mu, idle_mu, timer_mu, async_mu, a group's mu,
  * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
  * a hook, an attachment's close callback or a phase's close or fini runs; shutdown holds no lock
  * while it waits (the shutter role, under gate_mu, serialises shutdown
@@ -241,16 +241,17 @@ struct tko_pool {
   /* Bounded queues only (admit.c): room taken by admissions (leased
    * credits included), less room given back and settled: never below the
    * room in use. Worker slots [0, room_slots) have given room back. A
-   * blocked submitter counts itself in space_waiters, then sleeps on
-   * space_cv under space_mu; whoever frees room broadcasts. */
+   * blocked submitter counts itself in space_waiters, reads space_seq,
+   * looks, and sleeps on space_seq (an event count: tko__word_wait);
+   * whoever frees room and sees waiters bumps it and wakes them. */
   TKO_CACHE_ALIGNED atomic_size_t room_taken;
   atomic_uint room_slots;
   atomic_uint room_moving; /* settles and take-backs between their two steps */
-  /* Read by every give-back (admit.c), written only by waiters: its own
-   * line, away from room_taken. */
+  /* Read by every give-back (admit.c), written only by waiters, and
+   * space_seq only while waiters are counted: their own line, away from
+   * room_taken. */
   TKO_CACHE_ALIGNED atomic_uint space_waiters;
-  tko__mutex space_mu; /* guards nothing but the wait on space_cv */
-  pthread_cond_t space_cv;
+  atomic_uint space_seq; /* A: the waiters' event count (admit.c) */
   atomic_uint_fast64_t caller_runs; /* CALLER_RUNS tasks: part of submitted */
   /* Tasks counted as submitted elsewhere (keyed tasks, queued ones) that
    * ran off the workers - a caller-runs submitter, the shutting-down

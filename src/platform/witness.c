@@ -33,7 +33,6 @@ static const char *const names[TKO__RANK_COUNT] = {
     [TKO__RANK_HELP] = "help_mu",
     [TKO__RANK_GROUP] = "a group's mu (group.c)",
     [TKO__RANK_GATE] = "gate_mu",
-    [TKO__RANK_SPACE] = "space_mu",
     [TKO__RANK_IDLE_WAIT] = "idle_mu",
     [TKO__RANK_TIMER] = "timer_mu",
     [TKO__RANK_ASYNC] = "async_mu",

@@ -53,7 +53,6 @@ typedef enum tko__rank {
   /* Leaves: nothing is taken while one is held. */
   TKO__RANK_LEAF,
   TKO__RANK_GATE = TKO__RANK_LEAF, /* pool.h: gate_mu, the lifecycle (lifecycle.c) */
-  TKO__RANK_SPACE,      /* pool.h: space_mu, bounded queues' blocked submitters */
   TKO__RANK_IDLE_WAIT,  /* pool.h: idle_mu, wait_idle's and shutdown's waiters */
   TKO__RANK_TIMER,      /* pool.h: timer_mu, the timers' heap and records */
   TKO__RANK_ASYNC,      /* pool.h: async_mu, the async records' free list */
