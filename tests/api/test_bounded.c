@@ -548,6 +548,43 @@ Test(bounded, shutdown_drain_wakes_blocked_submitters) {
   shutdown_wakes_blocked(TKO_DRAIN);
 }
 
+static int drain_from_thread(void *arg) { return tko_pool_shutdown((tko_pool *)arg, TKO_DRAIN); }
+
+/* The close alone wakes a blocked submitter: no room comes back meanwhile
+ * (the one worker runs a task that waits for the test, and the queue holds
+ * a task it cannot take before then), so only the shutdown's wake can end
+ * the wait. The test opens its task once the submitter returned, or after
+ * a bound, so that the drain ends either way. */
+Test(bounded, shutdown_wakes_a_blocked_submitter_while_no_room_comes_back) {
+  qctx c;
+  qctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1, 1, TKO_FULL_BLOCK);
+  job pin, queued, blocked;
+  job_init(&pin, &c, 0);
+  job_init(&queued, &c, 0);
+  job_init(&blocked, &c, 0);
+  cr_assert_eq(tko_submit(pool, blocker_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&c.started, 1));
+  cr_assert_eq(tko_submit(pool, job_fn, &queued, 0), 0);
+  submit_job sj = {pool, &blocked, -1, 0};
+  tf_thread t, sh;
+  cr_assert_eq(tf_thread_start(&t, submit_from_thread, &sj), 0);
+  cr_assert(tf_wait_thread_sleeping(t.tid));
+  cr_assert_eq(tf_thread_start(&sh, drain_from_thread, pool), 0);
+  int rc = 0, src = -1;
+  bool woke = tf_thread_join_within(&t, TT_SCALE(20000, 60000), &rc);
+  tt_gate_open(&c.gate);
+  if (!woke) cr_assert(tf_thread_join(&t, &rc));
+  cr_assert(tf_thread_join(&sh, &src));
+  cr_assert(woke, "the shutdown left a blocked submitter asleep");
+  cr_assert_eq(rc, -ESHUTDOWN);
+  cr_assert_eq(src, 0);
+  cr_assert_eq(atomic_load(&pin.ran), 1);
+  cr_assert_eq(atomic_load(&queued.ran), 1, "the drain ran the queued task");
+  cr_assert_eq(atomic_load(&blocked.ran) + atomic_load(&blocked.cancelled), 0);
+  finish(&c, pool);
+}
+
 Test(bounded, refused_after_shutdown_whatever_the_policy) {
   tko_full_policy policies[] = {TKO_FULL_BLOCK, TKO_FULL_REJECT, TKO_FULL_CALLER_RUNS};
   for (int p = 0; p < 3; p++) {

@@ -1007,7 +1007,7 @@ Test(misuse, destroy_from_on_cancel_under_group_cancel_is_edeadlk) {
  * and wakes submitters blocked on a full bounded queue. A timer that fell due while the pool's
  * TKO_FULL_BLOCK queue was full and the pool was paused leaves the timer thread blocked in its
  * submit (wait_for_room), waiting for room or `closing` - neither of which comes before the join:
- * shutdown (and destroy) never return. Fix: set closing / wake space_cv (or let timer submits never
+ * shutdown (and destroy) never return. Fix: set closing / wake the waiters (or let timer submits never
  * block: a timed or reject-style submit) before joining the timer thread. */
 static pid_t thread_named(const char *name) {
   DIR *d = opendir("/proc/self/task");
