@@ -34,7 +34,8 @@
  * between the two steps of a settle or a take-back (room_moving counts
  * them: the room is then in neither place) is on its way: a submit that
  * would refuse waits for it instead, asleep, as a blocked submit waits
- * for room. A lease between its CAS and its credits is a submit in
+ * for room; a worker of the pool, which waits for no other thread, counts
+ * it as taken. A lease between its CAS and its credits is a submit in
  * progress.
  *
  * Waiting takes no lock: space_seq is an event count. A waiter counts
@@ -68,7 +69,9 @@
  *   one ring's credits (at most a chunk; each ring is subtracted before
  *   the next is taken). Submits that find the queue full without that room
  *   wait for it, asleep, until the move ends (REJECT and CALLER_RUNS ones
- *   too, rather than refuse); submits that fit, and workers, do not.
+ *   too, rather than refuse); submits that fit do not, nor workers (a
+ *   worker's own submit to a full queue is refused, or runs on it, at
+ *   once).
  * - Inside tko__gate_enter, before it waits: gate_mu for a few
  *   instructions, which other waiting submitters, shutdown and thread
  *   starts and exits (tko__thread_enter/exit) take (lifecycle.c).
@@ -322,10 +325,11 @@ int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy
     if (gather(pool)) continue;
     /* Room another thread is settling or taking back is on its way: wait
      * for it (asleep; the move's end wakes us) rather than refuse. A
-     * worker of the pool waits for it too, but never for room its own
-     * queue's tasks hold. seq_cst: after the gather. */
+     * worker of the pool waits for nothing, neither room its own queue's
+     * tasks hold nor another thread's move. seq_cst: after the gather. */
     bool moving = tko__load_seq(&pool->room_moving) != 0;
-    if (!moving) {
+    bool worker = tko__current_pool == pool;
+    if (!moving || worker) {
       if (try_take(pool, k)) break;
       if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
       switch (policy) {
@@ -333,7 +337,7 @@ int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy
       case TKO_FULL_CALLER_RUNS: return TKO__RUN_HERE;
       default: break;
       }
-      if (tko__current_pool == pool) return -EAGAIN; /* a worker must not wait on itself */
+      if (worker) return -EAGAIN; /* a worker must not wait on itself */
     }
     if (!*gated) {
       int rc = tko__gate_enter(pool);
@@ -341,8 +345,7 @@ int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy
       *gated = true;
     }
     bool blocks = policy == TKO_FULL_BLOCK;
-    bool until_moved = moving && (!blocks || tko__current_pool == pool);
-    int rc = wait_for_room(pool, k, until_moved, blocks ? deadline : UINT64_MAX);
+    int rc = wait_for_room(pool, k, moving && !blocks, blocks ? deadline : UINT64_MAX);
     if (rc) return rc;
   }
   return TKO__ADMITTED;
