@@ -58,16 +58,18 @@
  * holds, and whom it holds up (tests/stress/test_stalled_admission.c parks
  * one at each point, tko__test_admit_window and tko__test_settle_window):
  *
- * - Asleep, or between its look and its sleep: nothing. Workers that give
- *   room back bump space_seq and call the wake, whether it sleeps or not;
- *   other waiters look for themselves.
+ * - Asleep, or between its look and its sleep: no room and no lock; only
+ *   its count in the gate, which a shutdown waits for, as for any blocked
+ *   submit. Workers that give room back meanwhile see it counted, bump
+ *   space_seq and make the wake call (a system call), whether it sleeps or
+ *   not; other waiters look for themselves.
  * - Between a lease's CAS and its credits: its lease (at most a chunk),
  *   counted taken and in no ring. Submits that find the queue full
  *   without that room wait or are refused for it; no worker waits.
  * - Between a settle's two steps (its own gather, or as a worker): that
  *   slot's give-backs (at most a chunk); between a take-back's two steps:
- *   one ring's credits (at most a chunk; each ring is subtracted before
- *   the next is taken). Submits that find the queue full without that room
+ *   one ring's credits (about a lease; each ring is subtracted before the
+ *   next is taken). Submits that find the queue full without that room
  *   wait for it, asleep, until the move ends (REJECT and CALLER_RUNS ones
  *   too, rather than refuse); submits that fit do not, nor workers (a
  *   worker's own submit to a full queue is refused, or runs on it, at
