@@ -176,6 +176,15 @@ void tko__owner_init(tko__task_owner *owner, void (*cancelled)(tko__task_owner *
 int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
                       int weight, long timeout_ms, bool run_here);
 
+/* Runs fn(arg) as owner's task on the calling thread at once, as a full
+ * TKO_FULL_CALLER_RUNS queue's submit runs a task: inside the gate (a
+ * shutdown waits for it), through the hooks, counted in stats.caller_runs,
+ * the thread counting as the pool's meanwhile (its waits on the pool are
+ * -EDEADLK). 0 once it ran; -ESHUTDOWN, running nothing, once the pool is
+ * closed. Not for an internal owner. */
+int tko__run_owned_here(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
+                        int weight);
+
 /* Takes up to max queued tasks of owner out of the pool and stores their
  * arguments in args; returns how many (0: none queued). The pool counts
  * them as cancelled, calling nobody: their owner runs or disposes of their

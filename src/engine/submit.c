@@ -297,6 +297,14 @@ int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, vo
   return submit_item(pool, fn, arg, ctx, weight, timeout_ms, run_here, NULL);
 }
 
+int tko__run_owned_here(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
+                        int weight) {
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  tko_task task = {fn, arg, weight};
+  return run_here(pool, &task, 1, (uintptr_t)owner | TKO__CTX_ALONE);
+}
+
 int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
   if (!fn) return -EINVAL;
   return tko__submit_item(pool, fn, arg, 0, weight, -1);
