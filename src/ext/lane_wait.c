@@ -104,8 +104,16 @@ int tko_lanes_submit_wait(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg,
   atomic_init(&w.state, LANE_WAITING);
   tko__mutex_lock(&ln->mu);
   /* A task of the pool may not wait for a busy lane (see above). Asked
-   * only then: the pool's idle check takes its lock (ranked after ours). */
-  if (ln->scheduled && tko_pool_wait_idle(l->pool, 0) == -EDEADLK) {
+   * only then, and with the lane unlocked: the pool's idle check waits on
+   * the pool's condition variable, if only for a look. */
+  bool asked = false, in_pool = false;
+  while (ln->scheduled && !asked) {
+    tko__mutex_unlock(&ln->mu);
+    in_pool = tko_pool_wait_idle(l->pool, 0) == -EDEADLK;
+    asked = true;
+    tko__mutex_lock(&ln->mu);
+  }
+  if (ln->scheduled && in_pool) {
     tko__mutex_unlock(&ln->mu);
     return -EBUSY;
   }
