@@ -177,11 +177,12 @@ int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, vo
                       int weight, long timeout_ms, bool run_here);
 
 /* Runs fn(arg) as owner's task on the calling thread at once, as a full
- * TKO_FULL_CALLER_RUNS queue's submit runs a task: inside the gate (a
- * shutdown waits for it), through the hooks, counted in stats.caller_runs,
- * the thread counting as the pool's meanwhile (its waits on the pool are
- * -EDEADLK). 0 once it ran; -ESHUTDOWN, running nothing, once the pool is
- * closed. Not for an internal owner. */
+ * TKO_FULL_CALLER_RUNS queue's submit runs a task: through the hooks,
+ * counted in stats.caller_runs, the thread counting as the pool's
+ * meanwhile (its waits on the pool are -EDEADLK). The caller is inside the
+ * gate (tko__gate_enter), so a shutdown waits for it; it may have been
+ * closed since. 0 once it ran, or tko_submit's handle errors (-EINVAL,
+ * -ECHILD). Not for an internal owner. */
 int tko__run_owned_here(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
                         int weight);
 

@@ -301,8 +301,9 @@ int tko__run_owned_here(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, 
                         int weight) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
-  tko_task task = {fn, arg, weight};
-  return run_here(pool, &task, 1, (uintptr_t)owner | TKO__CTX_ALONE);
+  TKO__INVARIANT(!owner->kind->internal); /* an internal owner's task never runs here */
+  run_on_caller(pool, fn, arg, (uintptr_t)owner | TKO__CTX_ALONE, weight);
+  return 0;
 }
 
 int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {

@@ -38,9 +38,11 @@
  * makes the first submit keep the runner token, accept its task, unlock,
  * and only then submit the runner (start_unlocked): TKO_FULL_BLOCK waits
  * for room there, and TKO_FULL_CALLER_RUNS runs the runner at once on that
- * thread; the runner sees the thread-local starting_lane and does nothing
- * but say so, and the submitting thread, still owning the lane, locks it
- * and runs its first visit itself - one task, its own - (drive_first). So
+ * thread; the runner sees the thread-local starting_lane and runs the
+ * lane's first visit there - one task, its own - inside the pool's run of
+ * it, and the submitting thread, still owning the lane, then hands it on.
+ * tko_lanes_submit_wait (lane_wait.c) starts its lane's runner on its own
+ * thread the same way, for up to max_drain tasks (tko__lane_run_here). So
  * the mutex is never taken twice by one thread, and still at most one
  * thread drives a lane. The requeue after a visit never runs on the
  * caller (else the submitter would drain its lane for as long as others
@@ -125,8 +127,9 @@ static _Thread_local bool caller_ran;
 static _Thread_local size_t starting_most;
 
 /* Calls the pool with ln's runner, starting_lane set: submits it (now
- * false) or runs it here at once (now true, tko__run_owned_here). *ran:
- * whether the runner ran here. Returns the pool's answer. */
+ * false) or runs it here at once (now true, tko__run_owned_here: this
+ * thread is inside the gate). *ran: whether the runner ran here. Returns
+ * the pool's answer. */
 static int call_starting(tko_lanes *l, lane *ln, int weight, long timeout_ms, bool may_run_here,
                          size_t most, bool now, bool *ran) {
   lane *saved = starting_lane;

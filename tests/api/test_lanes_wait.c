@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <taskorch.h>
 #include <taskorch/lanes.h>
@@ -460,6 +461,54 @@ Test(lanes_wait, a_pool_shutdown_racing_submit_wait_loses_nothing) {
     cr_assert_eq(s.queued, 0);
     finish(r.l, p);
   }
+}
+
+/* A shutdown that begins while a submit_wait runs its lane on its caller
+ * returns only after that run ended. The task lasts a while after the
+ * shutdown began (as lane_tables' late_task does), so that a shutdown that
+ * did not wait for it would return first. */
+typedef struct held_run {
+  tko_pool *p;
+  tko_lanes *l;
+  tt_count started;
+  atomic_int finished, saw_closed;
+  int rc;
+} held_run;
+
+static int held_fn(void *arg) {
+  held_run *h = arg;
+  tt_count_add(&h->started, 1);
+  uint64_t end = tt_now_ns() + (uint64_t)TT_LONG_MS * 1000000u;
+  while (tko_lanes_submit(h->l, 2, never_fn, NULL, 0) != -ESHUTDOWN && tt_now_ns() < end)
+    sched_yield(); /* until the shutdown closed the table (a bounded spin) */
+  atomic_store(&h->saw_closed, tt_now_ns() < end);
+  struct timespec ts = {0, 100 * 1000 * 1000}; /* then a long task: 100 ms */
+  nanosleep(&ts, NULL);
+  atomic_store(&h->finished, 1);
+  return 0;
+}
+
+static void *held_caller(void *arg) {
+  held_run *h = arg;
+  h->rc = tko_lanes_submit_wait(h->l, 1, held_fn, h, 0);
+  return NULL;
+}
+
+Test(lanes_wait, a_shutdown_waits_for_a_lane_run_on_its_caller) {
+  held_run *h = &(held_run){0};
+  h->p = make_pool(1);
+  tt_count_init(&h->started);
+  cr_assert_eq(tko_lanes_create(&h->l, h->p, NULL), 0);
+  pthread_t c;
+  cr_assert_eq(pthread_create(&c, NULL, held_caller, h), 0);
+  cr_assert(tt_count_wait_geq(&h->started, 1)); /* the caller runs its lane */
+  cr_assert_eq(tko_pool_shutdown(h->p, TKO_DRAIN), 0);
+  cr_assert_eq(atomic_load(&h->finished), 1, "the shutdown returned while the run went on");
+  pthread_join(c, NULL);
+  cr_assert_eq(h->rc, 0);
+  cr_assert_eq(atomic_load(&h->saw_closed), 1);
+  finish(h->l, h->p);
+  tt_count_fini(&h->started);
 }
 
 /* ---- -EDEADLK, -EBUSY, -EINVAL, -ESHUTDOWN ----------------------------- */
