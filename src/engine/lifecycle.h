@@ -186,6 +186,11 @@ int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, vo
 int tko__run_owned_here(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
                         int weight);
 
+/* Whether the calling thread runs a task of pool (on a worker, or one the
+ * pool runs on its caller) or is in its shutdown: what tko_pool_wait_idle
+ * answers -EDEADLK for, read from thread-locals alone (no lock, no wait). */
+bool tko__pool_is_current(const tko_pool *pool);
+
 /* Takes up to max queued tasks of owner out of the pool and stores their
  * arguments in args; returns how many (0: none queued). The pool counts
  * them as cancelled, calling nobody: their owner runs or disposes of their

@@ -27,9 +27,11 @@ typedef struct lane_meta {
  * listed on its lane, in ticket order, from its task's push until whoever
  * ran it, or handed it to on_cancel, sets state and wakes it. After that
  * store nothing touches the record: its thread may return at once. */
-enum { LANE_WAITING = 0, LANE_RAN, LANE_CANCELLED };
+enum { LANE_WAITING = 0, LANE_RAN, LANE_CANCELLED, LANE_SLEEPING };
 typedef struct lane_waiter {
-  atomic_uint state;        /* LANE_WAITING, then LANE_RAN or LANE_CANCELLED, once */
+  /* LANE_WAITING (LANE_SLEEPING once its caller is about to sleep), then
+   * LANE_RAN or LANE_CANCELLED, once. */
+  atomic_uint state;
   uint64_t ticket;          /* its task's place in the lane (lane.taken) */
   struct lane_waiter *next; /* under the lane's mu while listed */
 } lane_waiter;

@@ -34,11 +34,15 @@
  * then resolves those waiters, so a caller returns -ECANCELED after
  * on_cancel saw its fn and arg, never before. Resolving stores the state
  * with release (the task's effects, or on_cancel's, happen-before the
- * caller's return) and wakes the word (prim.h: tko__word_wake_all reads
- * nothing at the address, so the caller may already have returned). The
- * caller sleeps on that word until the state leaves LANE_WAITING: the
- * store comes before the wake, and the word wait re-checks the word before
- * it sleeps, so no wake-up is lost. Every listed waiter's task is in the
+ * caller's return), by an exchange that tells whether the caller sleeps,
+ * and then wakes the word only if it does (prim.h: tko__word_wake_all
+ * reads nothing at the address, so the caller may already have returned).
+ * The caller, before it sleeps, turns LANE_WAITING into LANE_SLEEPING with
+ * a CAS, then sleeps on the word while it reads LANE_SLEEPING. The word
+ * orders the CAS and the exchange: if the exchange came first the CAS
+ * fails and the caller sees the result; if the CAS came first the
+ * exchange sees LANE_SLEEPING and wakes, and the word wait re-checks the
+ * word before it sleeps, so no wake-up is lost. Every listed waiter's task is in the
  * ring or in a visit's scratch, and each of those either runs (its visit
  * resolves it) or goes to on_cancel (its cancel resolves it): no waiter is
  * left listed.
@@ -80,11 +84,13 @@ lane_waiter *tko__lane_waiters_take(lane *ln, uint64_t from, uint64_t end) {
 
 void tko__lane_waiters_end(lane_waiter *w, unsigned state) {
   while (w) {
-    lane_waiter *next = w->next; /* read first: the store frees the record */
+    lane_waiter *next = w->next; /* read first: the exchange frees the record */
     /* Release: pairs with the caller's acquire in tko_lanes_submit_wait;
-     * what the task (or on_cancel) did happens-before the caller returns. */
-    tko__store_release(&w->state, state);
-    tko__word_wake_all(&w->state);
+     * what the task (or on_cancel) did happens-before the caller returns.
+     * Only a caller that said it sleeps is woken (a system call): the
+     * combining caller, whose own visit ran its task, never sleeps. */
+    unsigned was = tko__exchange_acq_rel(&w->state, state);
+    if (was == LANE_SLEEPING) tko__word_wake_all(&w->state);
     w = next;
   }
 }
@@ -102,17 +108,9 @@ int tko_lanes_submit_wait(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg,
   lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
   lane_waiter w = {.ticket = 0, .next = NULL};
   atomic_init(&w.state, LANE_WAITING);
+  bool in_pool = tko__pool_is_current(l->pool); /* a thread-local look */
   tko__mutex_lock(&ln->mu);
-  /* A task of the pool may not wait for a busy lane (see above). Asked
-   * only then, and with the lane unlocked: the pool's idle check waits on
-   * the pool's condition variable, if only for a look. */
-  bool asked = false, in_pool = false;
-  while (ln->scheduled && !asked) {
-    tko__mutex_unlock(&ln->mu);
-    in_pool = tko_pool_wait_idle(l->pool, 0) == -EDEADLK;
-    asked = true;
-    tko__mutex_lock(&ln->mu);
-  }
+  /* A task of the pool may not wait for a busy lane (see above). */
   if (ln->scheduled && in_pool) {
     tko__mutex_unlock(&ln->mu);
     return -EBUSY;
@@ -145,7 +143,10 @@ int tko_lanes_submit_wait(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg,
   }
   /* Acquire: pairs with the release in tko__lane_waiters_end. */
   unsigned state;
-  while ((state = tko__load_acquire(&w.state)) == LANE_WAITING)
-    tko__word_wait(&w.state, LANE_WAITING, UINT64_MAX);
+  while ((state = tko__load_acquire(&w.state)) == LANE_WAITING || state == LANE_SLEEPING) {
+    /* Relaxed: a failed CAS loops back to the acquire load. */
+    if (state == LANE_WAITING && !tko__cas_relaxed(&w.state, &state, LANE_SLEEPING)) continue;
+    tko__word_wait(&w.state, LANE_SLEEPING, UINT64_MAX);
+  }
   return state == LANE_RAN ? 0 : -ECANCELED;
 }
