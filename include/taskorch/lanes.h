@@ -183,8 +183,8 @@ TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, voi
  * -EDEADLK from a task, batch callback or on_cancel of these lanes; -EBUSY
  * from a task of the lanes' pool when the lane is busy (a worker may not wait
  * for a runner its pool may still have to run): nothing queued, submit it
- * with tko_lanes_submit instead. A pool's shutdown waits for a lane run here.
- * Nothing is allocated per call. */
+ * with tko_lanes_submit instead. An idle lane runs here even on a paused pool;
+ * a pool's shutdown waits for a lane run here. Nothing is allocated per call. */
 TKO_API int tko_lanes_submit_wait(tko_lanes *lanes, uint64_t key, tko_task_fn fn, void *arg,
                                   int weight);
 

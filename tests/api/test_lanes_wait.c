@@ -5,7 +5,8 @@
  * lane makes the caller wait for another thread to run its task; order and
  * exclusion with submit and submit_wait mixed from several threads; a
  * cancel while waiting (-ECANCELED, on_cancel sees the user's fn and arg
- * once); a pool shutdown racing submit_wait (nothing lost, no hang);
+ * once); a pool shutdown racing submit_wait (nothing lost, no hang), and
+ * one that waits for a lane run on its caller;
  * -EDEADLK from the lanes' own task or batch, -EBUSY from a pool task on a
  * busy lane, -EINVAL and -ESHUTDOWN. Tasks never assert themselves: they
  * record, and the test thread checks. */
