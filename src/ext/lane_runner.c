@@ -306,8 +306,8 @@ static bool hand_on(tko_lanes *l, lane *ln) {
  * the ended task counts as run and failed (the pool's own rule for a task
  * that ends its thread: taskorch.h), the visit's tasks it did not start go
  * back to the head of the ring in their order (on_cancel only when the
- * ring cannot grow to take them, or a cancel emptied the lane meanwhile), and the token goes on to a new runner
- * (hand_on). The ending thread runs no more tasks: unwinding, it cannot
+ * ring cannot grow to take them, or a cancel emptied the lane meanwhile),
+ * and the token goes on to a new runner (hand_on). The ending thread runs no more tasks: unwinding, it cannot
  * take another exit, nor a helping wait's work. So where a visit's end
  * would drive the lane on this thread - its table closed, or the pool
  * refusing a runner (shutting down, or a full queue) - the lane's queued
@@ -386,7 +386,7 @@ static void visit_exited(void *arg) {
   }
   count_visit(l, ln, ran, v->failed + 1);
   tko__lane_waiters_ran(ln, v->first + ran);
-  if (!room) { /* out of memory: the visit's scratch is still this thread's */
+  if (!room) { /* out of memory, or cancelled: the visit's scratch is still this thread's */
     lane_waiter *waiters = tko__lane_waiters_take(ln, v->first + ran, v->first + v->n);
     tko__mutex_unlock(&ln->mu);
     for (size_t i = ran; i < v->n; i++)
@@ -434,20 +434,27 @@ static int lane_runner(void *arg) {
  * pool refuses (shut down meanwhile), this thread drives the lane itself,
  * as a runner whose requeue was refused does, so the accepted tasks still
  * run. */
-void tko__lane_run_here(tko_lanes *l, lane *ln, int weight, size_t most, bool gated) {
-  bool ran = false;
-  if (gated) (void)call_starting(l, ln, weight, -1, true, most, true, &ran);
-  tko__mutex_lock(&ln->mu);
-  if (ran) hand_on_or_drive(l, ln);
-  else drive_first(l, ln, l->opts.max_drain); /* the pool is closed: as start_unlocked */
-}
-
 static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here) {
   int rc = tko__lane_submit_runner(l, ln, weight, -1, may_run_here);
   if (rc == 0) return;
   tko__mutex_lock(&ln->mu);
   if (rc == 1) hand_on_or_drive(l, ln); /* the runner ran the first visit */
   else drive_first(l, ln, l->opts.max_drain);
+}
+
+/* tko_lanes_submit_wait's start (lane_wait.c), owning the runner token of
+ * an idle lane whose one task was its own, with the lane unlocked: inside
+ * the gate, the pool runs the runner here at once, as a caller-runs task,
+ * and the runner's visits take at most `most` tasks (lane_runner); then
+ * this thread hands the lane on. Outside it (the pool closed before the
+ * gate could be entered) this thread drives the lane itself, as
+ * start_unlocked does when the pool refuses. */
+void tko__lane_run_here(tko_lanes *l, lane *ln, int weight, size_t most, bool gated) {
+  bool ran = false;
+  if (gated) (void)call_starting(l, ln, weight, -1, true, most, true, &ran);
+  tko__mutex_lock(&ln->mu);
+  if (ran) hand_on_or_drive(l, ln);
+  else drive_first(l, ln, l->opts.max_drain); /* the pool is closed: as start_unlocked */
 }
 
 /* A submit that will drive its lane, or wait for room for its runner, on
