@@ -2,7 +2,8 @@
 /* Tests for tko_lanes_submit_wait, flat combining on keyed lanes: an idle
  * lane runs on the caller (counted as a caller run) and runs what others
  * appended meanwhile, at most max_drain tasks, batch mode included; a busy
- * lane makes the caller wait for another thread to run its task; order and
+ * lane makes the caller wait for another thread to run its task (also when
+ * a task ahead of it ends its worker thread); order and
  * exclusion with submit and submit_wait mixed from several threads; a
  * cancel while waiting (-ECANCELED, on_cancel sees the user's fn and arg
  * once); a pool shutdown racing submit_wait (nothing lost, no hang), and
@@ -221,6 +222,37 @@ Test(lanes_wait, a_busy_lane_makes_the_caller_wait_for_its_runner) {
   cr_assert_eq(a.rc, 0);
   cr_assert_eq(a.runs_at_return, 1, "the call returned after its task ran");
   cr_assert(!pthread_equal(a.w.thread, t), "the lane's runner ran it, not the waiter");
+  finish(l, p);
+}
+
+/* A task that ends its worker thread (taskorch.h: supported on a worker)
+ * ahead of a waiter's task in one visit: the waiter's task goes back to
+ * the lane, runs on the next runner, and only then does the call return. */
+static int exit_fn(void *arg) {
+  (void)arg;
+  pthread_exit(NULL);
+}
+
+Test(lanes_wait, a_task_that_ends_its_worker_ahead_of_a_waiters_task_leaves_it_to_run) {
+  tko_pool *p = make_pool(1);
+  tko_lanes *l = NULL;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  tt_gate gate = TT_GATE_INIT;
+  cr_assert_eq(tko_lanes_submit(l, 9, gate_fn, &gate, 0), 0); /* a visit of its own */
+  cr_assert_eq(tko_lanes_submit(l, 9, exit_fn, NULL, 0), 0);
+  waiter_arg a = {.l = l, .key = 9, .w = {.runs = 0}, .rc = 1};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, waiter_main, &a), 0);
+  cr_assert(wait_submitted(l, 3), "the waiter's task was accepted");
+  tt_gate_open(&gate); /* the next visit takes the exiting task and the waiter's */
+  pthread_join(t, NULL);
+  cr_assert_eq(a.rc, 0);
+  cr_assert_eq(a.runs_at_return, 1, "the call returned after its task ran");
+  cr_assert_eq(tko_lanes_wait_idle(l, TT_LONG_MS), 0);
+  tko_lane_stats s;
+  tko_lanes_stats(l, &s);
+  cr_assert_eq(s.completed, 3);
+  cr_assert_eq(s.cancelled, 0);
   finish(l, p);
 }
 
