@@ -16,6 +16,11 @@
  *            documents), then takes the index lock once and applies them all
  *   sharded  the same with a small lane table (--shards lanes): documents
  *            share lanes by the table's collision rule, so batches are larger
+ *   wait     keyed lanes and the same batch callback, but each writer calls
+ *            tko_lanes_submit_wait, one update at a time (window 1): on an
+ *            idle lane the writer applies its update itself, with what other
+ *            writers appended meanwhile (flat combining); on a busy one it
+ *            sleeps until the lane's runner applied it
  *
  * Updates to one document in one batch are prepared in order, each from
  * the state the previous one planned (the "merge" of the seed's prepared
@@ -35,8 +40,9 @@
 #include "taskorch.h"
 #include "taskorch/lanes.h"
 
-enum { M_GLOBAL, M_LANES, M_SHARDED, MODES };
-static const char *mode_name[MODES] = {"global mutex", "keyed lanes + batch", "sharded lanes"};
+enum { M_GLOBAL, M_LANES, M_SHARDED, M_WAIT, MODES };
+static const char *mode_name[MODES] = {"global mutex", "keyed lanes + batch", "sharded lanes",
+                                       "lanes + submit_wait"};
 
 typedef struct doc {
   uint64_t field[6];
@@ -127,6 +133,7 @@ static void apply(table *t, const req *r) {
  * order (its updates go to different lanes), so each slot has its own flag. */
 static void complete(req *r) {
   writer *w = r->w; /* read before the slot is handed back */
+  if (!w) return;   /* wait mode: the writer's submit_wait returns instead */
   pthread_mutex_lock(&w->mu);
   r->busy = false;
   w->inflight--;
@@ -177,6 +184,12 @@ static void *writer_main(void *arg) {
       pthread_mutex_unlock(&t->index_mu);
       continue;
     }
+    if (w->mode == M_WAIT) {
+      req r = {.w = NULL, .doc = d, .delta = (uint64_t)u}; /* on the stack: the call waits */
+      int rc = tko_lanes_submit_wait(w->lanes, d, NULL, &r, 0);
+      if (rc) bench_die("tko_lanes_submit_wait: %s", tko_strerror(rc));
+      continue;
+    }
     pthread_mutex_lock(&w->mu);
     while (w->inflight >= w->window)
       pthread_cond_wait(&w->cv, &w->mu);
@@ -192,7 +205,7 @@ static void *writer_main(void *arg) {
     int rc = tko_lanes_submit(w->lanes, d, NULL, r, 0);
     if (rc) bench_die("tko_lanes_submit: %s", tko_strerror(rc));
   }
-  if (w->mode != M_GLOBAL) {
+  if (w->mode != M_GLOBAL && w->mode != M_WAIT) {
     pthread_mutex_lock(&w->mu);
     while (w->done < w->updates)
       pthread_cond_wait(&w->cv, &w->mu);
@@ -251,7 +264,7 @@ static result run_once(bench *b, int mode, long writers, long updates, long ndoc
     int rc = tko_pool_create(&pool, &o);
     if (rc) bench_die("tko_pool_create: %s", tko_strerror(rc));
     tko_lane_options lo = tko_lane_default_options();
-    lo.lanes = (unsigned)(mode == M_LANES ? lanes : shards);
+    lo.lanes = (unsigned)(mode == M_SHARDED ? shards : lanes);
     lo.max_drain = (unsigned)max_drain;
     lo.batch = apply_batch;
     lo.user = &t;
@@ -330,12 +343,13 @@ int main(int argc, char **argv) {
       {"max-drain", BENCH_OPT_LONG, &max_drain, "32", NULL, 1, TKO_MAX_LANE_DRAIN,
        "updates a lane visit takes at most"},
       {"window", BENCH_OPT_LONG, &window, "1", NULL, 1, 4096,
-       "updates a writer has in flight (1 = wait for each, like the seed's synchronous path)"},
+       "updates a writer has in flight in the lanes and sharded modes (1 = wait for each, "
+       "like the seed's synchronous path; the submit_wait mode always has 1)"},
   };
   bench *b = bench_init(argc, argv, "bench_combining",
                         "TreeDB seed: read-modify-write updates to a shared table with one "
                         "secondary index, global mutex vs keyed lanes with batch apply vs lanes "
-                        "sharded by key.",
+                        "sharded by key vs keyed lanes with submit_wait (flat combining).",
                         opts, sizeof opts / sizeof opts[0]);
   uint64_t iters = bench_work_iters(prepare_ns);
   bench_config(b, "arithmetic",
@@ -380,7 +394,8 @@ int main(int argc, char **argv) {
                 "was the wall: many writers, prepare work worth running outside the lock, and "
                 "batches that carry several updates per index-lock acquisition. With W writers "
                 "and window 1 there are at most W updates in flight, so a batch carries at most "
-                "W / lanes-in-use updates.");
+                "W / lanes-in-use updates. The submit_wait mode runs an idle lane on the writer "
+                "itself (no hand-off) and batches what other writers appended meanwhile.");
   free(v);
   free(res);
   return bench_finish(b);

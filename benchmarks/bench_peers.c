@@ -3,8 +3,9 @@
  * and libuv's uv_queue_work on the same workloads, in one run, with the
  * ratio taskorch/peer printed for each (below 1 means taskorch is faster).
  *
- * Workloads: empty tasks (1 producer), ~1 us tasks of arithmetic
- * (1 producer), empty tasks from several producers at once, and sleeping
+ * Workloads: empty tasks (1 producer), the same with taskorch's weights
+ * i & 3 ("mixed"), ~1 us tasks of arithmetic (1 producer), empty tasks
+ * from several producers at once, and with weights i & 3, and sleeping
  * "I/O" tasks. Each measurement is end to end: from the first submit to the
  * moment the pool's own completion call says the last task has run (see
  * bench_pools.h for how each pool is waited on, and the other fairness
@@ -66,7 +67,7 @@ static char task_arg;
  * workload only). */
 enum { C_HINT = BP_KINDS, C_COUNT };
 
-enum { W_EMPTY, W_WORK, W_CONCURRENT, W_IO, W_COUNT };
+enum { W_EMPTY, W_MIXED, W_WORK, W_CONCURRENT, W_MIXED_CONCURRENT, W_IO, W_COUNT };
 
 typedef struct workload {
   const char *id, *title;
@@ -76,6 +77,7 @@ typedef struct workload {
   unsigned threads; /* workers for every pool (taskorch: see tko_opts) */
   bool elastic;     /* taskorch runs tko_elastic_options(io_basic, threads - io_basic) */
   bool enabled;
+  unsigned weights; /* taskorch's task i gets weight i & (weights - 1) (1 or 4) */
 } workload;
 
 static workload workloads[W_COUNT];
@@ -86,6 +88,7 @@ static long opt_io_basic, opt_io_idle_ms;
 typedef struct producer_ctx {
   bp_pool *pool;
   long tasks;
+  unsigned weights;
   pthread_barrier_t *ready, *go, *done;
   int rc;
 } producer_ctx;
@@ -96,7 +99,7 @@ static void *producer_main(void *arg) {
   pthread_barrier_wait(c->ready);
   pthread_barrier_wait(c->go);
   for (long i = 0; i < c->tasks && !c->rc; i++)
-    c->rc = bp_submit(pr, &task_arg);
+    c->rc = bp_submit_weighted(pr, &task_arg, (int)(i & (c->weights - 1)));
   bp_producer_finish(pr);
   /* Tell the timer this producer is done before freeing anything, so that
    * libuv's request array is not freed on the clock. */
@@ -129,7 +132,7 @@ static double measure(int w, bp_kind kind, bool hint) {
     bench_wait_others_asleep(500);
     t0 = bench_now_ns();
     for (long i = 0; i < wl->tasks; i++)
-      if ((rc = bp_submit(pr, &task_arg)) != 0)
+      if ((rc = bp_submit_weighted(pr, &task_arg, (int)(i & (wl->weights - 1)))) != 0)
         bench_die("%s: submit failed: %s", bp_name(kind), strerror(-rc));
     bp_producer_finish(pr);
     bp_pool_wait(pool);
@@ -147,7 +150,8 @@ static double measure(int w, bp_kind kind, bool hint) {
     for (unsigned p = 0; p < n; p++) {
       /* Split the tasks as evenly as possible. */
       ctx[p] =
-          (producer_ctx){pool, wl->tasks / n + ((long)p < wl->tasks % n), &ready, &go, &done, 0};
+          (producer_ctx){pool,  wl->tasks / n + ((long)p < wl->tasks % n),
+                         wl->weights, &ready, &go, &done, 0};
       if (pthread_create(&th[p], NULL, producer_main, &ctx[p])) bench_die("pthread_create failed");
     }
     pthread_barrier_wait(&ready);
@@ -198,8 +202,9 @@ int main(int argc, char **argv) {
   bench_opt opts[] = {
       {"pools", BENCH_OPT_STRING, &pools_opt, "taskorch,glib,thpool,libuv", NULL, 0, 0,
        "pools to run, of taskorch, glib, thpool, libuv (those not built are skipped)"},
-      {"workloads", BENCH_OPT_STRING, &workloads_opt, "empty,work,concurrent,io", NULL, 0, 0,
-       "workloads to run, of empty, work, concurrent, io"},
+      {"workloads", BENCH_OPT_STRING, &workloads_opt, "empty,mixed,work,concurrent,mixed-concurrent,io", NULL, 0, 0,
+       "workloads to run, of empty, mixed, work, concurrent, mixed-concurrent, io (mixed: "
+       "taskorch's task i has weight i & 3; the peers have no weights)"},
       {"workers", BENCH_OPT_LONG, &workers, "2", NULL, 1, 256,
        "worker threads of every pool (empty, work and concurrent workloads)"},
       {"empty-tasks", BENCH_OPT_LONG, &empty_tasks, "1000000", "2000", 1, 1e8,
@@ -238,7 +243,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_peers: --io-basic must be below --io-threads\n");
     return 2;
   }
-  const char *wl_names[W_COUNT] = {"empty", "work", "concurrent", "io"};
+  const char *wl_names[W_COUNT] = {"empty", "mixed", "work", "concurrent", "mixed-concurrent", "io"};
   bool wl_on[W_COUNT] = {false};
   for (const char *p = workloads_opt; *p;) {
     size_t len = strcspn(p, ",");
@@ -247,7 +252,8 @@ int main(int argc, char **argv) {
       w++;
     if (w == W_COUNT) {
       fprintf(stderr,
-              "bench_peers: --workloads: unknown '%.*s' (known: empty, work, concurrent, io)\n",
+              "bench_peers: --workloads: unknown '%.*s' (known: empty, mixed, work, concurrent, "
+              "mixed-concurrent, io)\n",
               (int)len, p);
       return 2;
     }
@@ -274,7 +280,7 @@ int main(int argc, char **argv) {
                "creation); libuv in a child process (its pool is global, sized by "
                "UV_THREADPOOL_SIZE), requests preallocated");
 
-  char title[4][160];
+  char title[W_COUNT][160];
   snprintf(title[W_EMPTY], sizeof title[0], "empty task: 1 producer, %ld workers, %ld tasks",
            workers, empty_tasks);
   snprintf(title[W_WORK], sizeof title[0],
@@ -283,18 +289,28 @@ int main(int argc, char **argv) {
   snprintf(title[W_CONCURRENT], sizeof title[0],
            "concurrent enqueue: %ld producers, %ld workers, %ld empty tasks in all", producers,
            workers, conc_tasks);
+  snprintf(title[W_MIXED], sizeof title[0],
+           "empty task, weights i & 3: 1 producer, %ld workers, %ld tasks", workers, empty_tasks);
+  snprintf(title[W_MIXED_CONCURRENT], sizeof title[0],
+           "concurrent enqueue, weights i & 3: %ld producers, %ld workers, %ld empty tasks in all",
+           producers, workers, conc_tasks);
   snprintf(title[W_IO], sizeof title[0],
            "I/O: %ld tasks sleeping %ld ms; peers %ld threads, taskorch elastic %ld+%ld", io_tasks,
            io_ms, io_threads, opt_io_basic, io_threads - opt_io_basic);
   workloads[W_EMPTY] = (workload){"empty", title[W_EMPTY],    &empty_task, empty_tasks,
-                                  1,       (unsigned)workers, false,       wl_on[W_EMPTY]};
+                                  1,       (unsigned)workers, false,       wl_on[W_EMPTY], 1};
+  workloads[W_MIXED] = (workload){"mixed", title[W_MIXED],    &empty_task, empty_tasks,
+                                  1,       (unsigned)workers, false,       wl_on[W_MIXED], 4};
+  workloads[W_MIXED_CONCURRENT] =
+      (workload){"mixed-concurrent", title[W_MIXED_CONCURRENT], &empty_task, conc_tasks,
+                 producers, (unsigned)workers, false, wl_on[W_MIXED_CONCURRENT], 4};
   workloads[W_WORK] = (workload){"work", title[W_WORK],     &work_task, work_tasks,
-                                 1,      (unsigned)workers, false,      wl_on[W_WORK]};
+                                 1,      (unsigned)workers, false,      wl_on[W_WORK], 1};
   workloads[W_CONCURRENT] =
       (workload){"concurrent", title[W_CONCURRENT], &empty_task, conc_tasks,
-                 producers,    (unsigned)workers,   false,       wl_on[W_CONCURRENT]};
+                 producers,    (unsigned)workers,   false,       wl_on[W_CONCURRENT], 1};
   workloads[W_IO] =
-      (workload){"io", title[W_IO], &io_task, io_tasks, 1, (unsigned)io_threads, true, wl_on[W_IO]};
+      (workload){"io", title[W_IO], &io_task, io_tasks, 1, (unsigned)io_threads, true, wl_on[W_IO], 1};
 
   /* libuv children, forked now while this process has one thread. */
   bp_remote *uv_small = NULL, *uv_io = NULL;
@@ -378,6 +394,13 @@ int main(int argc, char **argv) {
                      k == C_HINT || !enabled[BP_TASKORCH] ? NAN : med[BP_TASKORCH] / med[k]);
     }
     bench_table_print(t);
+    /* The fastest peer of this workload, against taskorch. */
+    int best = -1;
+    for (int k = 0; k < BP_KINDS; k++)
+      if (k != BP_TASKORCH && on[w][k] && (best < 0 || med[k] < med[best])) best = k;
+    if (best >= 0 && on[w][BP_TASKORCH])
+      bench_note(b, "%s: taskorch %.2fx the fastest peer (%s)", wl->id, med[best] / med[BP_TASKORCH],
+                 bp_name((bp_kind)best));
   }
   if (workloads[W_IO].enabled)
     bench_note(b, "I/O ideal: ceil(tasks / threads) rounds x sleep = %.0f ms.",

@@ -225,10 +225,14 @@ bp_producer *bp_producer_open(bp_pool *pool, size_t max_tasks) {
 }
 
 int bp_submit(bp_producer *pr, void *arg) {
+  return bp_submit_weighted(pr, arg, 0);
+}
+
+int bp_submit_weighted(bp_producer *pr, void *arg, int weight) {
   if (!arg) return -EINVAL;
   bp_pool *p = pr->pool;
   switch (p->kind) {
-  case BP_TASKORCH: return tko_submit(p->tko, p->task->tko, arg, 0);
+  case BP_TASKORCH: return tko_submit(p->tko, p->task->tko, arg, weight);
 #ifdef BENCH_HAVE_GLIB
   case BP_GLIB: return g_thread_pool_push(p->glib, arg, NULL) ? 0 : -EAGAIN;
 #endif

@@ -104,6 +104,8 @@ bp_producer *bp_producer_open(bp_pool *pool, size_t max_tasks);
 /* Queues the task with arg, which must not be NULL (GLib's queue cannot
  * carry NULL; the rule holds for every pool so the bodies see the same). */
 int bp_submit(bp_producer *pr, void *arg);
+/* The same with a weight, which only taskorch has (the peers ignore it). */
+int bp_submit_weighted(bp_producer *pr, void *arg, int weight);
 /* libuv: runs this thread's loop until every request it submitted has
  * completed. Others: nothing (their completion is bp_pool_wait). */
 void bp_producer_finish(bp_producer *pr);

@@ -90,7 +90,8 @@ typedef struct tko_pool tko_pool; /**< opaque */
  * no more of them and the lane's queued tasks go to on_cancel. Not supported (the pool's
  * counts, and with them waits and shutdown, go wrong): pthread_exit from
  * an async task's start function, from a task run on a submitter's
- * thread (TKO_FULL_CALLER_RUNS, or a lane a destroy drives), thread
+ * thread (TKO_FULL_CALLER_RUNS, a lane tko_lanes_submit_wait runs on its
+ * caller, or a lane a destroy drives), thread
  * cancellation, and longjmp or
  * siglongjmp out of any task or hook; a bounded wait (tko_pool_wait_idle,
  * tko_pool_shutdown_timed) then returns -ETIMEDOUT instead of hanging. */

@@ -171,6 +171,23 @@ TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_opt
  * queued. */
 TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, void *arg, int weight);
 
+/** Queues fn(arg) as tko_lanes_submit does and returns once it ran: flat
+ * combining. If the key's lane is idle, the calling thread runs it: its own
+ * task, then what others appended meanwhile (batch callback included), at
+ * most max_drain tasks in all, then hands what remains to a runner in the
+ * pool; it counts as one task the pool ran on its caller (stats.caller_runs).
+ * If the lane is busy, it sleeps until the lane's runner has run the task.
+ * @details 0 once fn ran (or its batch was passed to the batch callback);
+ * -ECANCELED once it was accepted and then handed to on_cancel (which saw fn
+ * and arg) instead; other errors as tko_lanes_submit's, with nothing queued.
+ * -EDEADLK from a task, batch callback or on_cancel of these lanes; -EBUSY
+ * from a task of the lanes' pool when the lane is busy (a worker may not wait
+ * for a runner its pool may still have to run): nothing queued, submit it
+ * with tko_lanes_submit instead. An idle lane runs here even on a paused pool;
+ * a pool's shutdown waits for a lane run here. Nothing is allocated per call. */
+TKO_API int tko_lanes_submit_wait(tko_lanes *lanes, uint64_t key, tko_task_fn fn, void *arg,
+                                  int weight);
+
 /** The lane index of `key`: keys with equal indexes share a lane. */
 TKO_API unsigned tko_lanes_index(const tko_lanes *lanes, uint64_t key);
 

@@ -176,6 +176,21 @@ void tko__owner_init(tko__task_owner *owner, void (*cancelled)(tko__task_owner *
 int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
                       int weight, long timeout_ms, bool run_here);
 
+/* Runs fn(arg) as owner's task on the calling thread at once, as a full
+ * TKO_FULL_CALLER_RUNS queue's submit runs a task: through the hooks,
+ * counted in stats.caller_runs, the thread counting as the pool's
+ * meanwhile (its waits on the pool are -EDEADLK). The caller is inside the
+ * gate (tko__gate_enter), so a shutdown waits for it; it may have been
+ * closed since. 0 once it ran, or tko_submit's handle errors (-EINVAL,
+ * -ECHILD). Not for an internal owner. */
+int tko__run_owned_here(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
+                        int weight);
+
+/* Whether the calling thread runs a task of pool (on a worker, or one the
+ * pool runs on its caller) or is in its shutdown: what tko_pool_wait_idle
+ * answers -EDEADLK for, read from thread-locals alone (no lock, no wait). */
+bool tko__pool_is_current(const tko_pool *pool);
+
 /* Takes up to max queued tasks of owner out of the pool and stores their
  * arguments in args; returns how many (0: none queued). The pool counts
  * them as cancelled, calling nobody: their owner runs or disposes of their

@@ -291,11 +291,15 @@ static bool pool_is_idle(void *p) {
   return done == tko__submitted(pool);
 }
 
+bool tko__pool_is_current(const tko_pool *pool) {
+  return tko__current_pool == pool || tko__in_shutdown(pool);
+}
+
 int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   if (timeout_ms < -1) return -EINVAL;
-  if (tko__current_pool == pool || tko__in_shutdown(pool)) return -EDEADLK;
+  if (tko__pool_is_current(pool)) return -EDEADLK;
   struct timespec deadline;
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__add_seq(&pool->idle_waiters, 1); /* seq_cst: see sum_finished */

@@ -297,6 +297,15 @@ int tko__submit_owned(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, vo
   return submit_item(pool, fn, arg, ctx, weight, timeout_ms, run_here, NULL);
 }
 
+int tko__run_owned_here(tko_pool *pool, tko__task_owner *owner, tko_task_fn fn, void *arg,
+                        int weight) {
+  int rc = tko__pool_check(pool);
+  if (rc) return rc;
+  TKO__INVARIANT(!owner->kind->internal); /* an internal owner's task never runs here */
+  run_on_caller(pool, fn, arg, (uintptr_t)owner | TKO__CTX_ALONE, weight);
+  return 0;
+}
+
 int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight) {
   if (!fn) return -EINVAL;
   return tko__submit_item(pool, fn, arg, 0, weight, -1);

@@ -23,6 +23,19 @@ typedef struct lane_meta {
   uint64_t id, enq_ns;
 } lane_meta;
 
+/* A tko_lanes_submit_wait caller's record, on its stack (lane_wait.c):
+ * listed on its lane, in ticket order, from its task's push until whoever
+ * ran it, or handed it to on_cancel, sets state and wakes it. After that
+ * store nothing touches the record: its thread may return at once. */
+enum { LANE_WAITING = 0, LANE_RAN, LANE_CANCELLED, LANE_SLEEPING };
+typedef struct lane_waiter {
+  /* LANE_WAITING (LANE_SLEEPING once its caller is about to sleep), then
+   * LANE_RAN or LANE_CANCELLED, once. */
+  atomic_uint state;
+  uint64_t ticket;          /* its task's place in the lane (lane.taken) */
+  struct lane_waiter *next; /* under the lane's mu while listed */
+} lane_waiter;
+
 typedef struct lane {
   tko__mutex mu;          /* protects every field below */
   tko_lane_task *ring;    /* cap slots, count queued from head; NULL until first use */
@@ -34,6 +47,12 @@ typedef struct lane {
   unsigned index;
   struct tko_lanes *owner;
   uint64_t submitted, completed, failed, cancelled, visits, max_batch;
+  /* Tickets: the task at ring position i has ticket taken + i. taken
+   * counts the tasks ever taken from the ring (by a visit, or a cancel);
+   * it goes back only when a visit ended by its thread puts its unstarted
+   * tasks back (lane_runner.c: visit_exited). */
+  uint64_t taken;
+  lane_waiter *waiters, *waiters_last; /* submit_wait callers, by ticket */
 } lane;
 
 /* Lanes are padded to whole cache lines so that neighbours' mutexes and
@@ -139,6 +158,23 @@ bool tko__lanes_drive_withdrawn(tko_lanes *l);
 /* Hands every task queued on ln to on_cancel (close, cancel, a runner the
  * pool dropped). */
 bool tko__lane_cancel(tko_lanes *l, lane *ln, bool unschedule);
+
+/* True while this thread runs a task, a batch or on_cancel of l. */
+bool tko__lanes_in_batch(tko_lanes *l);
+/* A submit that found its lane idle and took its runner token runs the
+ * lane here, at most `most` tasks (lane_runner.c); with ln->mu released,
+ * inside the pool's gate when gated. */
+void tko__lane_run_here(tko_lanes *l, lane *ln, int weight, size_t most, bool gated);
+
+/* lane_wait.c: submit_wait's waiters, under ln->mu except _end. */
+
+/* Resolves the waiters with tickets below end: their tasks ran. */
+void tko__lane_waiters_ran(lane *ln, uint64_t end);
+/* Unlists the waiters with tickets in [from, end) and returns them, for
+ * tko__lane_waiters_end once their tasks went to on_cancel. */
+lane_waiter *tko__lane_waiters_take(lane *ln, uint64_t from, uint64_t end);
+/* Sets each unlisted waiter's state and wakes it; no lock needed. */
+void tko__lane_waiters_end(lane_waiter *w, unsigned state);
 
 /* lane_close.c: close, cancel, wait, destroy and stats. */
 int tko__lanes_pool_closing(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms);

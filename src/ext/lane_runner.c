@@ -38,9 +38,11 @@
  * makes the first submit keep the runner token, accept its task, unlock,
  * and only then submit the runner (start_unlocked): TKO_FULL_BLOCK waits
  * for room there, and TKO_FULL_CALLER_RUNS runs the runner at once on that
- * thread; the runner sees the thread-local starting_lane and does nothing
- * but say so, and the submitting thread, still owning the lane, locks it
- * and runs its first visit itself - one task, its own - (drive_first). So
+ * thread; the runner sees the thread-local starting_lane and runs the
+ * lane's first visit there - one task, its own - inside the pool's run of
+ * it, and the submitting thread, still owning the lane, then hands it on.
+ * tko_lanes_submit_wait (lane_wait.c) starts its lane's runner on its own
+ * thread the same way, for up to max_drain tasks (tko__lane_run_here). So
  * the mutex is never taken twice by one thread, and still at most one
  * thread drives a lane. The requeue after a visit never runs on the
  * caller (else the submitter would drain its lane for as long as others
@@ -120,6 +122,32 @@ static int lane_runner(void *arg);
  * and the runner token, drives the lane itself. */
 static _Thread_local lane *starting_lane;
 static _Thread_local bool caller_ran;
+/* The tasks the starting runner runs here in all: 1 for a caller-runs
+ * submit, max_drain for submit_wait (lane_wait.c). */
+static _Thread_local size_t starting_most;
+
+/* Calls the pool with ln's runner, starting_lane set: submits it (now
+ * false) or runs it here at once (now true, tko__run_owned_here: this
+ * thread is inside the gate). *ran: whether the runner ran here. Returns
+ * the pool's answer. */
+static int call_starting(tko_lanes *l, lane *ln, int weight, long timeout_ms, bool may_run_here,
+                         size_t most, bool now, bool *ran) {
+  lane *saved = starting_lane;
+  bool saved_ran = caller_ran;
+  size_t saved_most = starting_most;
+  starting_lane = ln;
+  caller_ran = false;
+  starting_most = most;
+  int rc = now ? tko__run_owned_here(l->pool, &l->runner_owner, lane_runner, ln, weight)
+               /* The keyed table's owner is internal: its runner never waits nor runs here. */
+               : tko__submit_owned(l->pool, &l->runner_owner, lane_runner, ln, weight,
+                                   timeout_ms, may_run_here);
+  *ran = caller_ran;
+  starting_lane = saved;
+  caller_ran = saved_ran;
+  starting_most = saved_most;
+  return rc;
+}
 
 /* Submits ln's runner; runner token owned. Returns 0 when the runner is out
  * in the pool (the token goes with it), 1 when the pool ran it on this
@@ -132,16 +160,8 @@ static _Thread_local bool caller_ran;
  * a full TKO_FULL_CALLER_RUNS queue is treated as a blocking one. */
 int tko__lane_submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms,
                             bool may_run_here) {
-  lane *saved = starting_lane;
-  bool saved_ran = caller_ran;
-  starting_lane = ln;
-  caller_ran = false;
-  /* The keyed table's owner is internal: its runner never waits nor runs here. */
-  int rc = tko__submit_owned(l->pool, &l->runner_owner, lane_runner, ln, weight, timeout_ms,
-                             may_run_here);
-  bool ran = caller_ran;
-  starting_lane = saved;
-  caller_ran = saved_ran;
+  bool ran;
+  int rc = call_starting(l, ln, weight, timeout_ms, may_run_here, 1, false, &ran);
   if (rc) return rc;
   return ran ? 1 : 0;
 }
@@ -153,6 +173,7 @@ typedef struct visit {
   lane *ln;
   size_t n, next; /* next: the task running, then n */
   uint64_t failed;
+  uint64_t first; /* the ticket of the visit's first task */
 } visit;
 
 static void run_visit(visit *v) {
@@ -193,13 +214,16 @@ static void visit_exited(void *arg);
 
 /* One visit: entered with ln->mu held by the owner of the runner token;
  * takes at most `most` tasks from the head, runs them with the lane
- * unlocked, and returns with the mutex held and the visit counted. */
-static void visit_once(tko_lanes *l, lane *ln, size_t most) {
+ * unlocked, and returns with the mutex held, the visit counted and its
+ * waiters woken; returns how many it took. */
+static size_t visit_once(tko_lanes *l, lane *ln, size_t most) {
   size_t n = ln->count < most ? ln->count : most;
+  uint64_t first = ln->taken;
   for (size_t i = 0; i < n; i++)
     tko__lane_ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
+  ln->taken += n;
   tko__mutex_unlock(&ln->mu);
-  visit v = {l, current_lanes, ln, n, 0, 0};
+  visit v = {l, current_lanes, ln, n, 0, 0, first};
   if (n) {
     /* A cleanup attribute (lane_runner.c is built with -fexceptions): a few
      * stores a visit. */
@@ -209,6 +233,8 @@ static void visit_once(tko_lanes *l, lane *ln, size_t most) {
   }
   tko__mutex_lock(&ln->mu);
   count_visit(l, ln, n, v.failed);
+  tko__lane_waiters_ran(ln, first + n);
+  return n;
 }
 
 /* After a visit, ln->mu held by the token's owner: hands the token on, or
@@ -280,8 +306,8 @@ static bool hand_on(tko_lanes *l, lane *ln) {
  * the ended task counts as run and failed (the pool's own rule for a task
  * that ends its thread: taskorch.h), the visit's tasks it did not start go
  * back to the head of the ring in their order (on_cancel only when the
- * ring cannot grow to take them), and the token goes on to a new runner
- * (hand_on). The ending thread runs no more tasks: unwinding, it cannot
+ * ring cannot grow to take them, or a cancel emptied the lane meanwhile),
+ * and the token goes on to a new runner (hand_on). The ending thread runs no more tasks: unwinding, it cannot
  * take another exit, nor a helping wait's work. So where a visit's end
  * would drive the lane on this thread - its table closed, or the pool
  * refusing a runner (shutting down, or a full queue) - the lane's queued
@@ -327,10 +353,14 @@ bool tko__lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
     ln->cap = ln->head = ln->count = 0;
     ln->cancelled += n;
   }
+  /* The detached tasks' tickets: their waiters wake once on_cancel saw them. */
+  lane_waiter *waiters = tko__lane_waiters_take(ln, ln->taken, ln->taken + n);
+  ln->taken += n;
   tko__mutex_unlock(&ln->mu);
   for (size_t i = 0, at = head; i < n; i++, at = at + 1 == cap ? 0 : at + 1)
     tko__lane_cancel_task(l, &gone.ring[at], gone.meta ? &gone.meta[at] : NULL);
   tko__lane_ring_free(l, &gone);
+  tko__lane_waiters_end(waiters, LANE_CANCELLED);
   tko__lanes_pending_sub(l, n);
   if (owned) tko__lanes_runner_done(l);
   return owned;
@@ -343,16 +373,25 @@ static void visit_exited(void *arg) {
   current_lanes = v->outer_lanes;
   size_t ran = v->next + 1, back = v->n - ran;
   tko__mutex_lock(&ln->mu);
-  while (ln->cap - ln->count < back && tko__lane_ring_grow(l, ln) == 0) {
+  /* A cancel that emptied the lane meanwhile moved taken on: the tasks
+   * cannot go back in front of later tickets, so they go to on_cancel, as
+   * the cancel would have sent them. */
+  bool cancelled = ln->taken != v->first + v->n;
+  while (!cancelled && ln->cap - ln->count < back && tko__lane_ring_grow(l, ln) == 0) {
   }
-  bool room = ln->cap - ln->count >= back;
-  if (room)
+  bool room = !cancelled && ln->cap - ln->count >= back;
+  if (room) {
     for (size_t i = v->n; i-- > ran;) tko__lane_ring_unpop(ln, i);
+    ln->taken -= back;
+  }
   count_visit(l, ln, ran, v->failed + 1);
-  if (!room) { /* out of memory: the visit's scratch is still this thread's */
+  tko__lane_waiters_ran(ln, v->first + ran);
+  if (!room) { /* out of memory, or cancelled: the visit's scratch is still this thread's */
+    lane_waiter *waiters = tko__lane_waiters_take(ln, v->first + ran, v->first + v->n);
     tko__mutex_unlock(&ln->mu);
     for (size_t i = ran; i < v->n; i++)
       tko__lane_cancel_task(l, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
+    tko__lane_waiters_end(waiters, LANE_CANCELLED);
     tko__mutex_lock(&ln->mu);
     ln->cancelled += back;
     tko__lanes_pending_sub(l, back);
@@ -368,12 +407,14 @@ static int lane_runner(void *arg) {
   lane *ln = arg;
   if (starting_lane == ln) {
     /* Run at once by the pool on the submitting thread, which owns the
-     * token with the lane unlocked (start_unlocked): the first visit - one
-     * task, the submitter's own - runs here, inside the pool's run of the
-     * runner, so the pool counts it running; the submitter hands on. */
+     * token with the lane unlocked (start_unlocked, tko__lane_run_here):
+     * its visits - at most starting_most tasks, the submitter's own first
+     * (the lane was idle), then what others appended meanwhile - run
+     * here, inside the pool's run of the runner, so the pool counts them
+     * running; the submitter hands on. */
     caller_ran = true;
     tko__mutex_lock(&ln->mu);
-    visit_once(ln->owner, ln, 1);
+    for (size_t most = starting_most; most && ln->count;) most -= visit_once(ln->owner, ln, most);
     tko__mutex_unlock(&ln->mu);
     return 0;
   }
@@ -399,6 +440,21 @@ static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here
   tko__mutex_lock(&ln->mu);
   if (rc == 1) hand_on_or_drive(l, ln); /* the runner ran the first visit */
   else drive_first(l, ln, l->opts.max_drain);
+}
+
+/* tko_lanes_submit_wait's start (lane_wait.c), owning the runner token of
+ * an idle lane whose one task was its own, with the lane unlocked: inside
+ * the gate, the pool runs the runner here at once, as a caller-runs task,
+ * and the runner's visits take at most `most` tasks (lane_runner); then
+ * this thread hands the lane on. Outside it (the pool closed before the
+ * gate could be entered) this thread drives the lane itself, as
+ * start_unlocked does when the pool refuses. */
+void tko__lane_run_here(tko_lanes *l, lane *ln, int weight, size_t most, bool gated) {
+  bool ran = false;
+  if (gated) (void)call_starting(l, ln, weight, -1, true, most, true, &ran);
+  tko__mutex_lock(&ln->mu);
+  if (ran) hand_on_or_drive(l, ln);
+  else drive_first(l, ln, l->opts.max_drain); /* the pool is closed: as start_unlocked */
 }
 
 /* A submit that will drive its lane, or wait for room for its runner, on
@@ -483,6 +539,8 @@ int tko_lanes_pool_cancelled(const tko_task_info *task) {
 bool tko__lanes_in_own_task(tko_lanes *l) {
   return current_lanes == l || tko_pool_wait_idle(l->pool, 0) == -EDEADLK;
 }
+
+bool tko__lanes_in_batch(tko_lanes *l) { return current_lanes == l; }
 
 /* Takes this table's queued runners back from the pool and drives their
  * lanes to the end on this thread (each withdrawn runner's token is ours).

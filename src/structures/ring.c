@@ -340,16 +340,16 @@ void tko__rings_trim(tko__rings *rs) {
      * queued"): a backlog will want its spares again soon. */
     if ((tko__load_relaxed(&r->tail) & ~TKO__RING_CLOSED) != tko__load_relaxed(&r->head))
       continue;
-    unsigned freed = 0;
     /* Acquire: pairs with spare_push's release and seg_take's store. */
     tko__ring_seg *lists[2] = {atomic_exchange_explicit(&r->spare, NULL, memory_order_acquire),
                                atomic_exchange_explicit(&r->kept, NULL, memory_order_acquire)};
     for (int l = 0; l < 2; l++)
-      for (tko__ring_seg *seg = lists[l], *next; seg; seg = next, freed++) {
+      for (tko__ring_seg *seg = lists[l], *next; seg; seg = next) {
         next = tko__load_relaxed(&seg->next);
+        /* The gauge first: memory seen back means stats see it back. */
+        atomic_fetch_sub_explicit(&r->segs, 1, memory_order_relaxed);
         tko__mem_free(r->alloc, seg->raw);
       }
-    atomic_fetch_sub_explicit(&r->segs, freed, memory_order_relaxed); /* a gauge */
   }
 }
 

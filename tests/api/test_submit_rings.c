@@ -107,12 +107,14 @@ static void check_fifo_and_ids(order_ctx *c, const range *batches, size_t nbatch
       cr_assert_eq(atomic_load(&c->slots[i].id), atomic_load(&c->slots[i - 1].id) + 1);
 }
 
-/* Singles, more singles than a ring holds, a batch larger than a ring,
- * and a small batch, while every worker is busy (each ring-full is moved
- * into the queue by the submitter itself): one thread's tasks stay FIFO.
- * A batch larger than a ring must move the ring's tasks first (mutant
- * ring-big-batch-without-drain), and a ring must never overwrite a slot
- * not yet moved (ring-room-off-by-one, ring-head-not-released). */
+/* Singles, more singles than a ring segment holds, a batch larger than a
+ * segment, and a small batch, while every worker is busy (the ring grows
+ * by segments; its submitter waits a moment for room at each, in vain,
+ * and must go on: mutant ring-full-waits-for-ever): one thread's tasks
+ * stay FIFO. A segment must follow the last at its position
+ * (ring-segment-base-off-by-one), a spare must not be handed out twice
+ * (ring-spare-kept-after-its-take), and a drain must give positions back
+ * (ring-head-not-released). */
 Test(submit_rings, one_threads_tasks_start_in_submit_order) {
   enum { SINGLES = 3000, BIG = 2500, SMALL = 7, N = SINGLES + BIG + SMALL };
   order_ctx *c = ctx_new(N);

@@ -666,3 +666,102 @@ Test(stalled_submit, a_waker_parked_after_its_claim_holds_back_nobody) {
   enum tko__wake_point at = TKO__WAKE_CLAIMED;
   cr_assert(tt_rerun(parked_waker_scene, &at), "the submit never reached the wake-up");
 }
+
+/* ---- a full ring ---------------------------------------------------------
+ * A submitter whose ring holds a segment's worth that no drain has moved
+ * (the workers are behind) goes on without any lock (ring.h: rings never
+ * fill). The seam tko__test_full_ring_window (src/engine/engine.h) parks it
+ * right there, with RING_CAP of its tasks published on a paused pool; the
+ * pool is resumed and other threads submit: their tasks, and the parked
+ * thread's published ones, must all run while it stays parked. Then it is
+ * released, and every one of its tasks runs once. */
+enum { RING_CAP = TKO__RING_CAPACITY, FULL_MINE = 2 * RING_CAP + 5 };
+
+typedef struct full_ring {
+  tko_pool *pool;
+  tt_count parked, ran_mine, ran_others;
+  tt_gate release;
+  atomic_int runs[FULL_MINE];
+} full_ring;
+
+static full_ring *fr;
+static _Thread_local bool fr_park_me;
+
+static void park_at_full_ring(tko_pool *pool) {
+  (void)pool;
+  if (!fr_park_me) return;
+  fr_park_me = false;
+  tt_count_add(&fr->parked, 1);
+  tt_gate_wait(&fr->release);
+}
+
+static int mine_fn(void *arg) {
+  atomic_fetch_add(&fr->runs[(intptr_t)arg], 1);
+  tt_count_add(&fr->ran_mine, 1);
+  return 0;
+}
+
+static int others_fn(void *arg) {
+  (void)arg;
+  tt_count_add(&fr->ran_others, 1);
+  return 0;
+}
+
+static void *submit_mine(void *arg) {
+  (void)arg;
+  fr_park_me = true;
+  for (long i = 0; i < FULL_MINE; i++)
+    if (tko_submit(fr->pool, mine_fn, (void *)(intptr_t)i, 0)) return (void *)1;
+  return NULL;
+}
+
+static void *submit_others(void *arg) {
+  (void)arg;
+  for (long i = 0; i < 3 * RING_CAP; i++)
+    if (tko_submit(fr->pool, others_fn, NULL, (int)(i % 3))) return (void *)1;
+  return NULL;
+}
+
+Test(stalled_submit, a_submitter_parked_at_its_full_ring_holds_up_no_one) {
+  full_ring s;
+  memset(&s, 0, sizeof s);
+  tt_count_init(&s.parked);
+  tt_count_init(&s.ran_mine);
+  tt_count_init(&s.ran_others);
+  pthread_mutex_init(&s.release.mu, NULL);
+  pthread_cond_init(&s.release.cv, NULL);
+  fr = &s;
+  tko_options o = tko_basic_options(WORKERS);
+  cr_assert_eq(tko_pool_create(&s.pool, &o), 0);
+  atomic_store(&tko__test_full_ring_window, park_at_full_ring);
+  cr_assert_eq(tko_pool_pause(s.pool), 0); /* nothing moves its ring: it fills */
+  pthread_t mine, others;
+  cr_assert_eq(pthread_create(&mine, NULL, submit_mine, NULL), 0);
+  bool parked = tt_count_wait_geq(&s.parked, 1);
+  cr_assert_eq(tko_pool_resume(s.pool), 0);
+  cr_assert_eq(pthread_create(&others, NULL, submit_others, NULL), 0);
+  bool others_ran = tt_count_wait_geq(&s.ran_others, 3 * RING_CAP);
+  bool mine_ran = tt_count_wait_geq(&s.ran_mine, RING_CAP);
+  long mine_while_parked = tt_count_get(&s.ran_mine);
+  tt_gate_open(&s.release);
+  void *rc_mine, *rc_others;
+  pthread_join(mine, &rc_mine);
+  pthread_join(others, &rc_others);
+  cr_assert_eq(tko_pool_wait_idle(s.pool, TT_LONG_MS), 0);
+  atomic_store(&tko__test_full_ring_window, NULL);
+  cr_assert(parked, "the submit never found its ring full");
+  cr_assert(others_ran, "other threads' tasks did not all run while a submitter was parked");
+  cr_assert(mine_ran, "its published tasks did not run while it was parked");
+  cr_assert_eq(mine_while_parked, RING_CAP, "more of its tasks ran than it had published");
+  cr_assert_null(rc_mine);
+  cr_assert_null(rc_others);
+  for (long i = 0; i < FULL_MINE; i++) cr_assert_eq(atomic_load(&s.runs[i]), 1, "task %ld", i);
+  cr_assert_eq(tt_count_get(&s.ran_others), 3 * RING_CAP);
+  cr_assert_eq(tko_pool_destroy(s.pool), 0);
+  fr = NULL;
+  tt_count_fini(&s.parked);
+  tt_count_fini(&s.ran_mine);
+  tt_count_fini(&s.ran_others);
+  pthread_mutex_destroy(&s.release.mu);
+  pthread_cond_destroy(&s.release.cv);
+}
