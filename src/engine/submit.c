@@ -174,9 +174,12 @@ static void wait_for_room(tko_pool *pool, tko__ring *r, uint64_t t) {
  * a segment could not be had; -ESHUTDOWN) none. No lock is taken. */
 static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, size_t n,
                         uintptr_t ctx, uint64_t enq_ns, uint64_t *id) {
-  uint64_t t = tko__load_relaxed(&r->tail); /* only this thread moves it; the close sets a bit */
+  /* Only this thread moves the tail (the close sets a bit). Acquire: a
+   * thread that took the ring over from one that ended (ring.h: owners)
+   * sees what that one wrote before its last publish, wseg included. */
+  uint64_t t = tko__load_acquire(&r->tail);
   if (t & TKO__RING_CLOSED) return -ESHUTDOWN;
-  tko__ring_seg *seg = r->wseg;
+  tko__ring_seg *const first = r->wseg, *seg = first;
   /* Past its segment: once a segment's worth, never per task. */
   if (t + n - 1 - seg->base >= TKO__RING_CAPACITY &&
       t - tko__load_relaxed(&r->head) >= TKO__RING_CAPACITY)
@@ -189,11 +192,12 @@ static int ring_enqueue(tko_pool *pool, tko__ring *r, const tko_task *tasks, siz
   if (id) *id = r->id_base | (t + 1); /* the first task's (ring.h), before the publish */
   publish_seam seam = seam_now();
   if (seam) seam(r->id_base | t, false);
+  r->wseg = seg; /* before the publish, which releases it (above) */
   int rc = tko__ring_publish(r, t, n);
-  if (rc) return rc;
-  /* Not before the publish: a segment before it may be given back by a
-   * drain only once a position past it is published. */
-  r->wseg = seg;
+  if (rc) {
+    r->wseg = first; /* the tail did not move: the next write starts there */
+    return rc;
+  }
   if (seam) seam(r->id_base | t, true);
   return 0;
 }

@@ -42,8 +42,9 @@
  * (not per task) and kept until destroy. A ring's owner is a token, the
  * address of a thread-local variable: a thread that starts after another
  * ended may get the same address, and with it the ring (its tasks were all
- * published or never visible). Threads past the limit use the shared
- * inbox. */
+ * published or never visible): it reads the owner's fields (wseg) after an
+ * acquire load of the tail, whose last publish released them. Threads past
+ * the limit use the shared inbox. */
 #ifndef TKO_RING_H
 #define TKO_RING_H
 #ifdef TKO_EXTENSION
