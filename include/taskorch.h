@@ -383,10 +383,14 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * workers, each
  * submitting thread has its own submit ring, and equal-weight tasks of
  * different threads start in no promised order. A submitter stopped
- * inside its submit (preempted, in a debugger) delays only its own task -
- * unless its ring (or the shared inbox) was full and it was stopped while
- * moving tasks into the queue under the queue's lock: then every worker
- * and every submit that needs that lock waits until it resumes. Safe from
+ * inside its submit (preempted, in a debugger) delays only its own task:
+ * it holds no lock. A ring never fills (it grows by segments of 1024); a
+ * submit that finds 1024 of its thread's tasks not yet moved by the
+ * workers first waits for them up to 1 ms, holding nothing (not on a
+ * paused pool, nor in a task of the pool). The exception: without a ring
+ * (one worker, or past 64 threads), a submit that finds the shared inbox
+ * full moves it into the queue under the queue's lock, and stopped there
+ * it holds every worker and submit that needs that lock. Safe from
  * any thread, tasks and hooks included. -EINVAL: NULL pool or fn;
  * -ESHUTDOWN: the pool is draining or cancelling (shutdown past its
  * CLOSING step, during which attached objects resolve their work and
