@@ -1415,6 +1415,11 @@ Test(attack_hh, trees_across_pools_survive_concurrent_shutdowns_in_every_mode) {
       cr_assert_eq(sd[i].rc, 0, "round %d pool %d mode %d: shutdown %d", round, i, sd[i].mode,
                    sd[i].rc);
     }
+    /* A TKO_CANCEL_NOWAIT shutdown returned with its workers still running,
+     * and their tasks submit to the other pools: every shutdown completes
+     * (each joins its threads) before any pool is freed. */
+    for (int i = 0; i < ST_POOLS; i++)
+      cr_assert_eq(tko_pool_shutdown(s.p[i], TKO_CANCEL), 0);
     for (int i = 0; i < ST_POOLS; i++)
       cr_assert_eq(tko_pool_destroy(s.p[i]), 0);
     cr_assert_eq(atomic_load(&s.bad), 0, "round %d: bad %d", round, atomic_load(&s.bad));
