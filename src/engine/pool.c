@@ -379,12 +379,16 @@ static void trim_queue(tko_pool *pool, tko__shard *sh, tko__queue *q) {
 }
 
 void tko__pool_trim(tko_pool *pool) {
+  tko__add_seq(&pool->trims, 1);
   for (unsigned i = 0; i < pool->nshards; i++)
     trim_queue(pool, &pool->shards[i], &pool->shards[i].queue);
   trim_queue(pool, &pool->shards[0], &pool->held);
   /* The rings' spares only while nothing is queued, as the slabs: a
    * backlog will want them again soon. */
   if (!tko__has_work_hint(pool)) tko__rings_trim(&pool->rings);
+  /* Release: pairs with tko_pool_trim's acquire load, so a host that waited
+   * this trim out sees the memory it gave back counted. */
+  atomic_fetch_sub_explicit(&pool->trims, 1, memory_order_release);
 }
 
 bool tko__pool_trimmable(const tko_pool *pool) {
@@ -397,6 +401,10 @@ int tko_pool_trim(tko_pool *pool) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   tko__pool_trim(pool);
+  /* An idle worker's trim may hold segments it took from the rings and
+   * has not freed yet (a trim takes a ring's spares whole): wait it out.
+   * Acquire: pairs with the release in tko__pool_trim. */
+  for (unsigned step = 0; tko__load_acquire(&pool->trims); step++) tko__wait_step(step, 32);
   return 0;
 }
 

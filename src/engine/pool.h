@@ -206,6 +206,10 @@ struct tko_pool {
   /* 1 while held tasks wait, else 0; stored under shard 0's lock when
    * that changes (tko__refresh_backlog), read lock-free. */
   atomic_size_t held_waiting;
+  /* tko__pool_trim calls in progress (an idle worker's decay, a host's
+   * call): tko_pool_trim waits them out, so memory another trim took is
+   * freed, and counted so, once it returns. */
+  atomic_uint trims;
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */
   atomic_bool cancelling; /* TKO_CANCEL in progress */
   atomic_bool paused;     /* tko_pool_pause: no task starts */
