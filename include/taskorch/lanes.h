@@ -177,6 +177,9 @@ TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, voi
  * most max_drain tasks in all, then hands what remains to a runner in the
  * pool; it counts as one task the pool ran on its caller (stats.caller_runs).
  * If the lane is busy, it sleeps until the lane's runner has run the task.
+ * So other threads' tasks of that lane (tko_lanes_submit's too) may run on
+ * the calling thread: one that ends its thread (pthread_exit) ends the
+ * caller's.
  * @details 0 once fn ran (or its batch was passed to the batch callback);
  * -ECANCELED once it was accepted and then handed to on_cancel (which saw fn
  * and arg) instead; other errors as tko_lanes_submit's, with nothing queued.

@@ -159,13 +159,21 @@ static void wait_for_room(tko_pool *pool, tko__ring *r, uint64_t t) {
   full_ring_seam seam = TKO__SEAM(tko__test_full_ring_window);
   if (seam) seam(pool);
   if (tko__current_pool == pool || tko__load_relaxed(&pool->paused)) return;
+  /* The last wait ran out and no drain came since: the workers are still
+   * held, so this one would run out too. */
+  uint64_t h = tko__load_relaxed(&r->head);
+  if (h == r->waited_in_vain) return;
   uint64_t deadline = 0;
-  for (unsigned step = 0; t - tko__load_relaxed(&r->head) >= TKO__RING_CAPACITY; step++) {
+  for (unsigned step = 0; t - h >= TKO__RING_CAPACITY; step++, h = tko__load_relaxed(&r->head)) {
     tko__wait_step(step, 32);
     if (step % 64 != 63) continue;
     uint64_t now = tko__now_ns();
-    if (!deadline) deadline = now + ROOM_WAIT_NS;
-    else if (now > deadline) return;
+    if (!deadline) {
+      deadline = now + ROOM_WAIT_NS;
+    } else if (now > deadline) {
+      r->waited_in_vain = h;
+      return;
+    }
   }
 }
 

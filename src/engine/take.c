@@ -337,10 +337,17 @@ static size_t stride_for(uint64_t ns_per_task) {
 /* Whether this worker handed what it took back, looking before it starts
  * *next, a later task of a batch it took; the caller then signals the
  * work. The ceiling's load is relaxed: submit.c's raise_ceiling. */
-static bool recheck_hands_back(tko_pool *pool, tko__worker *w, const tko__item *next) {
+static bool recheck_look(tko_pool *pool, tko__worker *w, const tko__item *next);
+static inline bool recheck_hands_back(tko_pool *pool, tko__worker *w, const tko__item *next) {
   w->unclocked++;
   if (next->weight >= tko__load_relaxed(&pool->weight_ceiling)) return false;
   if (w->unclocked < w->clock_stride) return false;
+  return recheck_look(pool, w, next);
+}
+
+/* The rest of recheck_hands_back, once a clock reading is due: out of
+ * line, so that the tasks between two readings pay three tests. */
+static bool recheck_look(tko_pool *pool, tko__worker *w, const tko__item *next) {
   uint64_t now = tko__now_ns();
   w->clock_stride = stride_for((now - w->clocked_ns) / w->unclocked);
   w->clocked_ns = now;

@@ -288,7 +288,8 @@ static uint32_t new_bucket(tko__queue *q, int weight) {
 /* Finds weight's bucket (a new one for a weight not queued yet) and makes
  * room for one more item: then the push cannot fail. */
 static int bucket_for(tko__queue *q, int weight, uint32_t *out) {
-  int rc = grow_items(q, 1);
+  /* The room test inline: a push on a reserved queue calls nothing. */
+  int rc = q->len < q->items_cap ? 0 : grow_items(q, 1);
   if (rc) return rc;
   /* The last push's bucket is the common case; otherwise one table lookup,
    * and a new bucket only for a weight not queued yet. */

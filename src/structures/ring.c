@@ -81,6 +81,7 @@ static tko__ring *ring_new(tko__rings *rs, unsigned index) {
   atomic_init(&r->spare, NULL);
   atomic_init(&r->segs, 1);
   r->wseg = r->rseg = seg;
+  r->waited_in_vain = UINT64_MAX;
   atomic_init(&r->kept, NULL);
   r->alloc = rs->alloc;
   r->mixed_weights = false;

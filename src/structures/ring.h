@@ -91,6 +91,7 @@ typedef struct tko__ring {
    * read by drains. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t tail;
   tko__ring_seg *wseg; /* owner only: where it wrote last (or the first) */
+  uint64_t waited_in_vain; /* owner only: head when its last wait for room ran out */
   const tko_allocator *alloc; /* I: segments' */
   /* Room in a bounded queue this thread leased and has not spent (admit.c):
    * the owner spends it; a submitter that finds the queue full takes it

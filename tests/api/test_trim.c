@@ -8,6 +8,7 @@
  * back. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,4 +224,54 @@ static bool keeps_working(void *arg) {
 Test(trim, no_decay_while_the_pool_keeps_working) {
   cr_assert(tt_rerun(keeps_working, NULL),
             "this thread went %d ms without a submit in every attempt: the test proved nothing", DECAY_MS);
+}
+
+/* Trims at the same moment (the pool's own idle trim is one too): each
+ * returns with the memory back, not while another still frees what it
+ * took (a trim takes a ring's spare segments whole, then frees them). */
+enum { TRIMMERS = 4, TRIM_ROUNDS = 20, TRIM_BURST = 3 * 20000 };
+
+typedef struct trim_race {
+  tko_pool *pool;
+  pthread_barrier_t go;
+  uint64_t fresh;
+  atomic_int late;
+} trim_race;
+
+static void *trim_at_once(void *arg) {
+  trim_race *t = arg;
+  pthread_barrier_wait(&t->go);
+  if (tko_pool_trim(t->pool) != 0 || tf_stats(t->pool).queue_bytes != t->fresh)
+    atomic_fetch_add(&t->late, 1);
+  return NULL;
+}
+
+static void *burst_from_a_thread(void *arg) {
+  for (int i = 0; i < TRIM_BURST / 3; i++) cr_assert_eq(tko_submit(arg, tt_nop_fn, NULL, 0), 0);
+  return NULL;
+}
+
+Test(trim, trims_at_the_same_moment_each_return_with_the_memory_back) {
+  for (int round = 0; round < TRIM_ROUNDS; round++) {
+    trim_race t = {.late = 0};
+    tko_options o = tko_basic_options(2);
+    o.elastic_idle_ms = TKO_MAX_IDLE_MS; /* only these trims */
+    cr_assert_eq(tko_pool_create(&t.pool, &o), 0);
+    t.fresh = tf_stats(t.pool).queue_bytes;
+    cr_assert_eq(tko_pool_pause(t.pool), 0);
+    pthread_t th[TRIMMERS];
+    for (int i = 0; i < 3; i++)
+      cr_assert_eq(pthread_create(&th[i], NULL, burst_from_a_thread, t.pool), 0);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    cr_assert_eq(tko_pool_resume(t.pool), 0);
+    cr_assert_eq(tko_pool_wait_idle(t.pool, -1), 0);
+    pthread_barrier_init(&t.go, NULL, TRIMMERS);
+    for (int i = 0; i < TRIMMERS; i++)
+      cr_assert_eq(pthread_create(&th[i], NULL, trim_at_once, &t), 0);
+    for (int i = 0; i < TRIMMERS; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&t.go);
+    cr_assert_eq(atomic_load(&t.late), 0, "round %d: a trim returned before the memory was back",
+                 round);
+    cr_assert_eq(tko_pool_destroy(t.pool), 0);
+  }
 }
