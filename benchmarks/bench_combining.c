@@ -331,7 +331,7 @@ int main(int argc, char **argv) {
   bench_opt opts[] = {
       {"writers", BENCH_OPT_LIST, &writers, "1,2,4,8,16,32,64", "1,4", 1, 4096,
        "writer thread counts"},
-      {"updates", BENCH_OPT_LONG, &updates, "200000", "4000", 1, 1e9,
+      {"updates", BENCH_OPT_LONG, &updates, "80000", "4000", 1, 1e9,
        "updates per run, all writers"},
       {"docs", BENCH_OPT_LONG, &docs, "100000", "2000", 10, 1e8, "documents (the seed's 100,000)"},
       {"prepare-ns", BENCH_OPT_DOUBLE, &prepare_ns, "500", NULL, 0, 1e7,
