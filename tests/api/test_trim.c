@@ -229,7 +229,7 @@ Test(trim, no_decay_while_the_pool_keeps_working) {
 /* Trims at the same moment (the pool's own idle trim is one too): each
  * returns with the memory back, not while another still frees what it
  * took (a trim takes a ring's spare segments whole, then frees them). */
-enum { TRIMMERS = 4, TRIM_ROUNDS = 20, TRIM_BURST = 3 * 20000 };
+enum { TRIMMERS = 4, TRIM_ROUNDS = TT_SCALE(20, 5), TRIM_BURST = TT_SCALE(3 * 20000, 3 * 4000) };
 
 typedef struct trim_race {
   tko_pool *pool;
