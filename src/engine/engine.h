@@ -40,11 +40,6 @@ void tko__shards_sweep(tko_pool *pool, const tko__shard *except);
 tko__shard *tko__shard_pick(tko_pool *pool, const tko__worker *w);
 /* Whether some shard's top is heavier than weight. */
 bool tko__shards_outrank(tko_pool *pool, int weight);
-/* The shard a submitting thread's ring drains into, or shard 0 (the
- * inbox's). */
-static inline tko__shard *tko__shard_of_ring(tko_pool *pool, const tko__ring *r) {
-  return &pool->shards[r ? r->shard : 0];
-}
 /* Queues one task carrying ctx (a tagged group or async record); a full
  * bounded queue blocks up to timeout_ms (-1 = no limit). */
 int tko__submit_item(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
