@@ -328,6 +328,7 @@ int main(int argc, char **argv) {
   bench_list writers;
   long updates, docs, workers, lanes, shards, max_drain, window;
   double prepare_ns;
+  const char *modes;
   bench_opt opts[] = {
       {"writers", BENCH_OPT_LIST, &writers, "1,2,4,8,16,32,64", "1,4", 1, 4096,
        "writer thread counts"},
@@ -345,12 +346,26 @@ int main(int argc, char **argv) {
       {"window", BENCH_OPT_LONG, &window, "1", NULL, 1, 4096,
        "updates a writer has in flight in the lanes and sharded modes (1 = wait for each, "
        "like the seed's synchronous path; the submit_wait mode always has 1)"},
+      {"modes", BENCH_OPT_STRING, &modes, "lanes,sharded,wait", NULL, 0, 0,
+       "lane modes measured beside the global mutex (the ratios' base, always run): "
+       "lanes, sharded, wait"},
   };
   bench *b = bench_init(argc, argv, "bench_combining",
                         "TreeDB seed: read-modify-write updates to a shared table with one "
                         "secondary index, global mutex vs keyed lanes with batch apply vs lanes "
                         "sharded by key vs keyed lanes with submit_wait (flat combining).",
                         opts, sizeof opts / sizeof opts[0]);
+  bool run_mode[MODES] = {[M_GLOBAL] = true};
+  static const char *mode_key[MODES] = {"global", "lanes", "sharded", "wait"};
+  for (const char *m = modes; *m;) {
+    size_t len = strcspn(m, ",");
+    int found = -1;
+    for (int k = 0; k < MODES; k++)
+      if (strlen(mode_key[k]) == len && !strncmp(m, mode_key[k], len)) found = k;
+    if (found < 0) bench_die("--modes: unknown mode '%.*s' (lanes, sharded, wait)", (int)len, m);
+    run_mode[found] = true;
+    m += len + (m[len] == ',');
+  }
   uint64_t iters = bench_work_iters(prepare_ns);
   bench_config(b, "arithmetic",
                "bench_work at %.3f ns per iteration (calibrated now): %llu per "
@@ -364,7 +379,8 @@ int main(int argc, char **argv) {
   for (size_t r = 0; r < runs; r++)
     for (size_t s = 0; s < writers.n; s++)
       for (int m = 0; m < MODES; m++)
-        RES(s, m, r) = run_once(b, m, writers.v[s], updates, docs, iters, workers, lanes, shards,
+        if (run_mode[m])
+          RES(s, m, r) = run_once(b, m, writers.v[s], updates, docs, iters, workers, lanes, shards,
                                 max_drain, window);
 
   bench_table *t = bench_table_new(b, "combining", "Read-modify-write updates (medians)");
@@ -372,6 +388,7 @@ int main(int argc, char **argv) {
   for (size_t s = 0; s < writers.n; s++) {
     double global = 0;
     for (int m = 0; m < MODES; m++) {
+      if (!run_mode[m]) continue;
       for (size_t r = 0; r < runs; r++)
         v[r] = RES(s, m, r).ns;
       double ns = bench_median(v, runs);
