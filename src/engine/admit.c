@@ -74,9 +74,6 @@
  *   too, rather than refuse); submits that fit do not, nor workers (a
  *   worker's own submit to a full queue is refused, or runs on it, at
  *   once).
- * - Inside tko__gate_enter, before it waits: gate_mu for a few
- *   instructions, which other waiting submitters, shutdown and thread
- *   starts and exits (tko__thread_enter/exit) take (lifecycle.c).
  * - Where there is no futex, tko__word_wait's stripe mutex for a few
  *   instructions (futex.c), which a wake of any word on that stripe takes.
  */

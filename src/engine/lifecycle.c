@@ -4,15 +4,27 @@
  *
  * Why shutdown cannot free a pool that someone still uses: every thread
  * that touches the pool from outside its workers while it may block (a
- * submitter waiting for room, a caller-runs task) entered the gate under
- * gate_mu while the pool was not yet closed, and leaves it under gate_mu
- * after its last touch; every worker thread is counted in `threads` from
- * before its creation to its last touch. Shutdown moves the state to
- * DRAINING or CANCELLING under gate_mu - from then on the gate refuses
- * entries - wakes whoever waits, and reports STOPPED only after both counts
- * were seen at zero under gate_mu and every thread was joined. A leaver's
- * unlock of gate_mu is then its last touch, which POSIX allows to race with
- * the destroy of a mutex it no longer holds.
+ * submitter waiting for room, a caller-runs task) entered the gate while
+ * the pool was not yet closed, and leaves it after its last touch; every
+ * worker thread is counted in `threads` from before its creation to its
+ * last touch. Shutdown moves the state to DRAINING or CANCELLING under
+ * gate_mu and closes the gate, wakes whoever waits, and reports STOPPED
+ * only after both counts were seen at zero under gate_mu and every thread
+ * was joined.
+ *
+ * The gate takes no lock while the pool is open, so a thread stopped in
+ * its entry or leave holds up no one (tests/stress/test_stalled_admission.c
+ * enters it from parked submitters). One word holds the count, in steps of
+ * GATE_ONE, and GATE_CLOSED. An entry is a CAS that fails once the bit is
+ * set; a leave before the close is a CAS too, and after it nothing touches
+ * the pool. The close sets the bit with an RMW on the same word, under
+ * gate_mu, so every entry and leave is ordered before or after it in the
+ * word's modification order: an entry either counted before the close, and
+ * finish() waits for its leave, or saw the bit and was refused. A leave
+ * that sees the bit decrements under gate_mu and broadcasts if it was the
+ * last, and finish() reads the count under gate_mu before it sleeps, so no
+ * wake-up is lost; that leaver's unlock of gate_mu is its last touch, which
+ * POSIX allows to race with the destroy of a mutex it no longer holds.
  *
  * Why no shutdown blocks forever: every wait here (for the shutter role,
  * the attachments, the gate, the workers, a phase's close) is on a
@@ -59,10 +71,15 @@ static int get_state(tko_pool *pool) {
   return tko__load_relaxed(&pool->state);
 }
 
+enum { GATE_CLOSED = 1u, GATE_ONE = 2u };
+
 /* Caller holds gate_mu. */
 static void set_state(tko_pool *pool, int state) {
   TKO__INVARIANT(state >= get_state(pool)); /* each state is reached once, in order */
   tko__store_relaxed(&pool->state, state);
+  /* Seq_cst RMW: orders the close against every entry's and leave's CAS in
+   * the gate word's modification order (see above). */
+  if (state >= TKO__DRAINING) tko__or_seq(&pool->gate, GATE_CLOSED);
 }
 
 /* Waits on gate_cv until done(pool) or the deadline (NULL = none); caller
@@ -72,20 +89,33 @@ static int gate_wait(tko_pool *pool, bool (*done)(void *pool), const struct time
 }
 
 int tko__gate_enter(tko_pool *pool) {
-  tko__mutex_lock(&pool->gate_mu);
-  int rc = get_state(pool) >= TKO__DRAINING ? -ESHUTDOWN : 0;
-  if (rc == 0) pool->gate_count++;
-  tko__mutex_unlock(&pool->gate_mu);
-  if (rc == 0 && gated_depth++ == 0) gated_pool = pool;
-  return rc;
+  /* Relaxed: the CAS re-reads the word. */
+  unsigned v = tko__load_relaxed(&pool->gate);
+  do {
+    if (v & GATE_CLOSED) return -ESHUTDOWN;
+    /* Acq_rel: the entry's place before the close (see above); acquire
+     * pairs with the release of earlier leaves, as gate_mu's lock did. */
+  } while (!tko__cas_acq_rel(&pool->gate, &v, v + GATE_ONE));
+  if (gated_depth++ == 0) gated_pool = pool;
+  return 0;
 }
 
 void tko__gate_leave(tko_pool *pool) {
   TKO__INVARIANT(gated_depth > 0); /* every leave pairs with an enter */
   if (--gated_depth == 0) gated_pool = NULL;
+  unsigned v = tko__load_relaxed(&pool->gate); /* the CAS re-reads it */
+  while (!(v & GATE_CLOSED)) {
+    TKO__INVARIANT(v >= GATE_ONE);
+    /* Release: this thread's touches of the pool happen-before quiet()'s
+     * acquire load; after the CAS it touches nothing. */
+    if (tko__cas_acq_rel(&pool->gate, &v, v - GATE_ONE)) return;
+  }
   tko__mutex_lock(&pool->gate_mu);
-  TKO__INVARIANT(pool->gate_count > 0);
-  if (--pool->gate_count == 0) pthread_cond_broadcast(&pool->gate_cv);
+  /* Seq_cst (release for quiet()'s acquire); under gate_mu, where finish()
+   * reads the count before it sleeps. */
+  unsigned before = tko__sub_seq(&pool->gate, GATE_ONE);
+  TKO__INVARIANT(before >= GATE_ONE + GATE_CLOSED);
+  if (before == GATE_ONE + GATE_CLOSED) pthread_cond_broadcast(&pool->gate_cv);
   tko__mutex_unlock(&pool->gate_mu);
 }
 
@@ -386,7 +416,8 @@ void tko__phases_fini(tko_pool *pool) {
 
 static bool quiet(void *p) {
   tko_pool *pool = p;
-  return pool->gate_count == 0 && pool->threads == 0;
+  /* Acquire: pairs with the leaves' release. */
+  return tko__load_acquire(&pool->gate) < GATE_ONE && pool->threads == 0;
 }
 
 /* DRAINING or CANCELLING -> STOPPED, once nobody is left inside. */

@@ -306,11 +306,12 @@ struct tko_pool {
   /* The lifecycle (lifecycle.h, lifecycle.c). Off the submit path: only
    * slow paths (a full queue, thread start and exit, shutdown) touch it. */
   tko__mutex gate_mu;      /* guards everything down to phase_next; a leaf */
-  pthread_cond_t gate_cv;  /* gate_count or threads reached 0, the shutter
+  pthread_cond_t gate_cv;  /* the gate's count or threads reached 0, the shutter
                               role was given back, an attachment's close
                               returned */
   atomic_int state;        /* tko__pool_state; written under gate_mu */
-  unsigned gate_count;     /* threads inside the gate */
+  atomic_uint gate;        /* threads inside the gate, in steps of 2, | 1 once
+                              closed (lifecycle.c); lock-free while open */
   unsigned threads;        /* worker threads started and not yet at their end */
   bool shutter;            /* a thread is inside tko_pool_shutdown_timed */
   tko__attachment *attached;  /* list of attachments, newest first */
