@@ -83,6 +83,7 @@ struct tko_lanes {
   atomic_uint_fast64_t pending; /* accepted, not finished or cancelled */
   char pad1[TKO_CACHE_LINE - sizeof(atomic_uint_fast64_t)];
   atomic_uint_fast64_t runners; /* runners out; decremented under idle_mu */
+  atomic_uint idle_waiters;     /* wait_idle calls waiting for pending to reach 0 */
   tko__mutex idle_mu;           /* orders the zero-crossings of pending and runners
                                    with their waiters */
   pthread_cond_t idle_cv;       /* broadcast when pending or runners reaches zero */

@@ -81,8 +81,12 @@ int tko_lanes_wait_idle(tko_lanes *l, long timeout_ms) {
   struct timespec deadline;
   if (timeout_ms >= 0) tko__deadline_after(&deadline, timeout_ms);
   tko__mutex_lock(&l->idle_mu);
+  /* Seq_cst, before nothing_pending's seq_cst load: see
+   * tko__lanes_pending_sub. */
+  tko__add_seq(&l->idle_waiters, 1);
   int rc = tko__cond_wait_until(&l->idle_cv, &l->idle_mu,
                                 timeout_ms < 0 ? NULL : &deadline, nothing_pending, l);
+  tko__sub_relaxed(&l->idle_waiters, 1); /* a late broadcast is only wasted */
   tko__mutex_unlock(&l->idle_mu);
   return rc;
 }

@@ -121,22 +121,27 @@ static int lane_runner(void *arg);
  * only reports that it ran, and the submitting thread, which holds ln->mu
  * and the runner token, drives the lane itself. */
 static _Thread_local lane *starting_lane;
-static _Thread_local bool caller_ran;
+/* What the starting runner did here: nothing (the pool queued it), ran
+ * its visits (the submitting thread still owns the token), or ran them and
+ * gave the token back, the lane being empty (the submitting thread then
+ * only returns the runner count). */
+enum { START_QUEUED = 0, START_RAN, START_GAVE_BACK };
+static _Thread_local int caller_ran;
 /* The tasks the starting runner runs here in all: 1 for a caller-runs
  * submit, max_drain for submit_wait (lane_wait.c). */
 static _Thread_local size_t starting_most;
 
 /* Calls the pool with ln's runner, starting_lane set: submits it (now
  * false) or runs it here at once (now true, tko__run_owned_here: this
- * thread is inside the gate). *ran: whether the runner ran here. Returns
- * the pool's answer. */
+ * thread is inside the gate). *ran: what the runner did here (START_*).
+ * Returns the pool's answer. */
 static int call_starting(tko_lanes *l, lane *ln, int weight, long timeout_ms, bool may_run_here,
-                         size_t most, bool now, bool *ran) {
+                         size_t most, bool now, int *ran) {
   lane *saved = starting_lane;
-  bool saved_ran = caller_ran;
+  int saved_ran = caller_ran;
   size_t saved_most = starting_most;
   starting_lane = ln;
-  caller_ran = false;
+  caller_ran = START_QUEUED;
   starting_most = most;
   int rc = now ? tko__run_owned_here(l->pool, &l->runner_owner, lane_runner, ln, weight)
                /* The keyed table's owner is internal: its runner never waits nor runs here. */
@@ -151,8 +156,9 @@ static int call_starting(tko_lanes *l, lane *ln, int weight, long timeout_ms, bo
 
 /* Submits ln's runner; runner token owned. Returns 0 when the runner is out
  * in the pool (the token goes with it), 1 when the pool ran it on this
- * thread and the caller still owns the token, or a negative errno (the
- * caller still owns the token). Under ln->mu it must not wait for room
+ * thread and the caller still owns the token, 2 when it ran here and gave
+ * the token back (the caller then owes tko__lanes_runner_done), or a
+ * negative errno (the caller still owns the token). Under ln->mu it must not wait for room
  * (timeout_ms 0: a full TKO_FULL_BLOCK queue is -ETIMEDOUT, or -EAGAIN on a
  * worker of the pool): a lane task or any other submit to this lane could
  * then be the one that has to take the lock to free room. Only a submit
@@ -160,10 +166,10 @@ static int call_starting(tko_lanes *l, lane *ln, int weight, long timeout_ms, bo
  * a full TKO_FULL_CALLER_RUNS queue is treated as a blocking one. */
 int tko__lane_submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms,
                             bool may_run_here) {
-  bool ran;
+  int ran;
   int rc = call_starting(l, ln, weight, timeout_ms, may_run_here, 1, false, &ran);
   if (rc) return rc;
-  return ran ? 1 : 0;
+  return ran;
 }
 
 /* A visit: the tasks a runner took from its lane's head into scratch, run
@@ -255,17 +261,24 @@ static void drive_first(tko_lanes *l, lane *ln, size_t first) {
 
 void tko__lane_drive(tko_lanes *l, lane *ln) { drive_first(l, ln, l->opts.max_drain); }
 
+/* Under ln->mu, owning the runner token of an empty lane: gives the token
+ * back and unlocks; the runner count is still to return (the table is
+ * still ours). */
+static void give_back(tko_lanes *l, lane *ln) {
+  ln->scheduled = false;
+  ring_old old;
+  tko__lane_ring_shrink(l, ln, &old);
+  tko__mutex_unlock(&ln->mu);
+  tko__lane_ring_free(l, &old); /* before tko__lanes_runner_done */
+}
+
 /* Under ln->mu, owning the runner token, after a visit: gives the token
  * back when the lane is empty, or passes it to a new runner, and returns
  * true with the mutex released; false, still holding it, when this thread
  * has to drive the lane on. */
 static bool hand_on(tko_lanes *l, lane *ln) {
   if (ln->count == 0) {
-    ln->scheduled = false;
-    ring_old old;
-    tko__lane_ring_shrink(l, ln, &old);
-    tko__mutex_unlock(&ln->mu);
-    tko__lane_ring_free(l, &old); /* before tko__lanes_runner_done: the table is still ours */
+    give_back(l, ln);
     tko__lanes_runner_done(l);
     return true;
   }
@@ -411,10 +424,18 @@ static int lane_runner(void *arg) {
      * its visits - at most starting_most tasks, the submitter's own first
      * (the lane was idle), then what others appended meanwhile - run
      * here, inside the pool's run of the runner, so the pool counts them
-     * running; the submitter hands on. */
-    caller_ran = true;
+     * running; the submitter hands on. An empty lane is given back here,
+     * in the critical section that counted the last visit (one lock of
+     * ln->mu fewer for each submit_wait on an idle lane; bench_combining's
+     * wait mode), and the submitter only returns the runner count. */
+    caller_ran = START_RAN;
     tko__mutex_lock(&ln->mu);
     for (size_t most = starting_most; most && ln->count;) most -= visit_once(ln->owner, ln, most);
+    if (ln->count == 0) {
+      give_back(ln->owner, ln);
+      caller_ran = START_GAVE_BACK;
+      return 0;
+    }
     tko__mutex_unlock(&ln->mu);
     return 0;
   }
@@ -437,6 +458,10 @@ static int lane_runner(void *arg) {
 static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here) {
   int rc = tko__lane_submit_runner(l, ln, weight, -1, may_run_here);
   if (rc == 0) return;
+  if (rc == START_GAVE_BACK) {
+    tko__lanes_runner_done(l);
+    return;
+  }
   tko__mutex_lock(&ln->mu);
   if (rc == 1) hand_on_or_drive(l, ln); /* the runner ran the first visit */
   else drive_first(l, ln, l->opts.max_drain);
@@ -450,8 +475,12 @@ static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here
  * gate could be entered) this thread drives the lane itself, as
  * start_unlocked does when the pool refuses. */
 void tko__lane_run_here(tko_lanes *l, lane *ln, int weight, size_t most, bool gated) {
-  bool ran = false;
+  int ran = START_QUEUED;
   if (gated) (void)call_starting(l, ln, weight, -1, true, most, true, &ran);
+  if (ran == START_GAVE_BACK) {
+    tko__lanes_runner_done(l);
+    return;
+  }
   tko__mutex_lock(&ln->mu);
   if (ran) hand_on_or_drive(l, ln);
   else drive_first(l, ln, l->opts.max_drain); /* the pool is closed: as start_unlocked */

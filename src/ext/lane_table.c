@@ -74,6 +74,7 @@ int tko__lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *o
   atomic_init(&l->closed, false);
   atomic_init(&l->pending, 0);
   atomic_init(&l->runners, 0);
+  atomic_init(&l->idle_waiters, 0);
   pthread_condattr_t ca;
   int bad = pthread_condattr_init(&ca);
   if (!bad) {
@@ -124,11 +125,14 @@ unsigned tko_lanes_index(const tko_lanes *l, uint64_t key) {
  * of the API that destroy may not race with). */
 void tko__lanes_pending_sub(tko_lanes *l, uint64_t n) {
   if (!n) return;
-  /* seq_cst: the zero-crossing is then broadcast under idle_mu, and
-   * wait_idle reads pending under idle_mu: the mutex orders them. */
+  /* Seq_cst, both: the decrement then the load of idle_waiters here, and
+   * wait_idle's increment of idle_waiters then its load of pending, under
+   * idle_mu (Dekker). Either wait_idle sees zero, or this thread sees it
+   * counted and broadcasts under idle_mu, which wait_idle holds from its
+   * look to its sleep; with no waiter, no lock is taken. */
   uint64_t before = tko__sub_seq(&l->pending, n);
   TKO__INVARIANT(before >= n); /* a task leaves pending once */
-  if (before == n) {
+  if (before == n && tko__load_seq(&l->idle_waiters)) {
     tko__mutex_lock(&l->idle_mu);
     pthread_cond_broadcast(&l->idle_cv);
     tko__mutex_unlock(&l->idle_mu);

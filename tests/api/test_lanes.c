@@ -1001,3 +1001,39 @@ Test(lanes, a_cancel_shutdown_runs_a_prefix_of_each_key_and_cancels_the_rest) {
 Test(lanes, a_nowait_shutdown_runs_a_prefix_of_each_key_and_cancels_the_rest) {
   cancel_splits_each_key(SP_SHUTDOWN_NOWAIT);
 }
+
+/* wait_idle asleep when the lanes' last pending task leaves is woken, even
+ * while a runner is still out: here a cancel disposes of the task whose
+ * runner waits in the pool behind a pinned worker (lane_table.c's
+ * pending_sub and wait_idle's waiter count, a Dekker pair). */
+static int wait_idle_forever(void *arg) { return tko_lanes_wait_idle(arg, -1); }
+
+Test(lanes, a_wait_idle_asleep_when_the_last_task_leaves_is_woken) {
+  tko_pool *p = make_pool(1);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1)); /* the one worker is held */
+  cr_assert_eq(tko_lanes_submit(l, 7, tt_nop_fn, NULL, 0), 0); /* its runner waits */
+  cr_assert_eq(tko_lanes_wait_idle(l, 0), -ETIMEDOUT);
+  tf_thread waiter;
+  cr_assert_eq(tf_thread_start(&waiter, wait_idle_forever, l), 0);
+  /* Asleep inside wait_idle: still asleep over 100 more looks, so not just
+   * blocked for a moment on its way in (the check can only make the scene
+   * stricter: a waiter that looks after the cancel returns at once). */
+  for (int looks = 0; looks < 100; looks = tf_thread_state(waiter.tid) == 'S' ? looks + 1 : 0) {
+    cr_assert(tf_wait_thread_sleeping(waiter.tid));
+    sched_yield();
+  }
+  cr_assert_eq(tko_lanes_cancel(l), 0); /* pending reaches 0; the runner is still queued */
+  int rc = -1;
+  /* Within a quarter of the pin's own limit (tt_gate_wait gives up after
+   * TT_LONG_MS, and then the runner's end would wake the waiter too). */
+  bool woken = tf_thread_join_within(&waiter, TT_LONG_MS / 4, &rc);
+  tt_gate_open(&pin.gate);
+  cr_assert(woken, "wait_idle was not woken when pending reached 0");
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  tko_pool_destroy(p);
+}
