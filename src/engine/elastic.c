@@ -65,13 +65,12 @@ static tko__worker *claim_slot(tko_pool *pool) {
   for (unsigned i = pool->elastic_base; i < pool->nslots; i++) {
     tko__worker *w = &pool->slots[i];
     if (w->spawning) continue; /* its spawner has not recorded the thread yet */
-    /* Never the caller's own slot: a retiring worker's thread_stop hook may
-     * submit and so spawn, and would then join itself. Nor, from a stop
-     * hook, the slot of another worker still in its stop hook: two such
-     * hooks could each claim the other's slot and join each other (glibc
-     * fails the second join with EDEADLK, which left a thread unjoined).
-     * Stopping threads thus never join one another; anyone else may wait
-     * for a stop hook to end. */
+    /* A claimed slot's new thread joins its old one (tko__elastic_spawn),
+     * so the spawner waits for no thread. Never the caller's own slot,
+     * nor, from a stop hook, the slot of another worker still in its stop
+     * hook: a retiring worker's thread_stop hook may submit and so spawn,
+     * and its slot's new thread would only wait for it, so a stop hook
+     * leaves the slots of stop hooks alone. */
     if (w == tko__current_worker) continue;
     if (w->stopping && tko__current_worker && tko__current_worker->stopping) continue;
     int state = tko__load_acquire(&w->slot_state);
@@ -115,9 +114,13 @@ void tko__elastic_spawn(tko_pool *pool) {
     tko__sub_seq(&pool->elastic_count, 1);
     return;
   }
-  /* Outside spawn_mu: the old thread may be running its thread_stop hook,
-   * and that hook may submit (and so spawn) itself. */
-  if (join_old) pthread_join(old, NULL);
+  /* The old thread may still be running its thread_stop hook, and a hook
+   * may wait for anything, a lock this submitter holds included: the new
+   * thread joins it (tko__worker_main), never this spawner, so no submit
+   * waits for a hook (test elastic/a_submit_never_waits_for_a_stop_hook).
+   * The slot is ours (spawning) until the thread starts. */
+  w->predecessor = old;
+  w->has_predecessor = join_old;
   pthread_t t;
   spawn_window(pool, false);
   int rc = tko__worker_spawn(pool, w, &t);
@@ -127,6 +130,11 @@ void tko__elastic_spawn(tko_pool *pool) {
     w->thread = t;
     w->has_thread = true;
   } else {
+    /* The old thread is still to be joined: by the next spawn into the
+     * slot, or by shutdown. */
+    w->has_predecessor = false;
+    w->thread = old;
+    w->has_thread = join_old;
     tko__store_relaxed(&w->slot_state, TKO__SLOT_EMPTY); /* still ours: spawning */
   }
   w->spawning = false;

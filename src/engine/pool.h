@@ -135,9 +135,10 @@ typedef struct tko__worker {
    * pool's accounting right (worker.c: tko__task_exited). */
   struct tko__task_frame *task;
   struct tko__batch_frame *batch;
-  /* A basic worker's thread that a task ended, to be joined by the thread
-   * that replaces it: set by the ending thread before it creates the
-   * replacement, read by the replacement (pthread_create orders them). */
+  /* The slot's previous thread, to be joined by the thread that takes the
+   * slot: a basic worker's that a task ended (set by the ending thread
+   * before it creates the replacement), or a retired elastic worker's (set
+   * by the spawner); read by the new thread (pthread_create orders them). */
   pthread_t predecessor;
   bool has_predecessor;
   bool exiting; /* a task is ending this thread (owner only) */

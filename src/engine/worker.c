@@ -310,10 +310,12 @@ void *tko__worker_main(void *arg) {
   const tko_hooks *h = &pool->opts.hooks;
   tko__current_pool = pool;
   tko__current_worker = w;
-  if (w->has_predecessor) { /* replacing a thread a task ended */
+  if (w->has_predecessor) { /* the slot's previous thread: a task ended it, or it retired */
     pthread_join(w->predecessor, NULL);
     w->has_predecessor = false;
-    w->thread = pthread_self(); /* before its thread_exit, which shutdown waits for */
+    /* A basic replacement records itself, before its thread_exit, which
+     * shutdown waits for; an elastic spawner records the new thread. */
+    if (w->kind == TKO_WORKER_BASIC) w->thread = pthread_self();
   }
   w->exiting = false; /* a previous thread of this slot is joined: ours now */
   char name[32];

@@ -359,3 +359,63 @@ Test(elastic, grows_to_max_under_backlog, .timeout = 300) {
   }
   cr_assert_eq(tko_pool_destroy(w.pool), 0);
 }
+
+/* A submit never waits for a thread_stop hook: a hook may wait for
+ * anything, here a lock that the submitting task holds. The scene: the one
+ * basic worker runs a task that holds the host's lock M; the elastic worker
+ * retires and its stop hook blocks on M; then the task submits, and with
+ * the basic worker busy that submit spawns into the retired worker's slot.
+ * A spawner that joined the old thread there waited for the hook, which
+ * waited for the task: a deadlock. */
+typedef struct stop_hold {
+  pthread_mutex_t m;
+  tt_gate submit_now;
+  tt_count holding, in_hook, ran;
+} stop_hold;
+
+static void stop_takes_m(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index;
+  stop_hold *s = user;
+  if (kind != TKO_WORKER_ELASTIC) return;
+  tt_count_add(&s->in_hook, 1);
+  pthread_mutex_lock(&s->m);
+  pthread_mutex_unlock(&s->m);
+}
+
+static int count_run(void *arg) {
+  tt_count_add(&((stop_hold *)arg)->ran, 1);
+  return 0;
+}
+
+static tko_pool *hold_pool;
+
+static int submit_holding_m(void *arg) {
+  stop_hold *s = arg;
+  pthread_mutex_lock(&s->m);
+  tt_count_add(&s->holding, 1);
+  tt_gate_wait(&s->submit_now);
+  int rc = tko_submit(hold_pool, count_run, s, 0); /* spawns: the basic worker is here */
+  pthread_mutex_unlock(&s->m);
+  return rc;
+}
+
+Test(elastic, a_submit_never_waits_for_a_stop_hook) {
+  stop_hold s = {.m = PTHREAD_MUTEX_INITIALIZER, .submit_now = TT_GATE_INIT,
+                 .holding = TT_COUNT_INIT, .in_hook = TT_COUNT_INIT, .ran = TT_COUNT_INIT};
+  tko_options o = tko_elastic_options(1, 1, 1);
+  o.hooks.user = &s;
+  o.hooks.thread_stop = stop_takes_m;
+  cr_assert_eq(tko_pool_create(&hold_pool, &o), 0);
+  cr_assert_eq(tko_submit(hold_pool, submit_holding_m, &s, 0), 0);
+  cr_assert(tt_count_wait_geq(&s.holding, 1)); /* the basic worker is taken, M held */
+  /* The elastic worker: started for this task, then idle for 1 ms, it
+   * retires, and its stop hook waits for M. */
+  cr_assert_eq(tko_submit(hold_pool, count_run, &s, 0), 0);
+  cr_assert(tt_count_wait_geq(&s.in_hook, 1));
+  tt_gate_open(&s.submit_now);
+  /* The task's submit returns, M is released, the hook ends, and the task
+   * submitted runs on the slot's new thread. */
+  cr_assert(tt_count_wait_geq(&s.ran, 2), "the submit waited for the stop hook");
+  cr_assert_eq(tko_pool_wait_idle(hold_pool, TT_LONG_MS), 0);
+  cr_assert_eq(tko_pool_destroy(hold_pool), 0);
+}
