@@ -650,3 +650,36 @@ Test(lanes_wait, bad_arguments_and_a_closed_table) {
   cr_assert_eq(s.submitted, 0);
   finish(l, p);
 }
+
+/* One task appended past max_drain: the caller, having run its own, hands
+ * the lane on, and the pool runs it (a lane given back with a task queued
+ * would leave it there until the key's next submit). */
+typedef struct one_more {
+  tko_lanes *l;
+  atomic_int ran, append_rc;
+} one_more;
+
+static int counted_fn(void *arg) {
+  atomic_fetch_add(&((one_more *)arg)->ran, 1);
+  return 0;
+}
+
+static int appends_one_fn(void *arg) {
+  one_more *m = arg;
+  atomic_store(&m->append_rc, tko_lanes_submit(m->l, 9, counted_fn, m, 0));
+  return counted_fn(m);
+}
+
+Test(lanes_wait, a_task_appended_past_max_drain_runs_on_the_pool) {
+  tko_pool *p = make_pool(1);
+  tko_lane_options o = tko_lane_default_options();
+  o.max_drain = 1;
+  one_more m;
+  memset(&m, 0, sizeof m);
+  cr_assert_eq(tko_lanes_create(&m.l, p, &o), 0);
+  cr_assert_eq(tko_lanes_submit_wait(m.l, 9, appends_one_fn, &m, 0), 0);
+  cr_assert_eq(atomic_load(&m.append_rc), 0);
+  cr_assert_eq(tko_lanes_wait_idle(m.l, TT_LONG_MS / 4), 0, "the appended task was left queued");
+  cr_assert_eq(atomic_load(&m.ran), 2);
+  finish(m.l, p);
+}
