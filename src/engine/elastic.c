@@ -66,11 +66,10 @@ static tko__worker *claim_slot(tko_pool *pool) {
     tko__worker *w = &pool->slots[i];
     if (w->spawning) continue; /* its spawner has not recorded the thread yet */
     /* A claimed slot's new thread joins its old one (tko__elastic_spawn),
-     * so the spawner waits for no thread. Never the caller's own slot,
-     * nor, from a stop hook, the slot of another worker still in its stop
-     * hook: a retiring worker's thread_stop hook may submit and so spawn,
-     * and its slot's new thread would only wait for it, so a stop hook
-     * leaves the slots of stop hooks alone. */
+     * so the spawner waits for no thread. A thread_stop hook may submit and
+     * so spawn: it skips its own slot and the slots of other stop hooks,
+     * whose new threads could start only once those hooks ended, and takes
+     * a slot whose new thread starts at once. */
     if (w == tko__current_worker) continue;
     if (w->stopping && tko__current_worker && tko__current_worker->stopping) continue;
     int state = tko__load_acquire(&w->slot_state);

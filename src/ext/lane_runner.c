@@ -155,10 +155,11 @@ static int call_starting(tko_lanes *l, lane *ln, int weight, long timeout_ms, bo
 }
 
 /* Submits ln's runner; runner token owned. Returns 0 when the runner is out
- * in the pool (the token goes with it), 1 when the pool ran it on this
- * thread and the caller still owns the token, 2 when it ran here and gave
- * the token back (the caller then owes tko__lanes_runner_done), or a
- * negative errno (the caller still owns the token). Under ln->mu it must not wait for room
+ * in the pool (the token goes with it), START_RAN when the pool ran it on
+ * this thread and the caller still owns the token, START_GAVE_BACK when it
+ * ran here and gave the token back (the caller then owes
+ * tko__lanes_runner_done), or a negative errno (the caller still owns the
+ * token). Under ln->mu it must not wait for room
  * (timeout_ms 0: a full TKO_FULL_BLOCK queue is -ETIMEDOUT, or -EAGAIN on a
  * worker of the pool): a lane task or any other submit to this lane could
  * then be the one that has to take the lock to free room. Only a submit
@@ -444,6 +445,21 @@ static int lane_runner(void *arg) {
   return 0;
 }
 
+/* After a start that did not put the runner out in the pool, the token
+ * still this thread's: what the starting runner did here (START_*;
+ * START_QUEUED: it did not run, the pool refused or is closed) decides
+ * what is left - the runner count to return, the lane to hand on, or the
+ * lane to drive here. */
+static void finish_start(tko_lanes *l, lane *ln, int ran) {
+  if (ran == START_GAVE_BACK) {
+    tko__lanes_runner_done(l);
+    return;
+  }
+  tko__mutex_lock(&ln->mu);
+  if (ran == START_RAN) hand_on_or_drive(l, ln);
+  else drive_first(l, ln, l->opts.max_drain);
+}
+
 /* Starts ln's runner with the lane unlocked, waiting for room; the caller
  * owns the runner token and its task is accepted. With may_run_here, a
  * full TKO_FULL_CALLER_RUNS queue makes the pool run the runner here at
@@ -457,14 +473,8 @@ static int lane_runner(void *arg) {
  * run. */
 static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here) {
   int rc = tko__lane_submit_runner(l, ln, weight, -1, may_run_here);
-  if (rc == 0) return;
-  if (rc == START_GAVE_BACK) {
-    tko__lanes_runner_done(l);
-    return;
-  }
-  tko__mutex_lock(&ln->mu);
-  if (rc == 1) hand_on_or_drive(l, ln); /* the runner ran the first visit */
-  else drive_first(l, ln, l->opts.max_drain);
+  if (rc == 0) return; /* out in the pool */
+  finish_start(l, ln, rc < 0 ? START_QUEUED : rc);
 }
 
 /* tko_lanes_submit_wait's start (lane_wait.c), owning the runner token of
@@ -475,15 +485,9 @@ static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here
  * gate could be entered) this thread drives the lane itself, as
  * start_unlocked does when the pool refuses. */
 void tko__lane_run_here(tko_lanes *l, lane *ln, int weight, size_t most, bool gated) {
-  int ran = START_QUEUED;
+  int ran = START_QUEUED; /* outside the gate the pool is closed: as start_unlocked */
   if (gated) (void)call_starting(l, ln, weight, -1, true, most, true, &ran);
-  if (ran == START_GAVE_BACK) {
-    tko__lanes_runner_done(l);
-    return;
-  }
-  tko__mutex_lock(&ln->mu);
-  if (ran) hand_on_or_drive(l, ln);
-  else drive_first(l, ln, l->opts.max_drain); /* the pool is closed: as start_unlocked */
+  finish_start(l, ln, ran);
 }
 
 /* A submit that will drive its lane, or wait for room for its runner, on

@@ -34,12 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* TABLE_BITS: room for every line a run touches. The submit rings' segments
- * are lines too, and how many a run uses depends on how far the producers
- * get ahead of the workers: 11,000-20,000 lines in audit_sharing's CTest
- * run here, past 32,000 in one CI run, whose self-check then failed on
- * the accesses not recorded. 2^20 entries are virtual memory; only the
- * pages of lines touched are ever written. */
+/* TABLE_BITS: room for every line a run touches (the self-check fails on
+ * any access not recorded). The submit rings' segments are lines too, and
+ * how many a run uses depends on how far the producers get ahead of the
+ * workers, so the table is far larger than a run with the workers keeping
+ * up needs. Its entries are virtual memory: only the pages of lines
+ * touched are ever written. */
 enum { LINE_SHIFT = 6, TABLE_BITS = 20, PROBES = 128, THREADS_MAX = 64, LABELS_MAX = 32 };
 #define TABLE_SIZE ((size_t)1 << TABLE_BITS)
 

@@ -365,8 +365,8 @@ Test(elastic, grows_to_max_under_backlog, .timeout = 300) {
  * basic worker runs a task that holds the host's lock M; the elastic worker
  * retires and its stop hook blocks on M; then the task submits, and with
  * the basic worker busy that submit spawns into the retired worker's slot.
- * A spawner that joined the old thread there waited for the hook, which
- * waited for the task: a deadlock. */
+ * A spawner that joined the old thread there would wait for the hook,
+ * which waits for the task: a deadlock. */
 typedef struct stop_hold {
   pthread_mutex_t m;
   tt_gate submit_now;

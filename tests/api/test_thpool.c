@@ -641,8 +641,8 @@ Test(thpool, weighted_extension_orders_jobs) {
  * gives the queue's memory back, and the next burst grows it again: right,
  * but not this promise. Workers sleep from one round's end through the
  * next round's paused submits; a loaded sanitizer run can stretch that
- * past the period (CI's TSan run did once). Such a round stops the scene,
- * and it runs again. */
+ * past the period. A round that slept half of it stops the scene, and it
+ * runs again. */
 static uint64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -188,9 +188,8 @@ Test(trim, the_slab_decays_once_the_pool_stays_idle) {
  * before it (and from the previous submit's call to its return, the first
  * from the burst's last submit). A preempted test thread breaks that; the
  * scene then stops and returns false, for tt_rerun to run it again. */
-/* A sanitizer's slower drain of the first burst (a loaded machine's TSan
- * run took past 250 ms in every try) gets a longer decay, over fewer
- * periods. */
+/* Under a sanitizer the first burst drains slower, on a loaded machine
+ * past a 250 ms decay: a longer decay, over fewer periods. */
 enum { DECAY_MS = TT_SCALE(250, 1000), PERIODS = TT_SCALE(8, 3) };
 
 static bool keeps_working(void *arg) {
