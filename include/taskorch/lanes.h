@@ -147,7 +147,7 @@ typedef struct tko_lane_stats {
   uint64_t queued;     /**< accepted, not yet taken by a runner */
   uint64_t visits;     /**< runner visits that took at least one task */
   uint64_t max_batch;  /**< most tasks taken in one visit */
-  unsigned lanes_used; /**< lanes whose ring has been allocated */
+  unsigned lanes_used; /**< lanes that have been given a task */
 } tko_lane_stats;
 
 /** The defaults: 256 lanes, max_drain 32, rings of 16, no limit, no callbacks. */

@@ -43,7 +43,7 @@ typedef struct lane {
   lane_meta *meta, *scratch_meta; /* beside ring and scratch: the keyed table only */
   size_t cap, head, count;
   bool scheduled; /* a runner for this lane is out */
-  bool used;      /* a ring was ever allocated (stats: lanes_used; a cancel detaches it) */
+  bool used;      /* a task was ever given to the lane (stats: lanes_used) */
   unsigned index;
   struct tko_lanes *owner;
   uint64_t submitted, completed, failed, cancelled, visits, max_batch;
@@ -135,6 +135,9 @@ int tko__lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *o
 void tko__lanes_pending_sub(tko_lanes *l, uint64_t n);
 /* A runner is back: the table's last access by that runner. */
 void tko__lanes_runner_done(tko_lanes *l);
+/* A runner that ran on the thread of a call on the table (tko_lanes_submit
+ * or _submit_wait) and gave its token back there is back. */
+void tko__lanes_caller_runner_done(tko_lanes *l);
 
 /* lane_ring.c: a lane's ring, under its mutex. */
 
@@ -162,10 +165,11 @@ bool tko__lane_cancel(tko_lanes *l, lane *ln, bool unschedule);
 
 /* True while this thread runs a task, a batch or on_cancel of l. */
 bool tko__lanes_in_batch(tko_lanes *l);
-/* A submit that found its lane idle and took its runner token runs the
- * lane here, at most `most` tasks (lane_runner.c); with ln->mu released,
- * inside the pool's gate when gated. */
-void tko__lane_run_here(tko_lanes *l, lane *ln, int weight, size_t most, bool gated);
+/* A submit_wait that found its lane idle and took its runner token runs
+ * its task `own` (never queued) and then the lane here, at most `most`
+ * tasks in all (lane_runner.c); with ln->mu released, inside the pool's
+ * gate when gated. */
+void tko__lane_run_here(tko_lanes *l, lane *ln, tko_lane_task *own, size_t most, bool gated);
 
 /* lane_wait.c: submit_wait's waiters, under ln->mu except _end. */
 

@@ -83,9 +83,12 @@ void tko__lane_ring_shrink(tko_lanes *l, lane *ln, ring_old *old) {
   ln->head = 0;
 }
 
+/* Mostly there is nothing to free (a lane given back with its first
+ * ring): no call into the allocator then, once per lane run on its caller
+ * (bench_combining's wait mode). */
 void tko__lane_ring_free(tko_lanes *l, const ring_old *old) {
-  tko__mem_free(l->opts.allocator, old->ring);
-  tko__mem_free(l->opts.allocator, old->meta);
+  if (old->ring) tko__mem_free(l->opts.allocator, old->ring);
+  if (old->meta) tko__mem_free(l->opts.allocator, old->meta);
 }
 
 /* Under ln->mu: puts scratch[i] back at the ring's head; there is room. */

@@ -63,9 +63,11 @@
  * (enter_gate), so the pool's shutdown returns only after it is done.
  *
  * Lifetime: `runners` counts runners out across the table and is decremented
- * only under idle_mu, as the runner's very last access to the table; destroy
+ * under idle_mu, as the runner's very last access to the table; destroy
  * waits for it to reach zero under idle_mu, so no runner touches freed
- * memory. `pending` counts accepted tasks not yet finished or cancelled;
+ * memory. A runner that ran on the thread of a call on the table and gave
+ * its lane back there is decremented without the lock: destroy never races
+ * with a call on the table (lanes.h), so it is not waiting then. `pending` counts accepted tasks not yet finished or cancelled;
  * whoever brings it to zero broadcasts under idle_mu (while still holding a
  * runner reference or being the caller), and wait_idle checks it under
  * idle_mu, so no wake-up is lost.
@@ -116,41 +118,40 @@ static _Thread_local tko_lanes *destroying;
 
 static int lane_runner(void *arg);
 
-/* Set while this thread submits ln's runner, so that a runner the pool
- * runs at once on this very thread (TKO_FULL_CALLER_RUNS) can tell: it then
- * only reports that it ran, and the submitting thread, which holds ln->mu
- * and the runner token, drives the lane itself. */
-static _Thread_local lane *starting_lane;
 /* What the starting runner did here: nothing (the pool queued it), ran
  * its visits (the submitting thread still owns the token), or ran them and
  * gave the token back, the lane being empty (the submitting thread then
  * only returns the runner count). */
 enum { START_QUEUED = 0, START_RAN, START_GAVE_BACK };
-static _Thread_local int caller_ran;
-/* The tasks the starting runner runs here in all: 1 for a caller-runs
- * submit, max_drain for submit_wait (lane_wait.c). */
-static _Thread_local size_t starting_most;
 
-/* Calls the pool with ln's runner, starting_lane set: submits it (now
+/* A start of ln's runner by the thread that owns its token, on that
+ * thread's stack: a runner the pool runs at once on this very thread
+ * (TKO_FULL_CALLER_RUNS, or submit_wait's tko__run_owned_here) finds it
+ * (`starting`) and runs its visits here; the submitting thread, still
+ * owning the token, then hands the lane on. */
+typedef struct start {
+  lane *ln;
+  size_t most;         /* tasks run here in all: 1 for a caller-runs submit, max_drain for
+                          submit_wait */
+  tko_lane_task *own;  /* submit_wait's task on an idle lane, run first and never queued;
+                          NULL when the caller's task is in the ring */
+  int ran;             /* START_*: what the runner did here */
+} start;
+static _Thread_local start *starting;
+
+/* Calls the pool with st->ln's runner, `starting` set: submits it (now
  * false) or runs it here at once (now true, tko__run_owned_here: this
- * thread is inside the gate). *ran: what the runner did here (START_*).
- * Returns the pool's answer. */
-static int call_starting(tko_lanes *l, lane *ln, int weight, long timeout_ms, bool may_run_here,
-                         size_t most, bool now, int *ran) {
-  lane *saved = starting_lane;
-  int saved_ran = caller_ran;
-  size_t saved_most = starting_most;
-  starting_lane = ln;
-  caller_ran = START_QUEUED;
-  starting_most = most;
-  int rc = now ? tko__run_owned_here(l->pool, &l->runner_owner, lane_runner, ln, weight)
+ * thread is inside the gate). Sets st->ran; returns the pool's answer. */
+static int call_starting(tko_lanes *l, start *st, int weight, long timeout_ms, bool may_run_here,
+                         bool now) {
+  start *saved = starting;
+  starting = st;
+  st->ran = START_QUEUED;
+  int rc = now ? tko__run_owned_here(l->pool, &l->runner_owner, lane_runner, st->ln, weight)
                /* The keyed table's owner is internal: its runner never waits nor runs here. */
-               : tko__submit_owned(l->pool, &l->runner_owner, lane_runner, ln, weight,
+               : tko__submit_owned(l->pool, &l->runner_owner, lane_runner, st->ln, weight,
                                    timeout_ms, may_run_here);
-  *ran = caller_ran;
-  starting_lane = saved;
-  caller_ran = saved_ran;
-  starting_most = saved_most;
+  starting = saved;
   return rc;
 }
 
@@ -167,20 +168,23 @@ static int call_starting(tko_lanes *l, lane *ln, int weight, long timeout_ms, bo
  * a full TKO_FULL_CALLER_RUNS queue is treated as a blocking one. */
 int tko__lane_submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms,
                             bool may_run_here) {
-  int ran;
-  int rc = call_starting(l, ln, weight, timeout_ms, may_run_here, 1, false, &ran);
+  start st = {.ln = ln, .most = 1, .own = NULL};
+  int rc = call_starting(l, &st, weight, timeout_ms, may_run_here, false);
   if (rc) return rc;
-  return ran;
+  return st.ran;
 }
 
-/* A visit: the tasks a runner took from its lane's head into scratch, run
- * with no lock held. */
+/* A visit: the tasks a runner took from its lane's head into scratch (or
+ * submit_wait's own task, from its caller's stack), run with no lock held. */
 typedef struct visit {
   tko_lanes *l, *outer_lanes; /* outer_lanes: current_lanes before it */
   lane *ln;
-  size_t n, next; /* next: the task running, then n */
+  tko_lane_task *tasks; /* the lane's scratch, or the own task */
+  lane_meta *metas;     /* beside them: the keyed table's scratch_meta */
+  size_t n, next;       /* next: the task running, then n */
   uint64_t failed;
   uint64_t first; /* the ticket of the visit's first task */
+  bool own;       /* the own task: never in the ring, so it has no ticket nor waiter */
 } visit;
 
 static void run_visit(visit *v) {
@@ -189,17 +193,17 @@ static void run_visit(visit *v) {
   tko__witness_assert_none_held(); /* the host's code follows */
   current_lanes = l;
   if (l->opts.batch) {
-    tko_lane_batch b = {.lane = ln->index, .count = v->n, .tasks = ln->scratch};
+    tko_lane_batch b = {.lane = ln->index, .count = v->n, .tasks = v->tasks};
     v->next = v->n - 1; /* one call runs them all */
     l->opts.batch(l->opts.user, &b);
   } else if (l->keyed) { /* the pool runs them as its tasks: hooks, stats */
     for (v->next = 0; v->next < v->n; v->next++)
-      if (tko__keyed_run(l->pool, &ln->scratch[v->next], ln->scratch_meta[v->next].id,
-                         ln->scratch_meta[v->next].enq_ns))
+      if (tko__keyed_run(l->pool, &v->tasks[v->next], v->metas[v->next].id,
+                         v->metas[v->next].enq_ns))
         v->failed++;
   } else {
     for (v->next = 0; v->next < v->n; v->next++)
-      if (ln->scratch[v->next].fn(ln->scratch[v->next].arg)) v->failed++;
+      if (v->tasks[v->next].fn(v->tasks[v->next].arg)) v->failed++;
   }
   v->next = v->n;
   current_lanes = v->outer_lanes;
@@ -230,7 +234,8 @@ static size_t visit_once(tko_lanes *l, lane *ln, size_t most) {
     tko__lane_ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
   ln->taken += n;
   tko__mutex_unlock(&ln->mu);
-  visit v = {l, current_lanes, ln, n, 0, 0, first};
+  visit v = {.l = l, .outer_lanes = current_lanes, .ln = ln, .tasks = ln->scratch,
+             .metas = ln->scratch_meta, .n = n, .first = first};
   if (n) {
     /* A cleanup attribute (lane_runner.c is built with -fexceptions): a few
      * stores a visit. */
@@ -242,6 +247,20 @@ static size_t visit_once(tko_lanes *l, lane *ln, size_t most) {
   count_visit(l, ln, n, v.failed);
   tko__lane_waiters_ran(ln, first + n);
   return n;
+}
+
+/* submit_wait's own task on the lane it found idle, run as a visit of one
+ * from the caller's stack with the lane unlocked (the caller owns the
+ * token); returns with ln->mu held and the visit counted. Skipping the
+ * ring saves a critical section and the waiter's wake-up on every call
+ * (bench_combining's wait mode). */
+static void visit_own(tko_lanes *l, lane *ln, tko_lane_task *own) {
+  visit v = {.l = l, .outer_lanes = current_lanes, .ln = ln, .tasks = own, .n = 1, .own = true};
+  pthread_cleanup_push(visit_exited, &v);
+  run_visit(&v);
+  pthread_cleanup_pop(0);
+  tko__mutex_lock(&ln->mu);
+  count_visit(l, ln, 1, v.failed);
 }
 
 /* After a visit, ln->mu held by the token's owner: hands the token on, or
@@ -389,8 +408,9 @@ static void visit_exited(void *arg) {
   tko__mutex_lock(&ln->mu);
   /* A cancel that emptied the lane meanwhile moved taken on: the tasks
    * cannot go back in front of later tickets, so they go to on_cancel, as
-   * the cancel would have sent them. */
-  bool cancelled = ln->taken != v->first + v->n;
+   * the cancel would have sent them. (An own visit has nothing to put
+   * back.) */
+  bool cancelled = !v->own && ln->taken != v->first + v->n;
   while (!cancelled && ln->cap - ln->count < back && tko__lane_ring_grow(l, ln) == 0) {
   }
   bool room = !cancelled && ln->cap - ln->count >= back;
@@ -399,12 +419,12 @@ static void visit_exited(void *arg) {
     ln->taken -= back;
   }
   count_visit(l, ln, ran, v->failed + 1);
-  tko__lane_waiters_ran(ln, v->first + ran);
+  if (!v->own) tko__lane_waiters_ran(ln, v->first + ran);
   if (!room) { /* out of memory, or cancelled: the visit's scratch is still this thread's */
     lane_waiter *waiters = tko__lane_waiters_take(ln, v->first + ran, v->first + v->n);
     tko__mutex_unlock(&ln->mu);
     for (size_t i = ran; i < v->n; i++)
-      tko__lane_cancel_task(l, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
+      tko__lane_cancel_task(l, &v->tasks[i], v->metas ? &v->metas[i] : NULL);
     tko__lane_waiters_end(waiters, LANE_CANCELLED);
     tko__mutex_lock(&ln->mu);
     ln->cancelled += back;
@@ -419,22 +439,29 @@ static void visit_exited(void *arg) {
 
 static int lane_runner(void *arg) {
   lane *ln = arg;
-  if (starting_lane == ln) {
+  start *st = starting;
+  if (st && st->ln == ln) {
     /* Run at once by the pool on the submitting thread, which owns the
      * token with the lane unlocked (start_unlocked, tko__lane_run_here):
-     * its visits - at most starting_most tasks, the submitter's own first
+     * its visits - at most st->most tasks, the submitter's own first
      * (the lane was idle), then what others appended meanwhile - run
      * here, inside the pool's run of the runner, so the pool counts them
      * running; the submitter hands on. An empty lane is given back here,
      * in the critical section that counted the last visit (one lock of
      * ln->mu fewer for each submit_wait on an idle lane; bench_combining's
      * wait mode), and the submitter only returns the runner count. */
-    caller_ran = START_RAN;
-    tko__mutex_lock(&ln->mu);
-    for (size_t most = starting_most; most && ln->count;) most -= visit_once(ln->owner, ln, most);
+    st->ran = START_RAN;
+    size_t most = st->most;
+    if (st->own) {
+      visit_own(ln->owner, ln, st->own);
+      most--;
+    } else {
+      tko__mutex_lock(&ln->mu);
+    }
+    while (most && ln->count) most -= visit_once(ln->owner, ln, most);
     if (ln->count == 0) {
       give_back(ln->owner, ln);
-      caller_ran = START_GAVE_BACK;
+      st->ran = START_GAVE_BACK;
       return 0;
     }
     tko__mutex_unlock(&ln->mu);
@@ -446,18 +473,26 @@ static int lane_runner(void *arg) {
 }
 
 /* After a start that did not put the runner out in the pool, the token
- * still this thread's: what the starting runner did here (START_*;
+ * still this thread's: what the starting runner did here (st->ran;
  * START_QUEUED: it did not run, the pool refused or is closed) decides
  * what is left - the runner count to return, the lane to hand on, or the
- * lane to drive here. */
-static void finish_start(tko_lanes *l, lane *ln, int ran) {
-  if (ran == START_GAVE_BACK) {
-    tko__lanes_runner_done(l);
+ * lane to drive here, own task first. */
+static void finish_start(tko_lanes *l, const start *st) {
+  lane *ln = st->ln;
+  if (st->ran == START_GAVE_BACK) {
+    tko__lanes_caller_runner_done(l);
     return;
   }
-  tko__mutex_lock(&ln->mu);
-  if (ran == START_RAN) hand_on_or_drive(l, ln);
-  else drive_first(l, ln, l->opts.max_drain);
+  if (st->ran == START_RAN) {
+    tko__mutex_lock(&ln->mu);
+    hand_on_or_drive(l, ln);
+  } else if (st->own) {
+    visit_own(l, ln, st->own);
+    hand_on_or_drive(l, ln);
+  } else {
+    tko__mutex_lock(&ln->mu);
+    drive_first(l, ln, l->opts.max_drain);
+  }
 }
 
 /* Starts ln's runner with the lane unlocked, waiting for room; the caller
@@ -472,22 +507,24 @@ static void finish_start(tko_lanes *l, lane *ln, int ran) {
  * as a runner whose requeue was refused does, so the accepted tasks still
  * run. */
 static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here) {
-  int rc = tko__lane_submit_runner(l, ln, weight, -1, may_run_here);
-  if (rc == 0) return; /* out in the pool */
-  finish_start(l, ln, rc < 0 ? START_QUEUED : rc);
+  start st = {.ln = ln, .most = 1, .own = NULL};
+  int rc = call_starting(l, &st, weight, -1, may_run_here, false);
+  if (rc == 0 && st.ran == START_QUEUED) return; /* out in the pool */
+  finish_start(l, &st);
 }
 
 /* tko_lanes_submit_wait's start (lane_wait.c), owning the runner token of
- * an idle lane whose one task was its own, with the lane unlocked: inside
- * the gate, the pool runs the runner here at once, as a caller-runs task,
- * and the runner's visits take at most `most` tasks (lane_runner); then
- * this thread hands the lane on. Outside it (the pool closed before the
- * gate could be entered) this thread drives the lane itself, as
- * start_unlocked does when the pool refuses. */
-void tko__lane_run_here(tko_lanes *l, lane *ln, int weight, size_t most, bool gated) {
-  int ran = START_QUEUED; /* outside the gate the pool is closed: as start_unlocked */
-  if (gated) (void)call_starting(l, ln, weight, -1, true, most, true, &ran);
-  finish_start(l, ln, ran);
+ * the idle lane it took `own` to, with the lane unlocked: inside the gate,
+ * the pool runs the runner here at once, as a caller-runs task, and the
+ * runner runs `own`, then visits of what others appended meanwhile, at
+ * most `most` tasks in all (lane_runner); then this thread hands the lane
+ * on. Outside it (the pool closed before the gate could be entered) this
+ * thread runs `own` and drives the lane itself, as start_unlocked does
+ * when the pool refuses. */
+void tko__lane_run_here(tko_lanes *l, lane *ln, tko_lane_task *own, size_t most, bool gated) {
+  start st = {.ln = ln, .most = most, .own = own, .ran = START_QUEUED};
+  if (gated) (void)call_starting(l, &st, own->weight, -1, true, true);
+  finish_start(l, &st);
 }
 
 /* A submit that will drive its lane, or wait for room for its runner, on

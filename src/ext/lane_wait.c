@@ -5,26 +5,29 @@
  *
  * The protocol, on top of lane_runner.c's (its essay is the rule book):
  *
- * Under the lane's mutex the caller pushes its task as tko_lanes_submit
- * does, and lists a waiter record, on its own stack, with its task's
+ * If the lane is idle (not scheduled: no runner queued or running, and
+ * so an empty ring), the caller, under the lane's mutex, takes the runner
+ * token and counts its task submitted and pending, but does not queue it:
+ * it becomes the lane's runner on its own thread. The pool runs the
+ * lane's runner here at once as a caller-runs task (tko__run_owned_here:
+ * inside the gate, hooks, stats.caller_runs), and the runner, seeing it
+ * was started here (lane_runner.c: `starting`), runs the caller's task
+ * from the caller's stack as a visit of one, then, the combining, visits
+ * of what other submitters appended meanwhile, at most max_drain tasks in
+ * all, each visit one batch in batch mode, with the lane unlocked around
+ * them, as any runner does. Then the caller hands the lane on as a
+ * runner's visit ends (a new runner in the pool if tasks remain), so no
+ * caller is held by others' appends for more than max_drain tasks. Its
+ * own task never was in the ring, so no cancel can take it, no waiter
+ * record is needed, and the call returns 0 once the visit ran it.
+ *
+ * If the lane is busy, the caller pushes its task as tko_lanes_submit
+ * does and lists a waiter record, on its own stack, with its task's
  * ticket: the task's place in the lane, taken + its ring position
  * (lane.h). Tickets only grow along the ring (a visit or a cancel takes
  * from the head and moves taken on), so the waiters' list, appended in
- * push order, stays in ticket order.
- *
- * If the lane was idle (not scheduled: no runner queued or running, and
- * so an empty ring) the caller takes the runner token and becomes the
- * lane's runner on its own thread: the pool runs the lane's runner here
- * at once as a caller-runs task (tko__run_owned_here: inside the gate,
- * hooks, stats.caller_runs), and the runner, seeing it was started here
- * (lane_runner.c: starting_lane), runs visits of at most max_drain tasks
- * in all - the caller's own first, then, the combining, what other
- * submitters appended meanwhile, each visit one batch in batch mode -
- * with the lane unlocked around them, as any runner does. Then the caller
- * hands the lane on as a runner's visit ends (a new runner in the pool if
- * tasks remain), so no caller is held by others' appends for more than
- * max_drain tasks. If the lane was busy, the caller just waits: the token
- * holder will run its task.
+ * push order, stays in ticket order. Then it waits: the token holder will
+ * run its task.
  *
  * Waking: whoever ends a task ends its waiter. A visit, once its tasks
  * ran and are counted, takes the mutex and resolves every waiter with a
@@ -73,12 +76,32 @@ int tko_lanes_submit_wait(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg,
   if (!fn && !l->opts.batch) return -EINVAL;
   if (tko__lanes_in_batch(l)) return -EDEADLK;
   lane *ln = lane_at(l, (unsigned)(tko__mix64(key) & l->mask));
-  lane_waiter w = {.ticket = 0, .next = NULL};
-  atomic_init(&w.state, LANE_WAITING);
-  bool in_pool = tko__pool_is_current(l->pool); /* a thread-local look */
   tko__mutex_lock(&ln->mu);
+  if (!ln->scheduled) {
+    /* Seq_cst: as tko__lane_ring_push's closed check. */
+    if (tko__load_seq(&l->closed)) {
+      tko__mutex_unlock(&ln->mu);
+      return -ESHUTDOWN;
+    }
+    /* Relaxed, both: as tko_lanes_submit's (every decrement follows a
+     * later lock of ln->mu, or this thread's return). */
+    tko__add_relaxed(&l->pending, 1);
+    tko__add_relaxed(&l->runners, 1);
+    ln->submitted++;
+    ln->used = true;
+    ln->scheduled = true;
+    /* Entered under ln->mu while the table is open: the pool's shutdown
+     * has yet to close its gate (lane_runner.c: enter_gate), and waits for
+     * this thread to leave it. */
+    bool gated = tko__gate_enter(l->pool) == 0;
+    tko__mutex_unlock(&ln->mu);
+    tko_lane_task own = {.key = key, .fn = fn, .arg = arg, .weight = weight};
+    tko__lane_run_here(l, ln, &own, l->opts.max_drain, gated);
+    if (gated) tko__gate_leave(l->pool);
+    return 0; /* the own task never is in the ring, where a cancel finds tasks */
+  }
   /* A task of the pool may not wait for a busy lane (see above). */
-  if (ln->scheduled && in_pool) {
+  if (tko__pool_is_current(l->pool)) { /* a thread-local look */
     tko__mutex_unlock(&ln->mu);
     return -EBUSY;
   }
@@ -87,27 +110,14 @@ int tko_lanes_submit_wait(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg,
     tko__mutex_unlock(&ln->mu);
     return rc;
   }
-  w.ticket = ln->taken + ln->count - 1;
+  lane_waiter w = {.ticket = ln->taken + ln->count - 1, .next = NULL};
+  atomic_init(&w.state, LANE_WAITING);
   if (ln->waiters_last) ln->waiters_last->next = &w;
   else ln->waiters = &w;
   ln->waiters_last = &w;
-  /* Relaxed: as tko_lanes_submit's (every decrement follows a later lock
-   * of ln->mu). */
-  tko__add_relaxed(&l->pending, 1);
+  tko__add_relaxed(&l->pending, 1); /* relaxed: as above */
   ln->submitted++;
-  if (ln->scheduled) {
-    tko__mutex_unlock(&ln->mu);
-  } else {
-    tko__add_relaxed(&l->runners, 1); /* relaxed: as tko_lanes_submit's */
-    ln->scheduled = true;
-    /* Entered under ln->mu after the push: the table was open, so the
-     * pool's shutdown has yet to close its gate (lane_runner.c:
-     * enter_gate), and waits for this thread to leave it. */
-    bool gated = tko__gate_enter(l->pool) == 0;
-    tko__mutex_unlock(&ln->mu);
-    tko__lane_run_here(l, ln, weight, l->opts.max_drain, gated);
-    if (gated) tko__gate_leave(l->pool);
-  }
+  tko__mutex_unlock(&ln->mu);
   /* Acquire: pairs with the release in tko__lane_waiters_end. */
   unsigned state;
   while ((state = tko__load_acquire(&w.state)) == LANE_WAITING || state == LANE_SLEEPING) {

@@ -34,8 +34,7 @@ void tko__lane_waiters_end(lane_waiter *w, unsigned state) {
     lane_waiter *next = w->next; /* read first: the exchange frees the record */
     /* Release: pairs with the caller's acquire in tko_lanes_submit_wait;
      * what the task (or on_cancel) did happens-before the caller returns.
-     * Only a caller that said it sleeps is woken (a system call): the
-     * combining caller, whose own visit ran its task, never sleeps. */
+     * Only a caller that said it sleeps is woken (a system call). */
     unsigned was = tko__exchange_acq_rel(&w->state, state);
     if (was == LANE_SLEEPING) tko__word_wake_all(&w->state);
     w = next;

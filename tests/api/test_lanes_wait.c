@@ -225,6 +225,57 @@ Test(lanes_wait, a_busy_lane_makes_the_caller_wait_for_its_runner) {
   finish(l, p);
 }
 
+/* While the caller runs its own task the table is not idle, the lane is
+ * busy (a second submit_wait on it waits instead of running it too), and
+ * once the call returned, destroy finds the caller's runner back. */
+typedef struct held_own {
+  tko_lanes *l;
+  tt_gate started, release;
+  int rc;
+} held_own;
+
+static int own_held_fn(void *arg) {
+  held_own *h = arg;
+  tt_gate_open(&h->started);
+  return tt_gate_wait(&h->release) ? 0 : 1;
+}
+
+static void *own_held_main(void *arg) {
+  held_own *h = arg;
+  h->rc = tko_lanes_submit_wait(h->l, 4, own_held_fn, h, 0);
+  return NULL;
+}
+
+Test(lanes_wait, the_callers_own_task_is_pending_and_holds_its_lane_while_it_runs) {
+  tko_pool *p = make_pool(2);
+  held_own h = {.started = TT_GATE_INIT, .release = TT_GATE_INIT, .rc = 1};
+  cr_assert_eq(tko_lanes_create(&h.l, p, NULL), 0);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, own_held_main, &h), 0);
+  cr_assert(tt_gate_wait(&h.started), "the caller runs its task");
+  cr_assert_eq(tko_lanes_wait_idle(h.l, 0), -ETIMEDOUT, "a task runs: the table is not idle");
+  tko_lane_stats s;
+  tko_lanes_stats(h.l, &s);
+  cr_assert_eq(s.submitted, 1);
+  cr_assert_eq(s.completed, 0);
+  cr_assert_eq(s.lanes_used, 1);
+  waiter_arg a = {.l = h.l, .key = 4, .w = {.runs = 0}, .rc = 1};
+  pthread_t t2;
+  cr_assert_eq(pthread_create(&t2, NULL, waiter_main, &a), 0);
+  cr_assert(wait_submitted(h.l, 2), "the second task was accepted");
+  cr_assert_eq(atomic_load(&a.w.runs), 0, "queued behind the caller's task");
+  tt_gate_open(&h.release);
+  pthread_join(t, NULL);
+  pthread_join(t2, NULL);
+  cr_assert_eq(h.rc, 0);
+  cr_assert_eq(a.rc, 0);
+  cr_assert_eq(a.runs_at_return, 1, "the second call returned after its task ran");
+  cr_assert_eq(tko_lanes_wait_idle(h.l, TT_LONG_MS), 0);
+  tko_lanes_stats(h.l, &s);
+  cr_assert_eq(s.completed, 2);
+  finish(h.l, p); /* hangs if a runner count was never given back */
+}
+
 /* A task that ends its worker thread (taskorch.h: supported on a worker)
  * ahead of a waiter's task in one visit: the waiter's task goes back to
  * the lane, runs on the next runner, and only then does the call return. */
