@@ -155,7 +155,7 @@ TKO_API tko_lane_options tko_lane_default_options(void);
 
 /** Creates a lane table on `pool` (opts NULL = defaults); the table holds
  * the pool until tko_lanes_destroy.
- * @details Allocates the table (about 200 bytes a lane); rings come at each
+ * @details Allocates the table (256 bytes a lane); rings come at each
  * lane's first use. -EINVAL: NULL out or pool, or an option over its limit;
  * -ENOMEM; -ESHUTDOWN: the pool's shutdown has begun. */
 TKO_API int tko_lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *opts);

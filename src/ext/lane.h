@@ -36,30 +36,43 @@ typedef struct lane_waiter {
   struct lane_waiter *next; /* under the lane's mu while listed */
 } lane_waiter;
 
+/* The fields up to `max_batch` are what a submit_wait that runs an idle
+ * lane touches, and what every visit counts: they come first, within the
+ * lane's first LANE_HOT_BYTES, so that a lane not in the cache costs one
+ * fetch of an aligned pair of lines, not three lines (bench_combining's
+ * wait mode, where the documents push the lanes out of the cache). */
 typedef struct lane {
-  tko__mutex mu;          /* protects every field below */
-  tko_lane_task *ring;    /* cap slots, count queued from head; NULL until first use */
-  tko_lane_task *scratch; /* max_drain slots: the batch being run (runner only) */
-  lane_meta *meta, *scratch_meta; /* beside ring and scratch: the keyed table only */
-  size_t cap, head, count;
+  tko__mutex mu;  /* protects every field below */
   bool scheduled; /* a runner for this lane is out */
   bool used;      /* a task was ever given to the lane (stats: lanes_used) */
   unsigned index;
+  size_t count, cap; /* cap slots in ring, count queued from head */
   struct tko_lanes *owner;
-  uint64_t submitted, completed, failed, cancelled, visits, max_batch;
+  uint64_t submitted, completed, failed, visits, max_batch;
+  /* The rest: queued tasks, waiters, cancels. */
+  lane_waiter *waiters;   /* submit_wait callers, by ticket */
+  tko_lane_task *ring;    /* NULL until first use */
+  size_t head;
+  tko_lane_task *scratch; /* max_drain slots: the batch being run (runner only) */
+  lane_meta *meta, *scratch_meta; /* beside ring and scratch: the keyed table only */
+  uint64_t cancelled;
   /* Tickets: the task at ring position i has ticket taken + i. taken
    * counts the tasks ever taken from the ring (by a visit, or a cancel);
    * it goes back only when a visit ended by its thread puts its unstarted
    * tasks back (lane_runner.c: visit_exited). */
   uint64_t taken;
-  lane_waiter *waiters, *waiters_last; /* submit_wait callers, by ticket */
+  lane_waiter *waiters_last;
 } lane;
 
-/* Lanes are padded to whole cache lines so that neighbours' mutexes and
- * counters, written by different runners, never share a line. */
-#define LANE_STRIDE (((sizeof(lane) + TKO_CACHE_LINE - 1) / TKO_CACHE_LINE) * TKO_CACHE_LINE)
-_Static_assert(LANE_STRIDE % TKO_CACHE_LINE == 0 && LANE_STRIDE >= sizeof(lane),
-               "lanes must start on cache lines");
+/* Lanes start on LANE_ALIGN bytes (two cache lines, which the hardware
+ * fetches together) and are padded to whole multiples of it, so that the
+ * hot fields share one aligned pair and neighbours' mutexes and counters,
+ * written by different runners, never share a line. */
+#define LANE_ALIGN (2 * TKO_CACHE_LINE)
+#define LANE_HOT_BYTES LANE_ALIGN
+#define LANE_STRIDE (((sizeof(lane) + LANE_ALIGN - 1) / LANE_ALIGN) * LANE_ALIGN)
+_Static_assert(offsetof(lane, max_batch) + sizeof(uint64_t) <= LANE_HOT_BYTES,
+               "a lane's hot fields must fit its first aligned pair of lines");
 
 /* A live table's first word; destroy overwrites it before freeing, so a
  * call on a destroyed table (while its memory is still mapped) is caught:
@@ -75,7 +88,7 @@ struct tko_lanes {
   tko_lane_options opts;
   unsigned mask;       /* lanes - 1 */
   void *raw;           /* allocation holding the lanes */
-  unsigned char *base; /* cache-line aligned start of the lanes */
+  unsigned char *base; /* the lanes, aligned to LANE_ALIGN */
   atomic_bool closed;  /* submits fail once set (see tko_lanes_close) */
   /* Padding, not _Alignas: the struct comes from a plain allocator. Every
    * submit writes pending; runners changes once per lane burst. */
@@ -126,6 +139,19 @@ static inline void tko__lane_ring_pop(lane *ln, tko_lane_task *t, lane_meta *m) 
   if (ln->meta) *m = ln->meta[ln->head];
   ln->head = ln->head + 1 == ln->cap ? 0 : ln->head + 1;
   ln->count--;
+}
+
+/* A ring that drained empty after a burst grew it past this many times its
+ * first size goes back to that size (tko__lane_ring_shrink), so that a
+ * burst's memory does not stay with the table (bench_alloc's burst table
+ * shows it). Only then, so that a lane that keeps a few tasks queued
+ * allocates nothing per burst. */
+enum { LANE_SHRINK_FACTOR = 4 };
+
+/* Under ln->mu: whether an empty ln's ring is one to shrink. Inline: each
+ * runner that gives its lane back asks (bench_combining's wait mode). */
+static inline bool tko__lane_ring_oversized(const tko_lanes *l, const lane *ln) {
+  return ln->cap / LANE_SHRINK_FACTOR > l->opts.lane_capacity;
 }
 
 /* lane_table.c: the table and its counters. */

@@ -55,19 +55,16 @@ int tko__lane_ring_grow(tko_lanes *l, lane *ln) {
   return 0;
 }
 
-/* A ring that drained empty after a burst grew it past SHRINK_FACTOR times
- * its first size goes back to that size, so that a burst's memory does not
- * stay with the table (bench_alloc's burst table shows it). Only then, so that a
- * lane that keeps a few tasks queued allocates nothing per burst. Swaps,
- * under ln->mu with the ring empty, for a fresh ring (and meta); the old
- * ones are left in *old for the caller to free unlocked. Nothing changes
- * if the allocation fails: the big ring serves on. */
-enum { SHRINK_FACTOR = 4 };
-
+/* A ring that drained empty after a burst grew it past
+ * LANE_SHRINK_FACTOR times its first size (tko__lane_ring_oversized) goes
+ * back to that size. Swaps, under ln->mu with the ring empty, for a fresh
+ * ring (and meta); the old ones are left in *old for the caller to free
+ * unlocked. Nothing changes if the allocation fails: the big ring serves
+ * on. */
 void tko__lane_ring_shrink(tko_lanes *l, lane *ln, ring_old *old) {
   *old = (ring_old){NULL, NULL};
   size_t small = l->opts.lane_capacity;
-  if (ln->count || ln->cap / SHRINK_FACTOR <= small) return;
+  if (ln->count || !tko__lane_ring_oversized(l, ln)) return;
   const tko_allocator *a = l->opts.allocator;
   tko_lane_task *nr = tko__mem_alloc(a, small * sizeof *nr);
   lane_meta *nm = l->keyed ? tko__mem_alloc(a, small * sizeof *nm) : NULL;

@@ -286,6 +286,10 @@ void tko__lane_drive(tko_lanes *l, lane *ln) { drive_first(l, ln, l->opts.max_dr
  * still ours). */
 static void give_back(tko_lanes *l, lane *ln) {
   ln->scheduled = false;
+  if (!tko__lane_ring_oversized(l, ln)) {
+    tko__mutex_unlock(&ln->mu);
+    return;
+  }
   ring_old old;
   tko__lane_ring_shrink(l, ln, &old);
   tko__mutex_unlock(&ln->mu);

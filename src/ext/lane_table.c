@@ -64,12 +64,12 @@ int tko__lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *o
   tko__owner_init(&l->runner_owner, tko__lanes_runner_cancelled, keyed);
   l->opts = o;
   l->mask = o.lanes - 1;
-  l->raw = tko__mem_alloc(a, (size_t)o.lanes * LANE_STRIDE + TKO_CACHE_LINE);
+  l->raw = tko__mem_alloc(a, (size_t)o.lanes * LANE_STRIDE + LANE_ALIGN);
   if (!l->raw) {
     tko__mem_free(a, l);
     return -ENOMEM;
   }
-  uintptr_t p = ((uintptr_t)l->raw + TKO_CACHE_LINE - 1) & ~(uintptr_t)(TKO_CACHE_LINE - 1);
+  uintptr_t p = ((uintptr_t)l->raw + LANE_ALIGN - 1) & ~(uintptr_t)(LANE_ALIGN - 1);
   l->base = (unsigned char *)p;
   atomic_init(&l->closed, false);
   atomic_init(&l->pending, 0);
