@@ -67,10 +67,11 @@
  * waits for it to reach zero under idle_mu, so no runner touches freed
  * memory. A runner that ran on the thread of a call on the table and gave
  * its lane back there is decremented without the lock: destroy never races
- * with a call on the table (lanes.h), so it is not waiting then. `pending` counts accepted tasks not yet finished or cancelled;
- * whoever brings it to zero broadcasts under idle_mu (while still holding a
- * runner reference or being the caller), and wait_idle checks it under
- * idle_mu, so no wake-up is lost.
+ * with a call on the table (lanes.h), so it is not waiting then. `pending`
+ * counts accepted tasks not yet finished or cancelled; whoever brings it to
+ * zero broadcasts under idle_mu (while still holding a runner reference or
+ * being the caller), and wait_idle checks it under idle_mu, so no wake-up
+ * is lost.
  *
  * The pool's own keyed table (tko_submit_keyed; `keyed`, keyed_host.h)
  * differs in three ways: its tasks are the pool's - counted and given an id
@@ -131,11 +132,11 @@ enum { START_QUEUED = 0, START_RAN, START_GAVE_BACK };
  * owning the token, then hands the lane on. */
 typedef struct start {
   lane *ln;
-  size_t most;         /* tasks run here in all: 1 for a caller-runs submit, max_drain for
-                          submit_wait */
-  tko_lane_task *own;  /* submit_wait's task on an idle lane, run first and never queued;
-                          NULL when the caller's task is in the ring */
-  int ran;             /* START_*: what the runner did here */
+  size_t most;        /* tasks run here in all: 1 for a caller-runs submit, max_drain for
+                         submit_wait */
+  tko_lane_task *own; /* submit_wait's task on an idle lane, run first and never queued;
+                         NULL when the caller's task is in the ring */
+  int ran;            /* START_*: what the runner did here */
 } start;
 static _Thread_local start *starting;
 
