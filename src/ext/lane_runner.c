@@ -65,9 +65,11 @@
  * Lifetime: `runners` counts runners out across the table and is decremented
  * under idle_mu, as the runner's very last access to the table; destroy
  * waits for it to reach zero under idle_mu, so no runner touches freed
- * memory. A runner that ran on the thread of a call on the table and gave
- * its lane back there is decremented without the lock: destroy never races
- * with a call on the table (lanes.h), so it is not waiting then. `pending`
+ * memory. Destroy never races with a call on the table (lanes.h), so a
+ * runner that ran on the thread of such a call and gave its lane back
+ * there is decremented without the lock, and the token of a submit_wait
+ * that runs its idle lane is counted only if it outlives the call
+ * (count_token). `pending`
  * counts accepted tasks not yet finished or cancelled; whoever brings it to
  * zero broadcasts under idle_mu (while still holding a runner reference or
  * being the caller), and wait_idle checks it under idle_mu, so no wake-up
@@ -136,9 +138,22 @@ typedef struct start {
                          submit_wait */
   tko_lane_task *own; /* submit_wait's task on an idle lane, run first and never queued;
                          NULL when the caller's task is in the ring */
+  bool counted;       /* the token is counted in runners (see count_token) */
   int ran;            /* START_*: what the runner did here */
 } start;
 static _Thread_local start *starting;
+
+/* A submit_wait that runs its idle lane holds the token uncounted: runners
+ * keeps the table alive for destroy, which never races with a call on the
+ * table (lanes.h), and a token given back within the call is never seen
+ * by destroy. It is counted here once it may outlive the call: before it
+ * is handed on, or before a visit's end that a task ending its thread cuts
+ * short hands it on (visit_exited). Relaxed: as tko_lanes_submit's. */
+static void count_token(tko_lanes *l, start *st) {
+  if (st->counted) return;
+  st->counted = true;
+  tko__add_relaxed(&l->runners, 1);
+}
 
 /* Calls the pool with st->ln's runner, `starting` set: submits it (now
  * false) or runs it here at once (now true, tko__run_owned_here: this
@@ -169,7 +184,7 @@ static int call_starting(tko_lanes *l, start *st, int weight, long timeout_ms, b
  * a full TKO_FULL_CALLER_RUNS queue is treated as a blocking one. */
 int tko__lane_submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms,
                             bool may_run_here) {
-  start st = {.ln = ln, .most = 1, .own = NULL};
+  start st = {.ln = ln, .most = 1, .own = NULL, .counted = true};
   int rc = call_starting(l, &st, weight, timeout_ms, may_run_here, false);
   if (rc) return rc;
   return st.ran;
@@ -411,6 +426,8 @@ static void visit_exited(void *arg) {
   current_lanes = v->outer_lanes;
   size_t ran = v->next + 1, back = v->n - ran;
   tko__mutex_lock(&ln->mu);
+  start *st = starting;
+  if (st && st->ln == ln) count_token(l, st); /* the hand-on below needs it counted */
   /* A cancel that emptied the lane meanwhile moved taken on: the tasks
    * cannot go back in front of later tickets, so they go to on_cancel, as
    * the cancel would have sent them. (An own visit has nothing to put
@@ -469,6 +486,7 @@ static int lane_runner(void *arg) {
       st->ran = START_GAVE_BACK;
       return 0;
     }
+    count_token(ln->owner, st); /* the submitter hands the lane on */
     tko__mutex_unlock(&ln->mu);
     return 0;
   }
@@ -482,16 +500,17 @@ static int lane_runner(void *arg) {
  * START_QUEUED: it did not run, the pool refused or is closed) decides
  * what is left - the runner count to return, the lane to hand on, or the
  * lane to drive here, own task first. */
-static void finish_start(tko_lanes *l, const start *st) {
+static void finish_start(tko_lanes *l, start *st) {
   lane *ln = st->ln;
   if (st->ran == START_GAVE_BACK) {
-    tko__lanes_caller_runner_done(l);
+    if (st->counted) tko__lanes_caller_runner_done(l);
     return;
   }
   if (st->ran == START_RAN) {
     tko__mutex_lock(&ln->mu);
     hand_on_or_drive(l, ln);
   } else if (st->own) {
+    count_token(l, st); /* before the visit: no `starting` tells visit_exited */
     visit_own(l, ln, st->own);
     hand_on_or_drive(l, ln);
   } else {
@@ -512,7 +531,7 @@ static void finish_start(tko_lanes *l, const start *st) {
  * as a runner whose requeue was refused does, so the accepted tasks still
  * run. */
 static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here) {
-  start st = {.ln = ln, .most = 1, .own = NULL};
+  start st = {.ln = ln, .most = 1, .own = NULL, .counted = true};
   int rc = call_starting(l, &st, weight, -1, may_run_here, false);
   if (rc == 0 && st.ran == START_QUEUED) return; /* out in the pool */
   finish_start(l, &st);
@@ -527,7 +546,7 @@ static void start_unlocked(tko_lanes *l, lane *ln, int weight, bool may_run_here
  * thread runs `own` and drives the lane itself, as start_unlocked does
  * when the pool refuses. */
 void tko__lane_run_here(tko_lanes *l, lane *ln, tko_lane_task *own, size_t most, bool gated) {
-  start st = {.ln = ln, .most = most, .own = own, .ran = START_QUEUED};
+  start st = {.ln = ln, .most = most, .own = own, .counted = false, .ran = START_QUEUED};
   if (gated) (void)call_starting(l, &st, own->weight, -1, true, true);
   finish_start(l, &st);
 }

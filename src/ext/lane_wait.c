@@ -83,10 +83,10 @@ int tko_lanes_submit_wait(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg,
       tko__mutex_unlock(&ln->mu);
       return -ESHUTDOWN;
     }
-    /* Relaxed, both: as tko_lanes_submit's (every decrement follows a
-     * later lock of ln->mu, or this thread's return). */
+    /* Relaxed: as tko_lanes_submit's (every decrement follows a later
+     * lock of ln->mu). The token taken here is counted in runners only
+     * if it outlives this call (lane_runner.c: count_token). */
     tko__add_relaxed(&l->pending, 1);
-    tko__add_relaxed(&l->runners, 1);
     ln->submitted++;
     ln->used = true;
     ln->scheduled = true;
