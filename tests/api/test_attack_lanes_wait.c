@@ -282,26 +282,33 @@ typedef struct chain {
   tko_lanes *l;
   unsigned spread; /* keys the chain walks over */
   atomic_int started, done, fails;
+  atomic_int runs[CHAIN];
+  int idx[CHAIN];
 } chain;
 
+static chain *chn;
+
 static int chain_fn(void *arg) {
-  chain *c = arg;
-  int n = atomic_fetch_add(&c->done, 0);
+  int n = *(int *)arg;
+  chain *c = chn;
   atomic_store(&c->started, 1);
+  atomic_fetch_add(&c->runs[n], 1);
   if (n + 1 < CHAIN &&
-      tko_lanes_submit(c->l, (uint64_t)(n + 1) % c->spread * 0x9e3779b97f4a7c15ull, chain_fn, c, n) != 0)
+      tko_lanes_submit(c->l, (uint64_t)(n + 1) % c->spread * 0x9e3779b97f4a7c15ull, chain_fn,
+                       &c->idx[n + 1], n) != 0)
     atomic_fetch_add(&c->fails, 1);
   atomic_fetch_add(&c->done, 1);
   return 0;
 }
 
 static void chain_batch(void *user, const tko_lane_batch *b) {
-  for (size_t i = 0; i < b->count; i++) chain_fn(user);
+  (void)user;
+  for (size_t i = 0; i < b->count; i++) chain_fn(b->tasks[i].arg);
 }
 
 static void *chain_thread(void *arg) {
   chain *c = arg;
-  if (tko_lanes_submit_wait(c->l, 0, chain_fn, c, 0) != 0) atomic_fetch_add(&c->fails, 1);
+  if (tko_lanes_submit_wait(c->l, 0, chain_fn, &c->idx[0], 0) != 0) atomic_fetch_add(&c->fails, 1);
   return NULL;
 }
 
@@ -314,6 +321,8 @@ Test(attack_lanes_wait, wait_idle_waits_for_a_chain_a_submit_wait_caller_started
   for (int i = 0; i < rounds; i++) {
     static chain c;
     memset(&c, 0, sizeof c);
+    chn = &c;
+    for (int k = 0; k < CHAIN; k++) c.idx[k] = k;
     c.spread = (unsigned)(i % 3 == 0 ? 1 : i % 3 == 1 ? 2 : 7);
     tko_lane_options o = tko_lane_default_options();
     o.max_drain = (unsigned)(i % 4 == 0 ? 1 : i % 4 == 1 ? 2 : 32);
@@ -333,6 +342,7 @@ Test(attack_lanes_wait, wait_idle_waits_for_a_chain_a_submit_wait_caller_started
     pthread_join(t, NULL);
     cr_assert_eq(rc, 0);
     cr_assert_eq(done, CHAIN, "round %d: wait_idle returned with %d of %d run", i, done, CHAIN);
+    for (int k = 0; k < CHAIN; k++) cr_assert_eq(atomic_load(&c.runs[k]), 1);
     cr_assert_eq(s.submitted, CHAIN);
     cr_assert_eq(s.completed, CHAIN);
     cr_assert_eq(s.queued, 0);
@@ -432,6 +442,12 @@ Test(attack_lanes_wait, mixed_submitters_on_colliding_odd_keys_keep_order_exclus
     cr_assert_geq(s.max_batch, 1);
     cr_assert_leq(s.lanes_used, o.lanes);
     cr_assert_geq(s.lanes_used, 1);
+    cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+    tko_stats ps;
+    tko_pool_stats(p, &ps);
+    cr_assert_eq(ps.running, 0);
+    cr_assert_eq(ps.queued, 0);
+    cr_assert_eq(ps.submitted, ps.completed + ps.cancelled);
     cr_assert_eq(tko_lanes_destroy(m.l), 0);
   }
   cr_assert_eq(tko_pool_destroy(p), 0);
@@ -446,6 +462,7 @@ typedef struct racer {
   atomic_int runs[RT][RPER];
   atomic_int cancels[RT][RPER];
   int rc[RT][RPER];
+  int ran_at_return[RT][RPER], cancelled_at_return[RT][RPER];
   atomic_int go;
 } racer;
 
@@ -469,6 +486,8 @@ static void *racer_thread(void *arg) {
     uint64_t key = (i + me) % 3;
     rc_->rc[me][i] = (i + me) % 2 ? tko_lanes_submit_wait(rc_->l, key, racer_fn, &rc_->runs[me][i], 0)
                                   : tko_lanes_submit(rc_->l, key, racer_fn, &rc_->runs[me][i], 0);
+    rc_->ran_at_return[me][i] = atomic_load(&rc_->runs[me][i]);
+    rc_->cancelled_at_return[me][i] = atomic_load(&rc_->cancels[me][i]);
   }
   return NULL;
 }
@@ -496,10 +515,20 @@ static void race_scene(int how) {
     cr_assert_eq(tko_lanes_close(r.l), 0);
   else if (how == 1)
     cr_assert_eq(tko_lanes_cancel(r.l), 0);
-  else
+  else if (how == 2)
     cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  else if (how == 3)
+    cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL_NOWAIT), 0);
+  else {
+    int rc = tko_pool_shutdown_timed(p, TKO_DRAIN, 0);
+    cr_assert(rc == 0 || rc == -ETIMEDOUT, "rc %d", rc);
+    cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  }
   for (int t = 0; t < RT; t++) pthread_join(th[t], NULL);
-  if (how != 2) cr_assert_eq(tko_lanes_wait_idle(r.l, TT_LONG_MS), 0);
+  if (how < 2) cr_assert_eq(tko_lanes_wait_idle(r.l, TT_LONG_MS), 0);
+  /* a NOWAIT shutdown returns while runners still finish their lanes:
+   * destroy waits for them */
+  cr_assert_eq(tko_lanes_destroy(r.l), 0);
   uint64_t accepted = 0, ran = 0, cancelled = 0;
   for (int t = 0; t < RT; t++)
     for (int i = 0; i < RPER; i++) {
@@ -507,14 +536,13 @@ static void race_scene(int how) {
       bool waited = (i + t) % 2;
       cr_assert(rc == 0 || rc == -ESHUTDOWN || (waited && rc == -ECANCELED), "rc %d", rc);
       if (rc == -ESHUTDOWN) cr_assert(runs == 0 && cancels == 0);
-      if (rc == 0 && waited) cr_assert(runs == 1 && cancels == 0, "t%d i%d ran %d cancelled %d", t, i, runs, cancels);
-      if (rc == -ECANCELED) cr_assert(runs == 0 && cancels == 1);
+      if (rc == 0 && waited) cr_assert(runs == 1 && cancels == 0 && r.ran_at_return[t][i] == 1);
+      if (rc == -ECANCELED) cr_assert(runs == 0 && cancels == 1 && r.cancelled_at_return[t][i] == 1);
       if (rc == 0 && !waited) cr_assert_eq(runs + cancels, 1);
       if (rc != -ESHUTDOWN) accepted++;
       ran += (uint64_t)runs;
       cancelled += (uint64_t)cancels;
     }
-  cr_assert_eq(tko_lanes_destroy(r.l), 0);
   cr_assert_eq(accepted, ran + cancelled);
   if (how == 0) cr_assert_eq(cancelled, 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
@@ -528,6 +556,12 @@ Test(attack_lanes_wait, cancel_racing_submit_and_submit_wait_accounts_every_task
 }
 Test(attack_lanes_wait, cancel_shutdown_racing_submit_and_submit_wait_accounts_every_task_once) {
   for (int i = 0; i < TT_SCALE(10, 3); i++) race_scene(2);
+}
+Test(attack_lanes_wait, nowait_shutdown_racing_submit_and_submit_wait_accounts_every_task_once) {
+  for (int i = 0; i < TT_SCALE(10, 3); i++) race_scene(3);
+}
+Test(attack_lanes_wait, timed_drain_then_cancel_racing_submit_and_submit_wait_accounts_every_task_once) {
+  for (int i = 0; i < TT_SCALE(10, 3); i++) race_scene(4);
 }
 
 /* ---- destroy right after every submit_wait returned --------------------- */
@@ -1028,4 +1062,190 @@ Test(attack_lanes_wait, nested_caller_runs_of_two_tables_never_wait_for_themselv
   cr_assert_eq(tko_lanes_destroy(n.b), 0);
   cr_assert_eq(tko_lanes_destroy(n.a), 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- a task the caller drains for another thread is a task of the table -- */
+
+typedef struct drained {
+  tko_lanes *l;
+  int rc_wait, rc_idle, rc_destroy;
+  atomic_int ran, x_on_caller;
+  pthread_t caller;
+} drained;
+
+static int drained_x(void *arg) {
+  drained *d = arg;
+  if (pthread_equal(pthread_self(), d->caller)) atomic_fetch_add(&d->x_on_caller, 1);
+  d->rc_wait = tko_lanes_submit_wait(d->l, 77, count_fn, &d->ran, 0);
+  d->rc_idle = tko_lanes_wait_idle(d->l, 0);
+  d->rc_destroy = tko_lanes_destroy(d->l);
+  return 0;
+}
+
+static int drained_own(void *arg) {
+  drained *d = arg;
+  return tko_lanes_submit(d->l, 1, drained_x, d, 0);
+}
+
+/* The caller's own task appends X; the caller runs X too (max_drain 2). X is
+ * a task of these lanes wherever it runs: submit_wait, wait_idle and destroy
+ * from it are -EDEADLK. */
+Test(attack_lanes_wait, a_task_the_caller_drains_gets_edeadlk_from_its_lanes) {
+  tko_pool *p = make_pool(1);
+  static drained d;
+  memset(&d, 0, sizeof d);
+  d.rc_wait = d.rc_idle = d.rc_destroy = 1;
+  d.caller = pthread_self();
+  tko_lane_options o = tko_lane_default_options();
+  o.max_drain = 2;
+  cr_assert_eq(tko_lanes_create(&d.l, p, &o), 0);
+  cr_assert_eq(tko_pool_pause(p), 0); /* no runner may take X */
+  cr_assert_eq(tko_lanes_submit_wait(d.l, 1, drained_own, &d, 0), 0);
+  cr_assert_eq(atomic_load(&d.x_on_caller), 1, "the caller ran X");
+  cr_assert_eq(d.rc_wait, -EDEADLK);
+  cr_assert_eq(d.rc_idle, -EDEADLK);
+  cr_assert_eq(d.rc_destroy, -EDEADLK);
+  cr_assert_eq(atomic_load(&d.ran), 0);
+  cr_assert_eq(tko_pool_resume(p), 0);
+  cr_assert_eq(tko_lanes_wait_idle(d.l, TT_LONG_MS), 0);
+  cr_assert_eq(tko_lanes_destroy(d.l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- a busy-lane waiter returns after its batch / on_cancel returned ---- */
+
+typedef struct bwait {
+  tko_lanes *l;
+  tt_gate hold;
+  atomic_int in_batch, finished_batches, cancels_done;
+  int rc, finished_at_return, cancels_at_return;
+  tt_count entered;
+} bwait;
+
+static bwait *bw;
+
+static void bwait_batch(void *user, const tko_lane_batch *b) {
+  bwait *w = user;
+  for (size_t i = 0; i < b->count; i++)
+    if (b->tasks[i].arg == &w->hold) {
+      tt_count_add(&w->entered, 1);
+      tt_gate_wait(&w->hold);
+    }
+  tt_spin_ns(200000);
+  atomic_fetch_add(&w->finished_batches, 1);
+}
+
+static void bwait_cancel(void *user, const tko_lane_task *t) {
+  (void)t;
+  bwait *w = user;
+  tt_spin_ns(200000);
+  atomic_fetch_add(&w->cancels_done, 1);
+}
+
+static void *bwait_thread(void *arg) {
+  bwait *w = arg;
+  w->rc = tko_lanes_submit_wait(w->l, 1, NULL, w, 0);
+  w->finished_at_return = atomic_load(&w->finished_batches);
+  w->cancels_at_return = atomic_load(&w->cancels_done);
+  return NULL;
+}
+
+static void batch_waiter(bool cancel) {
+  tko_pool *p = make_pool(2);
+  static bwait w;
+  memset(&w, 0, sizeof w);
+  w.hold = (tt_gate)TT_GATE_INIT;
+  tt_count_init(&w.entered);
+  bw = &w;
+  tko_lane_options o = tko_lane_default_options();
+  o.batch = bwait_batch;
+  o.on_cancel = bwait_cancel;
+  o.user = &w;
+  cr_assert_eq(tko_lanes_create(&w.l, p, &o), 0);
+  cr_assert_eq(tko_lanes_submit(w.l, 1, NULL, &w.hold, 0), 0);
+  cr_assert(tt_count_wait_geq(&w.entered, 1)); /* the lane is busy */
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, bwait_thread, &w), 0);
+  tko_lane_stats s;
+  do {
+    sched_yield();
+    tko_lanes_stats(w.l, &s);
+  } while (s.submitted < 2);
+  if (cancel) cr_assert_eq(tko_lanes_cancel(w.l), 0);
+  tt_gate_open(&w.hold);
+  pthread_join(t, NULL);
+  if (cancel) {
+    cr_assert_eq(w.rc, -ECANCELED);
+    cr_assert_eq(w.cancels_at_return, 1, "returned before on_cancel returned");
+  } else {
+    cr_assert_eq(w.rc, 0);
+    cr_assert_eq(w.finished_at_return, 2, "returned before its batch returned");
+  }
+  cr_assert_eq(tko_lanes_wait_idle(w.l, TT_LONG_MS), 0);
+  cr_assert_eq(tko_lanes_destroy(w.l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+Test(attack_lanes_wait, a_busy_lane_waiter_returns_after_its_batch_returned) { batch_waiter(false); }
+Test(attack_lanes_wait, a_cancelled_waiter_returns_after_on_cancel_returned) { batch_waiter(true); }
+
+/* ---- the pool sees the caller's run as one of its tasks ----------------- */
+
+typedef struct poolview {
+  tko_pool *p;
+  tko_lanes *l;
+  int rc_pool_idle, rc_shutdown, rc_destroy;
+  tt_count started;
+  tt_gate release;
+  int rc;
+} poolview;
+
+static int poolview_own(void *arg) {
+  poolview *v = arg;
+  v->rc_pool_idle = tko_pool_wait_idle(v->p, 0);
+  v->rc_shutdown = tko_pool_shutdown(v->p, TKO_DRAIN);
+  v->rc_destroy = tko_pool_destroy(v->p);
+  tt_count_add(&v->started, 1);
+  tt_gate_wait(&v->release);
+  return 0;
+}
+
+static void *poolview_thread(void *arg) {
+  poolview *v = arg;
+  v->rc = tko_lanes_submit_wait(v->l, 1, poolview_own, v, 0);
+  return NULL;
+}
+
+Test(attack_lanes_wait, the_pool_counts_the_callers_run_as_its_running_task) {
+  static poolview v;
+  memset(&v, 0, sizeof v);
+  tt_count_init(&v.started);
+  v.release = (tt_gate)TT_GATE_INIT;
+  v.rc = 1;
+  v.p = make_pool(2);
+  cr_assert_eq(tko_lanes_create(&v.l, v.p, NULL), 0);
+  tko_stats before;
+  tko_pool_stats(v.p, &before);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, poolview_thread, &v), 0);
+  cr_assert(tt_count_wait_geq(&v.started, 1));
+  cr_assert_eq(v.rc_pool_idle, -EDEADLK, "pool wait_idle from the caller's task: %d", v.rc_pool_idle);
+  cr_assert_eq(v.rc_shutdown, -EDEADLK);
+  cr_assert_eq(v.rc_destroy, -EDEADLK);
+  cr_assert_eq(tko_pool_wait_idle(v.p, 0), -ETIMEDOUT, "the caller's task runs");
+  tko_stats mid;
+  tko_pool_stats(v.p, &mid);
+  cr_assert_geq(mid.running, 1);
+  cr_assert_leq(mid.completed + mid.cancelled + mid.queued + mid.running, mid.submitted);
+  tt_gate_open(&v.release);
+  pthread_join(t, NULL);
+  cr_assert_eq(v.rc, 0);
+  cr_assert_eq(tko_pool_wait_idle(v.p, TT_LONG_MS), 0);
+  tko_stats after;
+  tko_pool_stats(v.p, &after);
+  cr_assert_eq(after.caller_runs, before.caller_runs + 1);
+  cr_assert_eq(after.running, 0);
+  cr_assert_eq(after.submitted, after.completed + after.cancelled + after.queued + after.running);
+  cr_assert_eq(tko_lanes_destroy(v.l), 0);
+  cr_assert_eq(tko_pool_destroy(v.p), 0);
 }
