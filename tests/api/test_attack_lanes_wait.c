@@ -1249,3 +1249,100 @@ Test(attack_lanes_wait, the_pool_counts_the_callers_run_as_its_running_task) {
   cr_assert_eq(tko_lanes_destroy(v.l), 0);
   cr_assert_eq(tko_pool_destroy(v.p), 0);
 }
+
+/* ---- rings: first use by a caller, bursts, shrink, failing memory ------- */
+
+typedef struct ringy {
+  tko_lanes *l;
+  atomic_int ran, fails, enomem, attempts;
+  atomic_long allocs_left;
+  atomic_int live;
+  int burst;
+} ringy;
+
+static void *ring_alloc(void *ctx, size_t n) {
+  ringy *r = ctx;
+  if (atomic_fetch_sub(&r->allocs_left, 1) <= 0) return NULL;
+  void *p = malloc(n);
+  if (p) atomic_fetch_add(&r->live, 1);
+  return p;
+}
+static void *ring_realloc(void *ctx, void *p, size_t n) {
+  ringy *r = ctx;
+  if (atomic_fetch_sub(&r->allocs_left, 1) <= 0) return NULL;
+  void *q = realloc(p, n);
+  if (q && !p) atomic_fetch_add(&r->live, 1);
+  return q;
+}
+static void ring_free(void *ctx, void *p) {
+  ringy *r = ctx;
+  if (p) atomic_fetch_sub(&r->live, 1);
+  free(p);
+}
+
+static int ring_burst(void *arg) {
+  ringy *r = arg;
+  for (int i = 0; i < r->burst; i++) {
+    atomic_fetch_add(&r->attempts, 1);
+    int rc = tko_lanes_submit(r->l, 1, count_fn, &r->ran, 0);
+    if (rc == -ENOMEM)
+      atomic_fetch_add(&r->enomem, 1);
+    else if (rc != 0)
+      atomic_fetch_add(&r->fails, 1);
+  }
+  atomic_fetch_add(&r->ran, 1);
+  return 0;
+}
+
+static void *ring_thread(void *arg) {
+  ringy *r = arg;
+  for (int i = 0; i < 20; i++) {
+    atomic_fetch_add(&r->attempts, 1);
+    int rc = tko_lanes_submit_wait(r->l, (uint64_t)i % 2, ring_burst, r, 0);
+    if (rc == -ENOMEM)
+      atomic_fetch_add(&r->enomem, 1);
+    else if (rc != 0)
+      atomic_fetch_add(&r->fails, 1);
+  }
+  return NULL;
+}
+
+/* Callers whose own tasks burst far past lane_capacity (the ring grows, then
+ * shrinks when the lane drains) on two keys of one lane, with memory that
+ * runs out midway in some rounds: every accepted task runs once, the
+ * allocator sees every block it gave back, nothing hangs. */
+Test(attack_lanes_wait, callers_bursting_past_lane_capacity_with_memory_running_out) {
+  for (int round = 0; round < TT_SCALE(12, 4); round++) {
+    tko_pool *p = make_pool(2);
+    static ringy r;
+    memset(&r, 0, sizeof r);
+    r.burst = 40;
+    atomic_store(&r.allocs_left, round % 3 == 2 ? 3 + round / 3 : 1L << 30);
+    tko_allocator a = {.alloc = ring_alloc, .realloc = ring_realloc, .free = ring_free, .ctx = &r};
+    tko_lane_options o = tko_lane_default_options();
+    o.lanes = 1;
+    o.lane_capacity = 1;
+    o.max_drain = round % 2 ? 3 : 1;
+    o.allocator = &a;
+    int crc = tko_lanes_create(&r.l, p, &o);
+    if (crc == -ENOMEM) {
+      cr_assert_eq(tko_pool_destroy(p), 0);
+      continue;
+    }
+    cr_assert_eq(crc, 0);
+    pthread_t th[3];
+    for (int t = 0; t < 3; t++) cr_assert_eq(pthread_create(&th[t], NULL, ring_thread, &r), 0);
+    for (int t = 0; t < 3; t++) pthread_join(th[t], NULL);
+    cr_assert_eq(tko_lanes_wait_idle(r.l, TT_LONG_MS), 0);
+    tko_lane_stats s;
+    tko_lanes_stats(r.l, &s);
+    cr_assert_eq(atomic_load(&r.fails), 0);
+    cr_assert_eq(s.completed, s.submitted);
+    cr_assert_eq(s.queued, 0);
+    cr_assert_eq((uint64_t)atomic_load(&r.ran), s.submitted, "every accepted task ran once");
+    cr_assert_eq(s.submitted + (uint64_t)atomic_load(&r.enomem), (uint64_t)atomic_load(&r.attempts));
+    cr_assert_eq(tko_lanes_destroy(r.l), 0);
+    cr_assert_eq(atomic_load(&r.live), 0, "the table gave back every block");
+    cr_assert_eq(tko_pool_destroy(p), 0);
+  }
+}
