@@ -678,6 +678,7 @@ static void bounded_scene(tko_full_policy policy) {
   cr_assert_eq(a.rc, 0);
   cr_assert_eq(tko_lanes_wait_idle(a.l, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&a.ran), 4);
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
   cr_assert_eq(atomic_load(&filler), 1);
   cr_assert_eq(atomic_load(&a.fails), 0);
   tko_lane_stats s;
@@ -1345,4 +1346,71 @@ Test(attack_lanes_wait, callers_bursting_past_lane_capacity_with_memory_running_
     cr_assert_eq(atomic_load(&r.live), 0, "the table gave back every block");
     cr_assert_eq(tko_pool_destroy(p), 0);
   }
+}
+
+Test(attack_lanes_wait, a_full_rejecting_pool_runs_the_visit_and_keeps_the_rest) {
+  bounded_scene(TKO_FULL_REJECT);
+}
+
+/* ---- waiters asleep on a paused pool meet a cancel shutdown ------------- */
+
+typedef struct sleeper {
+  tko_lanes *l;
+  atomic_int runs[8], cancels[8];
+  int rc[8];
+  int idx[8];
+} sleeper;
+
+static sleeper *slp;
+
+static int sleeper_fn(void *arg) {
+  atomic_fetch_add(&slp->runs[*(int *)arg], 1);
+  return 0;
+}
+
+static void sleeper_cancel(void *user, const tko_lane_task *t) {
+  (void)user;
+  atomic_fetch_add(&slp->cancels[*(int *)t->arg], 1);
+}
+
+static void *sleeper_thread(void *arg) {
+  int i = *(int *)arg;
+  slp->rc[i] = tko_lanes_submit_wait(slp->l, (uint64_t)i % 2, sleeper_fn, arg, i);
+  return NULL;
+}
+
+/* Two lanes made busy by a runner queued in a paused pool; six callers
+ * asleep behind them; a timed-out then a full cancel shutdown, and destroy
+ * at once after the callers returned: each caller got -ECANCELED after
+ * on_cancel saw its task, once. */
+Test(attack_lanes_wait, callers_asleep_on_a_paused_pool_are_cancelled_by_its_shutdown) {
+  tko_pool *p = make_pool(2);
+  static sleeper s;
+  memset(&s, 0, sizeof s);
+  slp = &s;
+  for (int i = 0; i < 8; i++) s.idx[i] = i;
+  tko_lane_options o = tko_lane_default_options();
+  o.on_cancel = sleeper_cancel;
+  cr_assert_eq(tko_lanes_create(&s.l, p, &o), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  cr_assert_eq(tko_lanes_submit(s.l, 0, sleeper_fn, &s.idx[6], 0), 0);
+  cr_assert_eq(tko_lanes_submit(s.l, 1, sleeper_fn, &s.idx[7], 0), 0);
+  pthread_t th[6];
+  for (int i = 0; i < 6; i++) cr_assert_eq(pthread_create(&th[i], NULL, sleeper_thread, &s.idx[i]), 0);
+  tko_lane_stats st;
+  do {
+    sched_yield();
+    tko_lanes_stats(s.l, &st);
+  } while (st.submitted < 8);
+  int rc = tko_pool_shutdown_timed(p, TKO_CANCEL, 0);
+  cr_assert(rc == 0 || rc == -ETIMEDOUT, "rc %d", rc);
+  cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
+  cr_assert_eq(tko_lanes_destroy(s.l), 0);
+  for (int i = 0; i < 8; i++) {
+    cr_assert_eq(atomic_load(&s.runs[i]), 0);
+    cr_assert_eq(atomic_load(&s.cancels[i]), 1);
+    if (i < 6) cr_assert_eq(s.rc[i], -ECANCELED);
+  }
+  cr_assert_eq(tko_pool_destroy(p), 0);
 }
