@@ -17,7 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <taskorch.h>
 #include <taskorch/lanes.h>
@@ -1412,5 +1416,163 @@ Test(attack_lanes_wait, callers_asleep_on_a_paused_pool_are_cancelled_by_its_shu
     cr_assert_eq(atomic_load(&s.cancels[i]), 1);
     if (i < 6) cr_assert_eq(s.rc[i], -ECANCELED);
   }
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- a forked child: -ECHILD, idle lane or busy ------------------------- */
+
+#if defined(__SANITIZE_THREAD__)
+#define AW_FORK_SKIP 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define AW_FORK_SKIP 1
+#endif
+#endif
+
+static int fork_flag_fn(void *arg) {
+  *(int *)arg = 1;
+  return 0;
+}
+
+/* In a child forked after create, every call is -ECHILD: submit_wait on an
+ * idle lane must not run the task on the child's thread, nor wait on a busy
+ * one for a runner that only the parent has. */
+Test(attack_lanes_wait, submit_wait_in_a_forked_child_is_echild_on_idle_and_busy_lanes) {
+#ifdef AW_FORK_SKIP
+  return; /* fork with pool threads is unsupported under TSan */
+#endif
+  tko_pool *p = make_pool(1);
+  tko_lanes *l = NULL;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  static tt_pin pin;
+  pin = (tt_pin)TT_PIN_INIT;
+  cr_assert_eq(tko_lanes_submit(l, 1, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1)); /* lane of key 1 busy */
+  uint64_t idle_key = 2;
+  while (tko_lanes_index(l, idle_key) == tko_lanes_index(l, 1)) idle_key++;
+  int pipefd[2];
+  cr_assert_eq(pipe(pipefd), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    close(pipefd[0]);
+    alarm(20); /* a hang kills the child: a failure, not a stuck suite */
+    int ran = 0, bad = 0;
+    if (tko_lanes_submit_wait(l, idle_key, fork_flag_fn, &ran, 0) != -ECHILD) bad |= 1;
+    if (ran) bad |= 2;
+    if (tko_lanes_submit_wait(l, 1, fork_flag_fn, &ran, 0) != -ECHILD) bad |= 4;
+    if (ran) bad |= 8;
+    ssize_t w = write(pipefd[1], &bad, sizeof bad);
+    (void)w;
+    tt_child_exit(0);
+  }
+  close(pipefd[1]);
+  int bad = -1;
+  ssize_t got = read(pipefd[0], &bad, sizeof bad);
+  close(pipefd[0]);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(!WIFSIGNALED(status), "the child died of signal %d (hung?)", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cr_assert_eq(got, (ssize_t)sizeof bad);
+  cr_assert_eq(bad, 0, "child result 0x%x", bad);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_lanes_wait_idle(l, TT_LONG_MS), 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* ---- cross-thread order: a submit that returned is ahead of a later call -- */
+
+typedef struct xorder {
+  tko_lanes *l;
+  atomic_int x_done, x_running, bad, go, round;
+  int rounds;
+} xorder;
+
+static int xorder_x(void *arg) {
+  xorder *o = arg;
+  atomic_store(&o->x_running, 1);
+  for (volatile int i = 0; i < 200; i++) {
+  }
+  atomic_store(&o->x_running, 0);
+  atomic_fetch_add(&o->x_done, 1);
+  return 0;
+}
+
+static int xorder_y(void *arg) {
+  xorder *o = arg;
+  /* x of this round was accepted before y's call began */
+  if (atomic_load(&o->x_running) || atomic_load(&o->x_done) != atomic_load(&o->round) + 1)
+    atomic_fetch_add(&o->bad, 1);
+  return 0;
+}
+
+static void *xorder_thread(void *arg) {
+  xorder *o = arg;
+  for (int r = 0; r < o->rounds; r++) {
+    while (atomic_load(&o->go) != 2 * r + 1) sched_yield();
+    if (tko_lanes_submit_wait(o->l, 42, xorder_y, o, 0) != 0) atomic_fetch_add(&o->bad, 1);
+    atomic_store(&o->go, 2 * r + 2);
+  }
+  return NULL;
+}
+
+/* Thread A's tko_lanes_submit(x) returned before thread B called
+ * submit_wait(y) on the same key: y runs after x returned, whether B finds
+ * the lane busy or just given back (max_drain 1, two workers). */
+Test(attack_lanes_wait, a_submit_that_returned_runs_before_a_later_threads_submit_wait) {
+  tko_pool *p = make_pool(2);
+  static xorder o;
+  memset(&o, 0, sizeof o);
+  o.rounds = TT_SCALE(3000, 400);
+  tko_lane_options lo = tko_lane_default_options();
+  lo.max_drain = 1;
+  cr_assert_eq(tko_lanes_create(&o.l, p, &lo), 0);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, xorder_thread, &o), 0);
+  for (int r = 0; r < o.rounds; r++) {
+    atomic_store(&o.round, r);
+    cr_assert_eq(tko_lanes_submit(o.l, 42, xorder_x, &o, 0), 0);
+    atomic_store(&o.go, 2 * r + 1);
+    while (atomic_load(&o.go) != 2 * r + 2) sched_yield();
+  }
+  pthread_join(t, NULL);
+  cr_assert_eq(atomic_load(&o.bad), 0);
+  cr_assert_eq(atomic_load(&o.x_done), o.rounds);
+  cr_assert_eq(tko_lanes_wait_idle(o.l, TT_LONG_MS), 0);
+  cr_assert_eq(tko_lanes_destroy(o.l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
+
+/* Option limits reach submit_wait's tables too. */
+Test(attack_lanes_wait, option_limits_and_the_largest_max_drain) {
+  tko_pool *p = make_pool(1);
+  tko_lanes *l = NULL;
+  tko_lane_options o = tko_lane_default_options();
+  o.max_drain = TKO_MAX_LANE_DRAIN + 1;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), -EINVAL);
+  o = tko_lane_default_options();
+  o.lanes = TKO_MAX_LANES + 1;
+  cr_assert_eq(tko_lanes_create(&l, p, &o), -EINVAL);
+  o = tko_lane_default_options();
+  o.max_drain = TKO_MAX_LANE_DRAIN;
+  o.lanes = 1;
+  static appender a;
+  memset(&a, 0, sizeof a);
+  cr_assert_eq(tko_lanes_create(&a.l, p, &o), 0);
+  cr_assert_eq(tko_pool_pause(p), 0);
+  cr_assert_eq(tko_lanes_submit_wait(a.l, UINT64_MAX, append_fn, &a, INT_MIN), 0);
+  cr_assert_eq(atomic_load(&a.ran), 4, "all appends ran on the caller");
+  tko_lane_stats s;
+  tko_lanes_stats(a.l, &s);
+  /* the caller's take of its own task and its take of the appends count as
+   * a visit each */
+  cr_assert_leq(s.visits, 2);
+  cr_assert_leq(s.max_batch, 4);
+  cr_assert_geq(s.max_batch * s.visits, 4);
+  cr_assert_eq(s.completed, 4);
+  cr_assert_eq(tko_pool_resume(p), 0);
+  cr_assert_eq(tko_lanes_destroy(a.l), 0);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
