@@ -10,7 +10,9 @@
  * worker may start more once the heavier task is taken, while its worker
  * is preempted: the task is then no longer queued.) Counted in starts,
  * not time: each task takes a ticket from one counter as it starts and
- * notes its thread. Public API only. */
+ * notes its thread. And, held step by step on one worker: a heavier task
+ * submitted behind lighter ones already queued starts next. Public API
+ * only. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -82,4 +84,45 @@ Test(priority, a_heavier_task_overtakes_all_but_the_batches_already_taken) {
 
 Test(priority, the_bound_holds_with_full_batches_and_four_workers) {
   overtakes(4, 64, -5, 7);
+}
+
+/* One worker taking one task at a time, its queue holding lighter tasks: a
+ * heavier task submitted meanwhile is the next it starts. Each take moves
+ * what was submitted into the queue first, not only once the queue is
+ * empty (else the heavier task would wait behind every lighter one queued
+ * before it). Deterministic: the worker is held in a task at each step. */
+typedef struct held {
+  tt_gate started, release;
+} held;
+
+static int held_fn(void *arg) {
+  held *h = arg;
+  tt_gate_open(&h->started);
+  return tt_gate_wait(&h->release) ? 0 : 1;
+}
+
+Test(priority, a_heavier_task_submitted_behind_queued_lighter_ones_starts_next) {
+  tko_options o = tko_basic_options(1);
+  o.max_batch = 1;
+  o.queues = 1;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  held first = {TT_GATE_INIT, TT_GATE_INIT}, second = {TT_GATE_INIT, TT_GATE_INIT};
+  atomic_store(&tickets, 0);
+  cr_assert_eq(tko_submit(pool, held_fn, &first, 0), 0);
+  cr_assert(tt_gate_wait(&first.started), "the worker holds the first task");
+  cr_assert_eq(tko_submit(pool, held_fn, &second, 0), 0);
+  enum { LIGHT = 4 };
+  for (int i = 0; i < LIGHT; i++) cr_assert_eq(tko_submit(pool, light_fn, NULL, 0), 0);
+  tt_gate_open(&first.release); /* its next take queues the second and the lights */
+  cr_assert(tt_gate_wait(&second.started), "the worker holds the second task");
+  heavy h;
+  atomic_init(&h.ticket, -1);
+  cr_assert_eq(tko_submit(pool, heavy_fn, &h, 1), 0);
+  tt_gate_open(&second.release);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(atomic_load(&tickets), LIGHT + 1);
+  cr_assert_eq(atomic_load(&h.ticket), 0, "the heavier task started after %ld lighter ones",
+               atomic_load(&h.ticket));
+  cr_assert_eq(tko_pool_destroy(pool), 0);
 }
