@@ -161,9 +161,6 @@ int tko__lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *o
 void tko__lanes_pending_sub(tko_lanes *l, uint64_t n);
 /* A runner is back: the table's last access by that runner. */
 void tko__lanes_runner_done(tko_lanes *l);
-/* A runner that ran on the thread of a call on the table (tko_lanes_submit
- * or _submit_wait) and gave its token back there is back. */
-void tko__lanes_caller_runner_done(tko_lanes *l);
 
 /* lane_ring.c: a lane's ring, under its mutex. */
 

@@ -55,16 +55,14 @@ int tko__lane_ring_grow(tko_lanes *l, lane *ln) {
   return 0;
 }
 
-/* A ring that drained empty after a burst grew it past
- * LANE_SHRINK_FACTOR times its first size (tko__lane_ring_oversized) goes
- * back to that size. Swaps, under ln->mu with the ring empty, for a fresh
- * ring (and meta); the old ones are left in *old for the caller to free
- * unlocked. Nothing changes if the allocation fails: the big ring serves
- * on. */
+/* Takes an empty, oversized ring (tko__lane_ring_oversized) back to its
+ * first size. Swaps, under ln->mu, for a fresh ring (and meta); the old
+ * ones are left in *old for the caller to free unlocked. Nothing changes
+ * if the allocation fails: the big ring serves on. */
 void tko__lane_ring_shrink(tko_lanes *l, lane *ln, ring_old *old) {
   *old = (ring_old){NULL, NULL};
   size_t small = l->opts.lane_capacity;
-  if (ln->count || !tko__lane_ring_oversized(l, ln)) return;
+  TKO__INVARIANT(ln->count == 0 && tko__lane_ring_oversized(l, ln));
   const tko_allocator *a = l->opts.allocator;
   tko_lane_task *nr = tko__mem_alloc(a, small * sizeof *nr);
   lane_meta *nm = l->keyed ? tko__mem_alloc(a, small * sizeof *nm) : NULL;
@@ -80,12 +78,9 @@ void tko__lane_ring_shrink(tko_lanes *l, lane *ln, ring_old *old) {
   ln->head = 0;
 }
 
-/* Mostly there is nothing to free (a lane given back with its first
- * ring): no call into the allocator then, once per lane run on its caller
- * (bench_combining's wait mode). */
 void tko__lane_ring_free(tko_lanes *l, const ring_old *old) {
-  if (old->ring) tko__mem_free(l->opts.allocator, old->ring);
-  if (old->meta) tko__mem_free(l->opts.allocator, old->meta);
+  tko__mem_free(l->opts.allocator, old->ring);
+  tko__mem_free(l->opts.allocator, old->meta);
 }
 
 /* Under ln->mu: puts scratch[i] back at the ring's head; there is room. */

@@ -65,15 +65,12 @@
  * Lifetime: `runners` counts runners out across the table and is decremented
  * under idle_mu, as the runner's very last access to the table; destroy
  * waits for it to reach zero under idle_mu, so no runner touches freed
- * memory. Destroy never races with a call on the table (lanes.h), so a
- * runner that ran on the thread of such a call and gave its lane back
- * there is decremented without the lock, and the token of a submit_wait
- * that runs its idle lane is counted only if it outlives the call
- * (count_token). `pending`
- * counts accepted tasks not yet finished or cancelled; whoever brings it to
- * zero broadcasts under idle_mu (while still holding a runner reference or
- * being the caller), and wait_idle checks it under idle_mu, so no wake-up
- * is lost.
+ * memory. Destroy never races with a call on the table (lanes.h), so the
+ * token of a submit_wait that runs its idle lane is counted only if it
+ * outlives the call (count_token). `pending` counts accepted tasks not yet
+ * finished or cancelled; whoever brings it to zero broadcasts under
+ * idle_mu (while still holding a runner reference or being the caller),
+ * and wait_idle checks it under idle_mu, so no wake-up is lost.
  *
  * The pool's own keyed table (tko_submit_keyed; `keyed`, keyed_host.h)
  * differs in three ways: its tasks are the pool's - counted and given an id
@@ -471,7 +468,8 @@ static int lane_runner(void *arg) {
      * running; the submitter hands on. An empty lane is given back here,
      * in the critical section that counted the last visit (one lock of
      * ln->mu fewer for each submit_wait on an idle lane; bench_combining's
-     * wait mode), and the submitter only returns the runner count. */
+     * wait mode), and the submitter only returns the runner count, if it
+     * counted one (count_token). */
     st->ran = START_RAN;
     size_t most = st->most;
     if (st->own) {
@@ -503,7 +501,7 @@ static int lane_runner(void *arg) {
 static void finish_start(tko_lanes *l, start *st) {
   lane *ln = st->ln;
   if (st->ran == START_GAVE_BACK) {
-    if (st->counted) tko__lanes_caller_runner_done(l);
+    if (st->counted) tko__lanes_runner_done(l);
     return;
   }
   if (st->ran == START_RAN) {

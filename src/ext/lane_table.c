@@ -148,12 +148,3 @@ void tko__lanes_runner_done(tko_lanes *l) {
   if (before == 1) pthread_cond_broadcast(&l->idle_cv);
   tko__mutex_unlock(&l->idle_mu);
 }
-
-/* No lock and no wake-up: destroy, the one waiter for runners, never races
- * with a call on the table (lanes.h), so it is not waiting now. Relaxed:
- * the call's return happens-before destroy's load (the caller's own
- * ordering), which carries this decrement. */
-void tko__lanes_caller_runner_done(tko_lanes *l) {
-  uint64_t before = tko__sub_relaxed(&l->runners, 1);
-  TKO__INVARIANT(before > 0); /* a runner token comes back once */
-}

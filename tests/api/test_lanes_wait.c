@@ -230,29 +230,23 @@ Test(lanes_wait, a_busy_lane_makes_the_caller_wait_for_its_runner) {
  * once the call returned, destroy finds the caller's runner back. */
 typedef struct held_own {
   tko_lanes *l;
-  tt_gate started, release;
+  tt_pin pin;
   int rc;
 } held_own;
 
-static int own_held_fn(void *arg) {
-  held_own *h = arg;
-  tt_gate_open(&h->started);
-  return tt_gate_wait(&h->release) ? 0 : 1;
-}
-
 static void *own_held_main(void *arg) {
   held_own *h = arg;
-  h->rc = tko_lanes_submit_wait(h->l, 4, own_held_fn, h, 0);
+  h->rc = tko_lanes_submit_wait(h->l, 4, tt_pin_fn, &h->pin, 0);
   return NULL;
 }
 
 Test(lanes_wait, the_callers_own_task_is_pending_and_holds_its_lane_while_it_runs) {
   tko_pool *p = make_pool(2);
-  held_own h = {.started = TT_GATE_INIT, .release = TT_GATE_INIT, .rc = 1};
+  held_own h = {.pin = TT_PIN_INIT, .rc = 1};
   cr_assert_eq(tko_lanes_create(&h.l, p, NULL), 0);
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, own_held_main, &h), 0);
-  cr_assert(tt_gate_wait(&h.started), "the caller runs its task");
+  cr_assert(tt_count_wait_geq(&h.pin.started, 1), "the caller runs its task");
   cr_assert_eq(tko_lanes_wait_idle(h.l, 0), -ETIMEDOUT, "a task runs: the table is not idle");
   tko_lane_stats s;
   tko_lanes_stats(h.l, &s);
@@ -264,7 +258,7 @@ Test(lanes_wait, the_callers_own_task_is_pending_and_holds_its_lane_while_it_run
   cr_assert_eq(pthread_create(&t2, NULL, waiter_main, &a), 0);
   cr_assert(wait_submitted(h.l, 2), "the second task was accepted");
   cr_assert_eq(atomic_load(&a.w.runs), 0, "queued behind the caller's task");
-  tt_gate_open(&h.release);
+  tt_gate_open(&h.pin.gate);
   pthread_join(t, NULL);
   pthread_join(t2, NULL);
   cr_assert_eq(h.rc, 0);

@@ -91,15 +91,6 @@ Test(priority, the_bound_holds_with_full_batches_and_four_workers) {
  * what was submitted into the queue first, not only once the queue is
  * empty (else the heavier task would wait behind every lighter one queued
  * before it). Deterministic: the worker is held in a task at each step. */
-typedef struct held {
-  tt_gate started, release;
-} held;
-
-static int held_fn(void *arg) {
-  held *h = arg;
-  tt_gate_open(&h->started);
-  return tt_gate_wait(&h->release) ? 0 : 1;
-}
 
 Test(priority, a_heavier_task_submitted_behind_queued_lighter_ones_starts_next) {
   tko_options o = tko_basic_options(1);
@@ -107,19 +98,19 @@ Test(priority, a_heavier_task_submitted_behind_queued_lighter_ones_starts_next) 
   o.queues = 1;
   tko_pool *pool;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);
-  held first = {TT_GATE_INIT, TT_GATE_INIT}, second = {TT_GATE_INIT, TT_GATE_INIT};
+  tt_pin first = TT_PIN_INIT, second = TT_PIN_INIT;
   atomic_store(&tickets, 0);
-  cr_assert_eq(tko_submit(pool, held_fn, &first, 0), 0);
-  cr_assert(tt_gate_wait(&first.started), "the worker holds the first task");
-  cr_assert_eq(tko_submit(pool, held_fn, &second, 0), 0);
+  cr_assert_eq(tko_submit(pool, tt_pin_fn, &first, 0), 0);
+  cr_assert(tt_count_wait_geq(&first.started, 1), "the worker holds the first task");
+  cr_assert_eq(tko_submit(pool, tt_pin_fn, &second, 0), 0);
   enum { LIGHT = 4 };
   for (int i = 0; i < LIGHT; i++) cr_assert_eq(tko_submit(pool, light_fn, NULL, 0), 0);
-  tt_gate_open(&first.release); /* its next take queues the second and the lights */
-  cr_assert(tt_gate_wait(&second.started), "the worker holds the second task");
+  tt_gate_open(&first.gate); /* its next take queues the second and the lights */
+  cr_assert(tt_count_wait_geq(&second.started, 1), "the worker holds the second task");
   heavy h;
   atomic_init(&h.ticket, -1);
   cr_assert_eq(tko_submit(pool, heavy_fn, &h, 1), 0);
-  tt_gate_open(&second.release);
+  tt_gate_open(&second.gate);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(atomic_load(&tickets), LIGHT + 1);
   cr_assert_eq(atomic_load(&h.ticket), 0, "the heavier task started after %ld lighter ones",
