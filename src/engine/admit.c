@@ -333,7 +333,12 @@ int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy
       if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
       switch (policy) {
       case TKO_FULL_REJECT: return -EAGAIN;
-      case TKO_FULL_CALLER_RUNS: return TKO__RUN_HERE;
+      case TKO_FULL_CALLER_RUNS:
+        /* It waited for a move before: out of the gate again, since the
+         * caller runs the task in a gate entry of its own (engine.h). */
+        if (*gated) tko__gate_leave(pool);
+        *gated = false;
+        return TKO__RUN_HERE;
       default: break;
       }
       if (worker) return -EAGAIN; /* a worker must not wait on itself */

@@ -74,9 +74,9 @@ extern void (*_Atomic tko__test_settle_window)(void);
 extern void (*_Atomic tko__test_admit_window)(enum tko__admit_point at);
 #endif
 /* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
- * TKO__RUN_HERE (caller-runs: no room taken) or a negative errno. *gated:
- * the caller waited inside the gate and calls tko__gate_leave once done
- * with the pool, whatever this returned. */
+ * TKO__RUN_HERE (caller-runs: no room taken, never gated) or a negative
+ * errno. *gated: the caller waited inside the gate and calls
+ * tko__gate_leave once done with the pool, whatever this returned. */
 enum { TKO__ADMITTED = 0, TKO__RUN_HERE = 1 };
 int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy, bool *gated);
 /* A test seam (tests/stress/test_stalled_submit.c): called where a submit
