@@ -139,3 +139,91 @@ Test(admit, a_submit_waits_for_room_a_settle_is_moving_rather_than_refuse) {
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
+
+/* A caller-runs submit that found the bounded queue full while a settle
+ * was moving room waits for that move inside the pool's gate. If the move
+ * brought back room that another submit took first, the queue is still
+ * full and the task runs on the caller, which enters the gate again for
+ * it: the wait's entry must be left by then, or shutdown waits for it for
+ * ever. Found in CI (test_lifecycle_stress hung on a pool of one queue).
+ * The scene: the worker parks inside a settle (room_moving); the
+ * caller-runs submit parks just before it sleeps; the settle ends and the
+ * worker is held in its next task; the test fills the room the settle
+ * brought back; the submit wakes to a full queue with nothing moving. */
+static tt_gate asleep_gate = TT_GATE_INIT;
+static tt_count asleep_parked = TT_COUNT_INIT;
+static tt_pin held = TT_PIN_INIT;
+static atomic_bool hold;
+
+static void park_asleep(enum tko__admit_point at) {
+  if (at != TKO__ADMIT_ASLEEP) return;
+  tt_count_add(&asleep_parked, 1);
+  (void)tt_gate_wait(&asleep_gate);
+}
+
+/* The queued tasks: once hold is set, the one that starts holds the worker. */
+static int maybe_hold(void *arg) {
+  (void)arg;
+  return atomic_load(&hold) ? tt_pin_fn(&held) : 0;
+}
+
+static int submit_caller_runs(void *arg) { return tko_submit((tko_pool *)arg, nothing_fn, NULL, 0); }
+
+/* Submits from this thread until one runs here: the queue is then full
+ * and this thread holds no credits (a submit spends its own first). */
+static void fill_until_a_caller_run(tko_pool *pool) {
+  tko_stats s;
+  tko_pool_stats(pool, &s);
+  uint64_t before = s.caller_runs;
+  for (int i = 0; s.caller_runs == before; i++) {
+    cr_assert_lt(i, 1000, "the bounded queue never filled");
+    cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), 0);
+    tko_pool_stats(pool, &s);
+  }
+}
+
+Test(admit, a_caller_runs_submit_that_waited_for_a_move_leaves_the_gate_before_running_here) {
+  enum { CAP = 64 };
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = CAP;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  /* One task: its room goes straight back, and the worker's chunk is now
+   * CAP / 4 give-backs. */
+  cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  for (int i = 0; i < CAP; i++) cr_assert_eq(tko_submit(pool, maybe_hold, NULL, 0), 0);
+  pthread_mutex_init(&settle_gate.mu, NULL);
+  pthread_cond_init(&settle_gate.cv, NULL);
+  settle_gate.open = false;
+  tt_count_init(&settle_parked);
+  atomic_store(&tko__test_settle_window, park_settle);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert(tt_count_wait_geq(&settle_parked, 1), "the worker never settled a chunk");
+  atomic_store(&tko__test_settle_window, NULL);
+  atomic_store(&hold, true); /* the task the worker starts next holds it */
+  /* The queue is full and the settle's room is on its way: the submit
+   * enters the gate to wait for it, and parks before it sleeps. */
+  atomic_store(&tko__test_admit_window, park_asleep);
+  tf_thread t;
+  cr_assert_eq(tf_thread_start(&t, submit_caller_runs, pool), 0);
+  cr_assert(tt_count_wait_geq(&asleep_parked, 1), "the submit did not wait for the move");
+  atomic_store(&tko__test_admit_window, NULL);
+  tt_gate_open(&settle_gate);
+  cr_assert(tt_count_wait_geq(&held.started, 1), "the worker started no task after the settle");
+  fill_until_a_caller_run(pool); /* takes the room the settle brought back */
+  tt_gate_open(&asleep_gate);
+  int rc = -1;
+  cr_assert(tf_thread_join(&t, &rc));
+  cr_assert_eq(rc, 0);
+  tko_stats s;
+  tko_pool_stats(pool, &s);
+  cr_assert_eq(s.caller_runs, 2, "the waiting submit's task ran on its caller");
+  cr_assert_eq(atomic_load(&pool->gate), 0, "a caller-run left its wait's gate entry behind");
+  atomic_store(&hold, false);
+  tt_gate_open(&held.gate);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
