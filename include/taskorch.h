@@ -653,8 +653,9 @@ TKO_API int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, t
 /** Disarms a timer: 0 if it was armed (a one-shot task will not be
  * submitted; a periodic one stops), -ENOENT if it was not armed (already
  * fired, cancelled, or never armed).
- * @details Safe from any thread, tasks included,
- * and after the pool is destroyed (shutdown disarms every timer). A
+ * @details Safe from any thread, tasks included, racing the pool's
+ * shutdown or destroy (a destroy waits for a cancel that found the timer
+ * armed), and after the pool is destroyed (shutdown disarms every timer). A
  * periodic timer may still run the one firing that was queued or running
  * when the cancel came: that firing is an ordinary task, which runs, or
  * goes to on_cancel if a TKO_CANCEL shutdown drops it; the timer itself

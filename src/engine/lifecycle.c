@@ -41,6 +41,7 @@
  * and holds nothing a close would have to resolve. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <time.h>
 
 #include "engine.h"
@@ -184,13 +185,15 @@ static void give_role(tko_pool *pool) {
   tko__mutex_unlock(&pool->gate_mu);
 }
 
-/* Milliseconds left until deadline (NULL: -1, no limit). */
+/* Milliseconds left until deadline (NULL: -1, no limit). A deadline too
+ * far off for a long of milliseconds (a timeout near LONG_MAX) is none. */
 static long ms_left(const struct timespec *deadline) {
   if (!deadline) return -1;
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
-  long ms = (long)(deadline->tv_sec - now.tv_sec) * 1000 +
-            (deadline->tv_nsec - now.tv_nsec) / 1000000;
+  long sec = (long)(deadline->tv_sec - now.tv_sec);
+  if (sec >= LONG_MAX / 1000 - 1) return -1;
+  long ms = sec * 1000 + (deadline->tv_nsec - now.tv_nsec) / 1000000;
   return ms > 0 ? ms : 0;
 }
 

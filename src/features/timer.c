@@ -33,7 +33,21 @@
  * on the timer thread, since it may be what completes an async task that
  * shutdown waits for. The phase is registered by the pool's first arm,
  * before the timer thread can start: a first arm during a shutdown is
- * accepted until the shutdown reaches the timers' phase. */
+ * accepted until the shutdown reaches the timers' phase.
+ *
+ * A cancel has no pool argument and may come at any time, a destroy
+ * included (taskorch.h): it reaches the pool through the timer, and only
+ * while the timer is armed. One that finds it armed takes timer_mu, in the
+ * pool, so the pool must outlive it, though the shutdown may disarm the
+ * timer and the destroy free the pool meanwhile. So a cancel counts itself
+ * in a process-wide count of cancels in flight before it reads the state
+ * again, and a destroy (timers_fini), its timers disarmed, waits for the
+ * cancels counted before it looked: each either sees the timer disarmed
+ * and leaves the pool alone, or is counted and waited for (seq_cst, both
+ * sides: a Dekker pair). Two generations of the count, flipped by each
+ * destroy, so that cancels that start during the wait (on other pools) do
+ * not keep a destroy waiting: it waits only for the generation before its
+ * flip (tests/unit/test_timer_cancel.c). */
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
@@ -44,6 +58,7 @@
 #include "heap.h"
 #include "kind.h"
 #include "mem.h"
+#include "seam.h"
 
 enum { TIMER_IDLE = 0, TIMER_ARMED, TIMER_FIRED, TIMER_CANCELLED };
 
@@ -78,6 +93,23 @@ static int timers_close(tko_pool *pool, const struct timespec *deadline);
 static void timers_fini(tko_pool *pool);
 static const tko__phase timer_phase = {
     .number = TKO__PHASE_TIMERS, .close = timers_close, .fini = timers_fini};
+
+/* Cancels in flight, by generation (see the essay): a cancel counts itself
+ * in cancels_in[cancel_gen & 1]; a destroy flips cancel_gen under grace_mu
+ * (one destroy at a time waits) and waits for the old count to empty. */
+static atomic_uint cancel_gen;
+static atomic_uint_fast64_t cancels_in[2];
+static tko__mutex grace_mu = TKO__MUTEX_INITIALIZER(TKO__RANK_TIMER_GRACE);
+
+/* Seams (seam.h; tests/unit/test_timer_cancel.c): a cancel that found its
+ * timer armed, before it counts itself (counted false) and once counted
+ * and still armed, before it takes timer_mu (true); a destroy waiting for
+ * the cancels in flight. */
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_timer_cancel_window)(bool counted);
+void (*_Atomic tko__test_timer_grace_window)(void);
+#endif
+typedef void (*cancel_seam)(bool counted);
 
 static tko__timer *as_timer(tko_timer *t) { return (tko__timer *)(void *)t; }
 
@@ -135,8 +167,10 @@ static void disarm(tko_pool *pool, tko__timer *t, int state) {
     rec->timer = NULL;
     if (!rec->outstanding) release_record(pool, rec);
   }
-  /* Release: pairs with the acquire in tko_timer_cancel. */
-  atomic_store_explicit(&t->state, state, memory_order_release);
+  /* Seq_cst: the release pairs with tko_timer_cancel's loads, and the
+   * store is the shutdown's half of the Dekker pair with a cancel's count
+   * (see the essay). */
+  tko__store_seq(&t->state, state);
 }
 
 static void firing_done(const tko__item *item, bool cancelled) {
@@ -300,14 +334,10 @@ int tko_submit_every(tko_pool *pool, tko_timer *timer, long period_ms, tko_task_
   return arm(pool, timer, period_ms, period_ms, fn, arg, weight);
 }
 
-int tko_timer_cancel(tko_timer *timer) {
-  if (!timer) return -EINVAL;
-  tko__timer *t = as_timer(timer);
-  tko_pool *pool = t->pool;
-  /* Not armed: fired, cancelled (shutdown disarms every timer) or never
-   * armed; its pool may be destroyed by now, so do not touch it. Acquire:
-   * pairs with the release stores made under timer_mu. */
-  if (!pool || atomic_load_explicit(&t->state, memory_order_acquire) != TIMER_ARMED) return -ENOENT;
+/* Under timer_mu of a pool a destroy waits for: disarms t if armed. */
+static int cancel_counted(tko_pool *pool, tko__timer *t) {
+  cancel_seam seam = TKO__SEAM(tko__test_timer_cancel_window);
+  if (seam) seam(true);
   if (tko__pool_forked(pool)) return -ECHILD;
   tko__mutex_lock(&pool->timer_mu);
   int rc = -ENOENT;
@@ -317,6 +347,43 @@ int tko_timer_cancel(tko_timer *timer) {
   }
   tko__mutex_unlock(&pool->timer_mu);
   return rc;
+}
+
+int tko_timer_cancel(tko_timer *timer) {
+  if (!timer) return -EINVAL;
+  tko__timer *t = as_timer(timer);
+  tko_pool *pool = t->pool;
+  /* Not armed: fired, cancelled (shutdown disarms every timer) or never
+   * armed; its pool may be destroyed by now, so do not touch it. Acquire:
+   * pairs with the stores made under timer_mu. */
+  if (!pool || tko__load_acquire(&t->state) != TIMER_ARMED) return -ENOENT;
+  /* Counted, then the state again: seq_cst both, the cancel's half of the
+   * Dekker pair with disarm's store and the destroy's look (see the
+   * essay). The generation read is a hint: a cancel counted in the old
+   * one after a destroy looked comes after the disarm, and sees it. */
+  cancel_seam seam = TKO__SEAM(tko__test_timer_cancel_window);
+  if (seam) seam(false);
+  unsigned gen = tko__load_relaxed(&cancel_gen) & 1;
+  tko__add_seq(&cancels_in[gen], 1);
+  int rc = -ENOENT;
+  if (tko__load_seq(&t->state) == TIMER_ARMED) rc = cancel_counted(pool, t);
+  /* Seq_cst (release for the destroy's load): every access to the pool
+   * above happens before the destroy that sees the count drop. */
+  tko__sub_seq(&cancels_in[gen], 1);
+  return rc;
+}
+
+/* A destroy, its timers disarmed: waits for the cancels that may still
+ * reach the pool (see the essay). */
+static void wait_for_cancels(void) {
+  tko__mutex_lock(&grace_mu);
+  unsigned old = tko__add_seq(&cancel_gen, 1) & 1; /* seq_cst: the flip comes before the look */
+  void (*seam)(void) = TKO__SEAM(tko__test_timer_grace_window);
+  for (unsigned step = 0; tko__load_seq(&cancels_in[old]); step++) {
+    if (seam && step == 0) seam();
+    tko__wait_step(step, 32);
+  }
+  tko__mutex_unlock(&grace_mu);
 }
 
 /* The phase's close (shutdown, last): stops the timer thread, then
@@ -352,6 +419,7 @@ static int timers_close(tko_pool *pool, const struct timespec *deadline) {
 
 /* The phase's fini (destroy): frees the heap and the records. */
 static void timers_fini(tko_pool *pool) {
+  wait_for_cancels(); /* before the pool's memory goes */
   /* Every record is back on the free list once the pool is shut down. */
   while (pool->timer_free) {
     tko__firing *r = pool->timer_free;

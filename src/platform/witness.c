@@ -35,6 +35,7 @@ static const char *const names[TKO__RANK_COUNT] = {
     [TKO__RANK_GATE] = "gate_mu",
     [TKO__RANK_IDLE_WAIT] = "idle_mu",
     [TKO__RANK_TIMER] = "timer_mu",
+    [TKO__RANK_TIMER_GRACE] = "the timers' grace_mu (timer.c)",
     [TKO__RANK_ASYNC] = "async_mu",
     [TKO__RANK_PARKER] = "a parker's mu (signal.c)",
     [TKO__RANK_LANES_IDLE] = "the lanes' idle_mu (lane.h)",

@@ -55,6 +55,7 @@ typedef enum tko__rank {
   TKO__RANK_GATE = TKO__RANK_LEAF, /* pool.h: gate_mu, the lifecycle (lifecycle.c) */
   TKO__RANK_IDLE_WAIT,  /* pool.h: idle_mu, wait_idle's and shutdown's waiters */
   TKO__RANK_TIMER,      /* pool.h: timer_mu, the timers' heap and records */
+  TKO__RANK_TIMER_GRACE, /* timer.c: grace_mu, one destroy at a time waits for cancels */
   TKO__RANK_ASYNC,      /* pool.h: async_mu, the async records' free list */
   TKO__RANK_PARKER,     /* tko_signal.h: a parker's fallback mu (no futex) */
   TKO__RANK_LANES_IDLE, /* lane.h: idle_mu, the lanes' pending and runner counts */
