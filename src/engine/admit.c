@@ -296,7 +296,7 @@ static int wait_for_room(tko_pool *pool, size_t k, bool until_moved, uint64_t de
     (void)gather(pool); /* what comes back wakes the other waiters too */
     if (tko__load_seq(&pool->room_taken) + k <= pool->opts.queue_capacity) break;
     if (until_moved && !tko__load_seq(&pool->room_moving)) break;
-    if (tko__load_seq(&pool->closing)) {
+    if (tko__load_seq(&pool->closing) || tko__pool_refusing(pool)) {
       rc = -ESHUTDOWN;
       break;
     }
@@ -315,6 +315,9 @@ static int wait_for_room(tko_pool *pool, size_t k, bool until_moved, uint64_t de
 int tko__admit(tko_pool *pool, size_t k, long timeout_ms, tko_full_policy policy, bool *gated) {
   *gated = false;
   if (!pool->opts.queue_capacity) return TKO__ADMITTED;
+  /* Closed: -ESHUTDOWN before any other answer, a refusal for want of
+   * room or a run on the caller included (engine.h: tko__pool_refusing). */
+  if (tko__pool_refusing(pool)) return -ESHUTDOWN; /* even a batch that never fits */
   if (k > pool->opts.queue_capacity) /* could never fit */
     return policy == TKO_FULL_CALLER_RUNS ? TKO__RUN_HERE : -EAGAIN;
   uint64_t deadline = UINT64_MAX; /* none; a timeout past ~290 years is none too */

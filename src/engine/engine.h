@@ -70,6 +70,8 @@ enum tko__admit_point {
   TKO__ADMIT_ASLEEP,      /* a waiter counted and looked, about to sleep */
 };
 #ifdef TKO_TEST_SEAMS
+/* lifecycle.c: a closer between the state's change and the rest of its close. */
+extern void (*_Atomic tko__test_close_window)(tko_pool *pool);
 extern void (*_Atomic tko__test_settle_window)(void);
 extern void (*_Atomic tko__test_admit_window)(enum tko__admit_point at);
 #endif
@@ -238,6 +240,19 @@ static inline bool tko__pool_forked(const tko_pool *pool) {
 static inline int tko__pool_check(const tko_pool *pool) {
   if (!pool || pool->magic != TKO__POOL_MAGIC) return -EINVAL;
   return tko__pool_forked(pool) ? -ECHILD : 0;
+}
+
+/* Whether the pool refuses submits (-ESHUTDOWN): closed, DRAINING or later.
+ * The state is the first of the close's marks (lifecycle.c: close_pool sets
+ * it, then the gate's bit, the rings' and the inbox's, then closing), and
+ * every submit looks at it before it can be accepted, refused for want of
+ * room or run on its caller (enqueue, tko__admit). So once a thread saw
+ * -ESHUTDOWN, from any of those marks, every later submit of it, or of a
+ * thread it told, is -ESHUTDOWN too: the pool never seems to reopen.
+ * Relaxed: a thread that saw the state sees it again (coherence); one that
+ * saw a later mark acquired it, and with it the state's store. */
+static inline bool tko__pool_refusing(const tko_pool *pool) {
+  return tko__load_relaxed(&pool->state) >= TKO__DRAINING;
 }
 
 /* lifecycle.c: a worker thread is about to start (before creating it) or

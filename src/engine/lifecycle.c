@@ -46,6 +46,7 @@
 
 #include "engine.h"
 #include "invariant.h"
+#include "seam.h"
 #include "wake.h"
 
 /* The pool whose shutdown the calling thread is in: from taking the
@@ -93,7 +94,12 @@ int tko__gate_enter(tko_pool *pool) {
   /* Relaxed: the CAS re-reads the word. */
   unsigned v = tko__load_relaxed(&pool->gate);
   do {
-    if (v & GATE_CLOSED) return -ESHUTDOWN;
+    if (v & GATE_CLOSED) {
+      /* Acquire: the close's OR came after the state (engine.h:
+       * tko__pool_refusing), which this thread's later submits then see. */
+      (void)tko__load_acquire(&pool->gate);
+      return -ESHUTDOWN;
+    }
     /* Acq_rel: the entry's place before the close (see above); acquire
      * pairs with the release of earlier leaves, as gate_mu's lock did. */
   } while (!tko__cas_acq_rel(&pool->gate, &v, v + GATE_ONE));
@@ -261,6 +267,12 @@ void tko__empty_queue(tko_pool *pool, bool run) {
   }
 }
 
+/* The seam (seam.h): tests/unit/test_close.c parks the closer between the
+ * state's change and the rest of the close. */
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_close_window)(tko_pool *pool);
+#endif
+
 /* CLOSING -> DRAINING or CANCELLING: submits and the gate are refused from
  * here on, and everyone who waits is woken. */
 static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
@@ -268,6 +280,8 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   tko__mutex_lock(&pool->gate_mu);
   set_state(pool, cancel ? TKO__CANCELLING : TKO__DRAINING);
   tko__mutex_unlock(&pool->gate_mu);
+  void (*seam)(tko_pool *) = TKO__SEAM(tko__test_close_window);
+  if (seam) seam(pool);
   tko__shard *first = &pool->shards[0];
   tko__lock_acquire(&first->lock);
   /* Release: pairs with the acquire in tko__run_or_cancel (run.c). */

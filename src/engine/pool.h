@@ -310,7 +310,6 @@ struct tko_pool {
   pthread_cond_t gate_cv;  /* the gate's count or threads reached 0, the shutter
                               role was given back, an attachment's close
                               returned */
-  atomic_int state;        /* tko__pool_state; written under gate_mu */
   atomic_uint gate;        /* threads inside the gate, in steps of 2, | 1 once
                               closed (lifecycle.c); lock-free while open */
   unsigned threads;        /* worker threads started and not yet at their end */
@@ -325,6 +324,10 @@ struct tko_pool {
 
   unsigned magic;    /* TKO__POOL_MAGIC while the pool lives (see tko__pool_check) */
   unsigned fork_gen; /* I: tko__fork_generation() at create */
+  /* tko__pool_state (lifecycle.h), written under gate_mu at each of its
+   * four changes; beside magic, on the line every submit reads, since
+   * every submit looks at it (tko__pool_refusing). */
+  atomic_int state;
   int creator_nice;  /* I: the creating thread's nice value: every worker's */
   _Atomic(tko_lanes *) keyed; /* tko_submit_keyed's lane table, made on first use */
   /* The ops that made `keyed` (keyed_host.h), which free it at destroy:

@@ -228,6 +228,7 @@ static void raise_ceiling(tko_pool *pool, int weight) {
  * task is published, so before it can start. */
 static int enqueue(tko_pool *pool, tko_task_fn fn, void *arg, uintptr_t ctx, int weight,
                    uint64_t *id) {
+  if (tko__pool_refusing(pool)) return -ESHUTDOWN; /* never seems to reopen */
   uint64_t enq_ns = tko__enqueue_time(pool);
   raise_ceiling(pool, weight);
   /* A held task goes through the inbox where there are several shards:
@@ -333,6 +334,7 @@ int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight, long
  * claimed past the inbox's, so its ids stay consecutive) or the inbox has
  * no room for it. */
 static int enqueue_batch(tko_pool *pool, const tko_task *tasks, size_t n, int heaviest) {
+  if (tko__pool_refusing(pool)) return -ESHUTDOWN; /* as enqueue's */
   uint64_t enq_ns = tko__enqueue_time(pool);
   raise_ceiling(pool, heaviest);
   tko__inbox *in = &pool->inbox;

@@ -190,7 +190,10 @@ int tko__inbox_claim(tko__inbox *in, uint64_t n, uint64_t *pos) {
   uint64_t cap = in->mask + 1;
   uint64_t t = tko__load_relaxed(&in->tail);
   do {
-    if (t & TKO__INBOX_CLOSED) return -ESHUTDOWN;
+    if (t & TKO__INBOX_CLOSED) {
+      (void)tko__load_acquire(&in->tail); /* as tko__inbox_reserve's */
+      return -ESHUTDOWN;
+    }
     if (n <= cap && t + n - h <= cap) return TKO__INBOX_ROOM;
     /* seq_cst: as a reservation's (tko__inbox_reserve). */
   } while (!tko__cas_seq(&in->tail, &t, t + n));

@@ -128,7 +128,12 @@ static inline int tko__inbox_reserve(tko__inbox *in, uint64_t n, uint64_t *pos) 
   tko__prefetch_for_write(&in->tail);
   uint64_t t = tko__load_relaxed(&in->tail);
   for (;;) {
-    if (t & TKO__INBOX_CLOSED) return -ESHUTDOWN;
+    if (t & TKO__INBOX_CLOSED) {
+      /* Acquire: the close's seq_cst OR came after the pool's state
+       * (engine.h: tko__pool_refusing), which this thread then sees. */
+      (void)tko__load_acquire(&in->tail);
+      return -ESHUTDOWN;
+    }
     /* Acquire, both: pairs with the release in tko__inbox_drain (directly,
      * or through the submitter whose release store of head_seen passed it
      * on), so the slots' previous tasks have been copied out before this

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/* The close of a pool (src/engine/lifecycle.c: close_pool) sets its marks
+ * one after another: the state, the gate's bit, the rings' and the inbox's
+ * bits, then `closing`. A submit looks at the state, the first of them,
+ * before it can be accepted, refused for want of room or run on its caller
+ * (engine.h: tko__pool_refusing), so the pool never seems to reopen: a
+ * thread that saw -ESHUTDOWN from one mark never gets an accepted submit,
+ * -EAGAIN or a caller-run from a later call. Found by a public-API attack:
+ * under a racing shutdown, one thread's submit was -ESHUTDOWN (a caller-run
+ * whose gate was closed) and its next one accepted (its ring was not yet
+ * closed), or -EAGAIN (closing not yet set).
+ *
+ * The scenes park the closer just after the state's change (a test seam,
+ * as a preemption would), when every later mark is still unset, and submit
+ * there. */
+#include <errno.h>
+#include <stdatomic.h>
+
+#include "internal.h"
+#include "taskorch.h"
+#include "tko_test.h"
+#include "tko_test_feature.h"
+#include "tko_test_sync.h"
+
+static tt_gate close_gate = TT_GATE_INIT;
+static tt_count close_parked = TT_COUNT_INIT;
+
+static void park_close(tko_pool *pool) {
+  (void)pool;
+  tt_count_add(&close_parked, 1);
+  (void)tt_gate_wait(&close_gate);
+}
+
+/* The sanitizer flavours run every test of a file in one process. */
+static void reset(void) {
+  close_gate.open = false;
+  tt_count_init(&close_parked);
+}
+
+static int nothing(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+static int shut_down(void *pool) { return tko_pool_shutdown(pool, TKO_DRAIN); }
+
+/* Starts a DRAIN on its own thread and waits until it parks just after
+ * the state's change. */
+static void start_close(tko_pool *pool, tf_thread *closer) {
+  atomic_store(&tko__test_close_window, park_close);
+  cr_assert_eq(tf_thread_start(closer, shut_down, pool), 0);
+  cr_assert(tt_count_wait_geq(&close_parked, 1), "the shutdown never reached its close");
+  atomic_store(&tko__test_close_window, NULL);
+}
+
+static void finish_close(tko_pool *pool, tf_thread *closer) {
+  tt_gate_open(&close_gate);
+  int rc = -1;
+  cr_assert(tf_thread_join(closer, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+Test(close, a_submit_once_the_state_changed_is_refused_though_its_ring_is_open) {
+  reset();
+  tko_options o = tko_basic_options(2); /* submit rings: this thread gets one */
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), 0); /* claims the ring */
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  tf_thread closer;
+  start_close(pool, &closer);
+  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), -ESHUTDOWN);
+  tko_task batch[2] = {{nothing, NULL, 0}, {nothing, NULL, 1}};
+  cr_assert_eq(tko_submit_batch(pool, batch, 2), -ESHUTDOWN);
+  finish_close(pool, &closer);
+}
+
+Test(close, a_submit_through_the_shared_inbox_once_the_state_changed_is_refused) {
+  reset();
+  tko_options o = tko_basic_options(1); /* one worker: the shared inbox */
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  tf_thread closer;
+  start_close(pool, &closer);
+  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), -ESHUTDOWN);
+  finish_close(pool, &closer);
+}
+
+/* A full bounded queue: refused for the close, not for want of room, and
+ * not run on the caller, whatever the policy. */
+static void full_queue_is_refused(tko_full_policy policy) {
+  reset();
+  enum { CAP = 4 };
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = CAP;
+  o.full_policy = policy;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  for (int i = 0; i < CAP; i++) cr_assert_eq(tko_submit(pool, nothing, NULL, 0), 0);
+  tf_thread closer;
+  start_close(pool, &closer);
+  tko_stats before, after;
+  tko_pool_stats(pool, &before);
+  cr_assert_eq(tko_submit_timed(pool, nothing, NULL, 0, 0), -ESHUTDOWN);
+  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), -ESHUTDOWN);
+  tko_task batch[CAP + 1];
+  for (int i = 0; i <= CAP; i++) batch[i] = (tko_task){nothing, NULL, 0};
+  cr_assert_eq(tko_submit_batch(pool, batch, CAP + 1), -ESHUTDOWN, "an over-capacity batch");
+  tko_pool_stats(pool, &after);
+  cr_assert_eq(after.caller_runs, before.caller_runs, "a refused task ran on its caller");
+  finish_close(pool, &closer);
+}
+
+Test(close, a_full_reject_queue_once_the_state_changed_is_eshutdown_not_eagain) {
+  full_queue_is_refused(TKO_FULL_REJECT);
+}
+
+Test(close, a_full_caller_runs_queue_once_the_state_changed_runs_nothing_here) {
+  full_queue_is_refused(TKO_FULL_CALLER_RUNS);
+}
+
+Test(close, a_full_blocking_queue_once_the_state_changed_is_eshutdown) {
+  full_queue_is_refused(TKO_FULL_BLOCK);
+}
