@@ -104,29 +104,38 @@ static int nothing_fn(void *arg) {
 
 static int submit_reject(void *arg) { return tko_submit((tko_pool *)arg, nothing_fn, NULL, 0); }
 
-Test(admit, a_submit_waits_for_room_a_settle_is_moving_rather_than_refuse) {
-  enum { CAP = 64 };
+enum { SETTLE_CAP = 64 };
+
+/* A one-worker pool of capacity SETTLE_CAP and the given policy, its queue
+ * filled with SETTLE_CAP tasks of fn while paused, then resumed until the
+ * worker parks inside the settle of its first chunk: the room of that
+ * chunk is on its way back (room_moving), the queue still counted full. */
+static tko_pool *pool_with_a_parked_settle(tko_full_policy policy, tko_task_fn fn) {
   tko_options o = tko_basic_options(1);
-  o.queue_capacity = CAP;
-  o.full_policy = TKO_FULL_REJECT;
+  o.queue_capacity = SETTLE_CAP;
+  o.full_policy = policy;
   tko_pool *pool;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);
   /* One task: its room goes straight back, and the worker's chunk is now
-   * CAP / 4 = 16 give-backs. */
+   * SETTLE_CAP / 4 = 16 give-backs. */
   cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(tko_pool_pause(pool), 0);
-  for (int i = 0; i < CAP; i++) cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), 0);
-  cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), -EAGAIN);
+  for (int i = 0; i < SETTLE_CAP; i++) cr_assert_eq(tko_submit(pool, fn, NULL, 0), 0);
+  cr_assert_eq(taken(pool), SETTLE_CAP, "the queue is full");
   pthread_mutex_init(&settle_gate.mu, NULL);
   pthread_cond_init(&settle_gate.cv, NULL);
   settle_gate.open = false;
   tt_count_init(&settle_parked);
   atomic_store(&tko__test_settle_window, park_settle);
   cr_assert_eq(tko_pool_resume(pool), 0);
-  /* The worker settles its first chunk and parks inside the settle. */
-  cr_assert(tt_count_wait_geq(&settle_parked, 1));
+  cr_assert(tt_count_wait_geq(&settle_parked, 1), "the worker never settled a chunk");
   atomic_store(&tko__test_settle_window, NULL);
+  return pool;
+}
+
+Test(admit, a_submit_waits_for_room_a_settle_is_moving_rather_than_refuse) {
+  tko_pool *pool = pool_with_a_parked_settle(TKO_FULL_REJECT, nothing_fn);
   tf_thread t;
   cr_assert_eq(tf_thread_start(&t, submit_reject, pool), 0);
   int rc = -1;
@@ -183,26 +192,7 @@ static void fill_until_a_caller_run(tko_pool *pool) {
 }
 
 Test(admit, a_caller_runs_submit_that_waited_for_a_move_leaves_the_gate_before_running_here) {
-  enum { CAP = 64 };
-  tko_options o = tko_basic_options(1);
-  o.queue_capacity = CAP;
-  o.full_policy = TKO_FULL_CALLER_RUNS;
-  tko_pool *pool;
-  cr_assert_eq(tko_pool_create(&pool, &o), 0);
-  /* One task: its room goes straight back, and the worker's chunk is now
-   * CAP / 4 give-backs. */
-  cr_assert_eq(tko_submit(pool, nothing_fn, NULL, 0), 0);
-  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
-  cr_assert_eq(tko_pool_pause(pool), 0);
-  for (int i = 0; i < CAP; i++) cr_assert_eq(tko_submit(pool, maybe_hold, NULL, 0), 0);
-  pthread_mutex_init(&settle_gate.mu, NULL);
-  pthread_cond_init(&settle_gate.cv, NULL);
-  settle_gate.open = false;
-  tt_count_init(&settle_parked);
-  atomic_store(&tko__test_settle_window, park_settle);
-  cr_assert_eq(tko_pool_resume(pool), 0);
-  cr_assert(tt_count_wait_geq(&settle_parked, 1), "the worker never settled a chunk");
-  atomic_store(&tko__test_settle_window, NULL);
+  tko_pool *pool = pool_with_a_parked_settle(TKO_FULL_CALLER_RUNS, maybe_hold);
   atomic_store(&hold, true); /* the task the worker starts next holds it */
   /* The queue is full and the settle's room is on its way: the submit
    * enters the gate to wait for it, and parks before it sleeps. */

@@ -58,6 +58,19 @@ static int nothing(void *arg) {
 
 static int cancel(void *timer) { return tko_timer_cancel(timer); }
 
+/* A one-worker pool (with allocator a, NULL for the default) and a timer
+ * armed on it for an hour: it stays armed for the whole scene. */
+static tko_pool *pool_with_an_armed_timer(tko_timer *timer, const tko_allocator *a) {
+  reset();
+  tko_options o = tko_basic_options(1);
+  o.allocator = a;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  tko_timer_init(timer);
+  cr_assert_eq(tko_submit_after(pool, timer, 3600 * 1000, nothing, NULL, 0), 0);
+  return pool;
+}
+
 static int shut_down_and_destroy(void *pool) {
   int rc = tko_pool_shutdown(pool, TKO_DRAIN);
   if (rc == 0) rc = tko_pool_destroy(pool);
@@ -67,13 +80,8 @@ static int shut_down_and_destroy(void *pool) {
 }
 
 Test(timer_cancel, a_destroy_waits_for_a_cancel_that_found_its_timer_armed) {
-  reset();
-  tko_options o = tko_basic_options(1);
-  tko_pool *pool;
-  cr_assert_eq(tko_pool_create(&pool, &o), 0);
   tko_timer timer;
-  tko_timer_init(&timer);
-  cr_assert_eq(tko_submit_after(pool, &timer, 3600 * 1000, nothing, NULL, 0), 0);
+  tko_pool *pool = pool_with_an_armed_timer(&timer, NULL);
   atomic_store(&tko__test_timer_cancel_window, park_cancel);
   atomic_store(&tko__test_timer_grace_window, note_grace);
   tf_thread canceller, destroyer;
@@ -99,13 +107,8 @@ Test(timer_cancel, a_destroy_waits_for_a_cancel_that_found_its_timer_armed) {
 /* A cancel that counted itself and won: its timer is disarmed, and a
  * destroy after it does not wait (nothing is in flight). */
 Test(timer_cancel, a_cancel_of_an_armed_timer_disarms_it_and_leaves_no_count) {
-  reset();
-  tko_options o = tko_basic_options(1);
-  tko_pool *pool;
-  cr_assert_eq(tko_pool_create(&pool, &o), 0);
   tko_timer timer;
-  tko_timer_init(&timer);
-  cr_assert_eq(tko_submit_after(pool, &timer, 3600 * 1000, nothing, NULL, 0), 0);
+  tko_pool *pool = pool_with_an_armed_timer(&timer, NULL);
   cr_assert_eq(tko_timer_cancel(&timer), 0);
   cr_assert_eq(tko_timer_cancel(&timer), -ENOENT);
   atomic_store(&tko__test_timer_grace_window, note_grace);
@@ -160,14 +163,8 @@ static void park_before_count(bool counted) {
  * reads the state again, finds the timer disarmed, and leaves the pool's
  * memory alone. */
 Test(timer_cancel, a_cancel_counted_after_the_destroy_leaves_the_pool_alone) {
-  reset();
-  tko_options o = tko_basic_options(1);
-  o.allocator = &poisoning;
-  tko_pool *pool;
-  cr_assert_eq(tko_pool_create(&pool, &o), 0);
   tko_timer timer;
-  tko_timer_init(&timer);
-  cr_assert_eq(tko_submit_after(pool, &timer, 3600 * 1000, nothing, NULL, 0), 0);
+  tko_pool *pool = pool_with_an_armed_timer(&timer, &poisoning);
   atomic_store(&tko__test_timer_cancel_window, park_before_count);
   tf_thread canceller;
   cr_assert_eq(tf_thread_start(&canceller, cancel, &timer), 0);
