@@ -87,7 +87,10 @@ typedef struct tko_pool tko_pool; /**< opaque */
  * order, and the lane goes on with a new runner - or, where the lane's
  * table is closed (the pool's shutdown closes it) or the pool refuses
  * that runner (shutting down, or a full queue), the ending thread runs
- * no more of them and the lane's queued tasks go to on_cancel. Not supported (the pool's
+ * no more of them and the lane's queued tasks go to on_cancel. So is it
+ * from a coalescer's flush function in a sweep on a worker
+ * (taskorch/coalescer.h): the sweep ends as if it had returned, its
+ * entries flushed. Not supported (the pool's
  * counts, and with them waits and shutdown, go wrong): pthread_exit from
  * an async task's start function, from a task run on a submitter's
  * thread (TKO_FULL_CALLER_RUNS, a lane tko_lanes_submit_wait runs on its

@@ -277,16 +277,22 @@ void (*_Atomic tko__test_close_window)(tko_pool *pool);
  * here on, and everyone who waits is woken. */
 static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   bool cancel = mode == TKO_CANCEL;
+  tko__shard *first = &pool->shards[0];
+  /* A paused pool drains or cancels too: resumed before the state closes
+   * the pool, so that a pause by a thread that saw the close (a submit's
+   * -ESHUTDOWN, engine.h: tko__pool_refusing) comes after this one and
+   * holds the drain (test resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait). */
+  tko__lock_acquire(&first->lock);
+  tko__store_seq(&pool->paused, false);
+  tko__unlock(&first->lock);
   tko__mutex_lock(&pool->gate_mu);
   set_state(pool, cancel ? TKO__CANCELLING : TKO__DRAINING);
   tko__mutex_unlock(&pool->gate_mu);
   void (*seam)(tko_pool *) = TKO__SEAM(tko__test_close_window);
   if (seam) seam(pool);
-  tko__shard *first = &pool->shards[0];
   tko__lock_acquire(&first->lock);
   /* Release: pairs with the acquire in tko__run_or_cancel (run.c). */
   if (cancel) tko__store_release(&pool->cancelling, true);
-  tko__store_seq(&pool->paused, false); /* a paused pool drains or cancels too */
   tko__inbox_close(&pool->inbox);
   tko__rings_close_claims(&pool->rings);
   tko__unlock(&first->lock);

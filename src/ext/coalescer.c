@@ -192,32 +192,55 @@ static void set_clear(dirty_set *s) {
   s->n = 0;
 }
 
-/* Sweeps: called by the token holder with mu released; returns the token
- * (the last access to c by a sweep task). */
+/* A sweep's flush of n entries of s, on its way. */
+typedef struct flushing {
+  tko_coalescer *c, *outer; /* outer: current_flush before it */
+  dirty_set *s;
+  size_t n;
+} flushing;
+
+/* The end of a sweep, flush_fn returned or its thread ended: clears s,
+ * counts the sweep and gives the token back (the last access to c by a
+ * sweep task). */
+static void end_sweep(flushing *f) {
+  tko_coalescer *c = f->c;
+  current_flush = f->outer;
+  set_clear(f->s);
+  tko__mutex_lock(&c->mu);
+  if (f->n) {
+    c->st.sweeps++;
+    c->st.flushed += f->n;
+    if (f->n > c->st.max_sweep) c->st.max_sweep = f->n;
+  }
+  c->running = false;
+  pthread_cond_broadcast(&c->cv);
+  tko__mutex_unlock(&c->mu);
+}
+
+/* A flush_fn that ends its thread on a worker (pthread_exit; taskorch.h:
+ * a task may) unwinds through the sweep: its entries were handed over, so
+ * the sweep ends as if flush_fn had returned, and the next sweep, flush
+ * and close find the token (tests/api/test_attack_ext.c:
+ * flush_fn_ending_its_worker_with_pthread_exit). */
+static void sweep_exited(void *arg) { end_sweep(arg); }
+
+/* Sweeps: called by the token holder with mu released; returns the token. */
 static void sweep(tko_coalescer *c) {
   tko__mutex_lock(&c->mu);
   dirty_set *s = c->active;
   c->active = c->spare;
   c->spare = s;
   tko__mutex_unlock(&c->mu);
-  size_t n = s->n;
-  if (n) {
-    tko_coalescer *saved = current_flush;
+  flushing f = {.c = c, .outer = current_flush, .s = s, .n = s->n};
+  if (f.n) {
     current_flush = c;
     tko__witness_assert_none_held(); /* the host's flush */
-    c->flush(c->user, s->entries, n);
-    current_flush = saved;
-    set_clear(s);
+    /* A cleanup attribute (coalescer.c is built with -fexceptions). */
+    pthread_cleanup_push(sweep_exited, &f);
+    c->flush(c->user, s->entries, f.n);
+    pthread_cleanup_pop(0);
   }
-  tko__mutex_lock(&c->mu);
-  if (n) {
-    c->st.sweeps++;
-    c->st.flushed += n;
-    if (n > c->st.max_sweep) c->st.max_sweep = n;
-  }
-  c->running = false;
-  pthread_cond_broadcast(&c->cv);
-  tko__mutex_unlock(&c->mu);
+  end_sweep(&f);
 }
 
 /* Takes the sweep token; mu held (released while waiting). */
