@@ -283,6 +283,11 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
    * -ESHUTDOWN, engine.h: tko__pool_refusing) comes after this one and
    * holds the drain (test resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait). */
   tko__lock_acquire(&first->lock);
+  /* Release: pairs with the acquire in tko__run_or_cancel (run.c). Before
+   * the resume, in the same section: a take that sees the pool resumed
+   * sees the cancel too, and cancels what it took (test
+   * bounded/refused_after_shutdown_whatever_the_policy). */
+  if (cancel) tko__store_release(&pool->cancelling, true);
   tko__store_seq(&pool->paused, false);
   tko__unlock(&first->lock);
   tko__mutex_lock(&pool->gate_mu);
@@ -291,8 +296,6 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   void (*seam)(tko_pool *) = TKO__SEAM(tko__test_close_window);
   if (seam) seam(pool);
   tko__lock_acquire(&first->lock);
-  /* Release: pairs with the acquire in tko__run_or_cancel (run.c). */
-  if (cancel) tko__store_release(&pool->cancelling, true);
   tko__inbox_close(&pool->inbox);
   tko__rings_close_claims(&pool->rings);
   tko__unlock(&first->lock);
