@@ -2014,9 +2014,9 @@ Test(attack_ext, cq_nested_drains_deliver_each_once) {
 }
 
 /* flush_fn ending its worker with pthread_exit (a sweep is a pool task on a
- * worker, where pthread_exit is supported for tasks). It left the sweep
- * "running" for good: tko_coalescer_flush, close and destroy then waited
- * forever. The sweep now ends as if flush_fn had returned. */
+ * worker, where pthread_exit is supported for tasks): the sweep ends as if
+ * flush_fn had returned, so tko_coalescer_flush, close and destroy do not
+ * wait for a sweep that stays "running". */
 static atomic_int fx_calls;
 static void exit_flush(void *u, const tko_coalesce_entry *e, size_t n) {
   (void)e;

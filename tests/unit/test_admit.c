@@ -154,7 +154,7 @@ Test(admit, a_submit_waits_for_room_a_settle_is_moving_rather_than_refuse) {
  * brought back room that another submit took first, the queue is still
  * full and the task runs on the caller, which enters the gate again for
  * it: the wait's entry must be left by then, or shutdown waits for it for
- * ever. Found in CI (test_lifecycle_stress hung on a pool of one queue).
+ * ever.
  * The scene: the worker parks inside a settle (room_moving); the
  * caller-runs submit parks just before it sleeps; the settle ends and the
  * worker is held in its next task; the test fills the room the settle

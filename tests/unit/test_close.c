@@ -5,10 +5,8 @@
  * before it can be accepted, refused for want of room or run on its caller
  * (engine.h: tko__pool_refusing), so the pool never seems to reopen: a
  * thread that saw -ESHUTDOWN from one mark never gets an accepted submit,
- * -EAGAIN or a caller-run from a later call. Found by a public-API attack:
- * under a racing shutdown, one thread's submit was -ESHUTDOWN (a caller-run
- * whose gate was closed) and its next one accepted (its ring was not yet
- * closed), or -EAGAIN (closing not yet set).
+ * -EAGAIN or a caller-run from a later call, though its ring may not be
+ * closed yet and `closing` not set.
  *
  * The scenes park the closer just after the state's change (a test seam,
  * as a preemption would), when every later mark is still unset, and submit

@@ -5,9 +5,8 @@
  * timer_mu. The scene parks such a cancel just before that lock (a test
  * seam, as a preemption would), then shuts the pool down and destroys it
  * on another thread: the shutdown disarms the timer, and the destroy must
- * wait for the parked cancel before the pool's memory goes. Found by an
- * attack under ThreadSanitizer: the destroy freed the mutex the cancel
- * was about to take. */
+ * wait for the parked cancel before the pool's memory goes, since the
+ * cancel is about to take a mutex inside it. */
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
