@@ -32,7 +32,8 @@
  * - order, where the pool promises it (one worker, no elastic ones, no
  *   caller-runs): per submitting thread, tasks of equal weight start in
  *   submit order; tasks a thread submitted into a pool it had paused, with
- *   no resume in between, start by weight (descending), then submit order;
+ *   no resume in between, start by weight (descending), then submit order
+ *   (unless the pool's allocator fails: see accepted());
  * - keyed tasks (tko_submit_keyed, tko_lanes_submit): per key, no two run
  *   at once, and one thread's tasks start in its submit order;
  * - the coalescer: a sweep flushes distinct keys, a key's values follow its
@@ -288,7 +289,9 @@ static void accepted(slot *s, int si, token *t) {
     return;
   }
   t->window = cur->win_id[si];
-  t->by_weight = s->o.aging_ms == 0;
+  /* Not on a failing allocator: a queue that cannot grow runs what it
+   * moved before heavier tasks still in their rings (SEMANTICS.md). */
+  t->by_weight = s->o.aging_ms == 0 && !s->failing;
 }
 
 static void check_submit_rc(const slot *s, int rc) {

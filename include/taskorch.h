@@ -421,7 +421,10 @@ TKO_API int tko_pool_create(tko_pool **out, const tko_options *opts);
  * lighter, while other workers go on with lighter ones. Not bounded so: an
  * async task held back by max_async_inflight; a worker descheduled between
  * its look and its start (late by that long); a paused pool, where a
- * worker may still start what it took (tko_pool_pause); and the tasks of
+ * worker may still start what it took (tko_pool_pause); a queue that
+ * could not grow while the allocator failed, whose worker takes from what
+ * it moved, heavier tasks left in their submitters' rings starting once
+ * there is room (nothing accepted waits for memory); and the tasks of
  * a keyed lane (tko_submit_keyed, taskorch/lanes.h), whose runner is one
  * task of the pool that runs up to max_drain of its lane's tasks whatever
  * their weights.
