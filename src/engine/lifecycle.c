@@ -90,7 +90,15 @@ static int gate_wait(tko_pool *pool, bool (*done)(void *pool), const struct time
   return tko__cond_wait_until(&pool->gate_cv, &pool->gate_mu, deadline, done, pool);
 }
 
+/* The seam (seam.h): tests/unit/test_close.c parks a caller-run here,
+ * after its look at the state, while the pool closes. */
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_gate_window)(tko_pool *pool);
+#endif
+
 int tko__gate_enter(tko_pool *pool) {
+  void (*seam)(tko_pool *) = TKO__SEAM(tko__test_gate_window);
+  if (seam) seam(pool);
   /* Relaxed: the CAS re-reads the word. */
   unsigned v = tko__load_relaxed(&pool->gate);
   do {

@@ -122,3 +122,54 @@ Test(close, a_full_caller_runs_queue_once_the_state_changed_runs_nothing_here) {
 Test(close, a_full_blocking_queue_once_the_state_changed_is_eshutdown) {
   full_queue_is_refused(TKO_FULL_BLOCK);
 }
+
+/* A caller-run that looked at the state while the pool was open, and is
+ * stopped before it enters the gate while the pool closes: the gate's
+ * closed bit, the mark after the state, refuses it, so its task never runs
+ * after the shutdown that it did not hold up has returned. */
+static tt_gate gate_gate = TT_GATE_INIT;
+static tt_count gate_parked = TT_COUNT_INIT;
+
+static void park_gate(tko_pool *pool) {
+  (void)pool;
+  tt_count_add(&gate_parked, 1);
+  (void)tt_gate_wait(&gate_gate);
+}
+
+static int count_run(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
+static atomic_int late_runs;
+
+static int submit_here(void *pool) { return tko_submit(pool, count_run, &late_runs, 0); }
+
+Test(close, a_caller_run_stopped_before_the_gate_while_the_pool_closes_is_refused) {
+  reset();
+  gate_gate.open = false;
+  tt_count_init(&gate_parked);
+  atomic_store(&late_runs, 0);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), 0); /* the queue is full */
+  atomic_store(&tko__test_gate_window, park_gate);
+  tf_thread caller;
+  cr_assert_eq(tf_thread_start(&caller, submit_here, pool), 0);
+  cr_assert(tt_count_wait_geq(&gate_parked, 1), "the caller-run never reached the gate");
+  atomic_store(&tko__test_gate_window, NULL);
+  cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0); /* not held up: not in the gate yet */
+  tt_gate_open(&gate_gate);
+  int rc = 0;
+  cr_assert(tf_thread_join(&caller, &rc));
+  cr_assert_eq(rc, -ESHUTDOWN);
+  cr_assert_eq(atomic_load(&late_runs), 0, "a task ran on its caller after the shutdown returned");
+  tko_stats st;
+  tko_pool_stats(pool, &st);
+  cr_assert_eq(st.caller_runs, 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
