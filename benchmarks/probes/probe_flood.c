@@ -6,7 +6,11 @@
  *   probe_flood batch  fresh|reused RUNS    one producer, tko_submit_batch of 256
  *   probe_flood submit PRODUCERS RUNS [CAP] PRODUCERS threads of tko_submit, a
  *                                           fresh pool per run; CAP > 0: a bounded
- *                                           queue of CAP tasks (full policy BLOCK) */
+ *                                           queue of CAP tasks (full policy BLOCK)
+ *   probe_flood submit-reused PRODUCERS RUNS  the same on one pool, after a
+ *                                           warm-up run: its queue's memory is
+ *                                           already touched (a fresh pool's
+ *                                           backlog faults its pages in) */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,8 +68,7 @@ static void *produce(void *arg) {
   return NULL;
 }
 
-static void submit_run(long n, long capacity) {
-  tko_pool *p = make_pool(capacity);
+static void submit_run(tko_pool *p, long n, const char *label) {
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, (unsigned)n + 1);
   pthread_t th[64];
@@ -77,9 +80,8 @@ static void submit_run(long n, long capacity) {
   pthread_barrier_wait(&go);
   uint64_t t0 = probe_now_ns();
   for (long i = 0; i < n; i++) pthread_join(th[i], NULL);
-  report(p, "", t0, probe_now_ns());
+  report(p, label, t0, probe_now_ns());
   pthread_barrier_destroy(&go);
-  tko_pool_destroy(p);
 }
 
 int main(int argc, char **argv) {
@@ -88,7 +90,25 @@ int main(int argc, char **argv) {
     long n = probe_arg(argc, argv, 2, 4), runs = probe_arg(argc, argv, 3, 5);
     long capacity = probe_arg(argc, argv, 4, 0);
     if (n < 1 || n > 64 || capacity < 0) return 2;
-    for (long r = 0; r < runs; r++) submit_run(n, capacity);
+    for (long r = 0; r < runs; r++) {
+      tko_pool *p = make_pool(capacity);
+      submit_run(p, n, "");
+      tko_pool_destroy(p);
+    }
+    return 0;
+  }
+  if (strcmp(mode, "submit-reused") == 0) {
+    long n = probe_arg(argc, argv, 2, 4), runs = probe_arg(argc, argv, 3, 5);
+    if (n < 1 || n > 64) return 2;
+    tko_pool *p = make_pool(0);
+    /* A backlog of every task at once: the queue grows to its largest. */
+    tko_pool_pause(p);
+    for (long i = 0; i < TASKS; i++)
+      if (tko_submit(p, empty, NULL, (int)(i & 3))) exit(1);
+    tko_pool_resume(p);
+    tko_pool_wait_idle(p, -1);
+    for (long r = 0; r < runs; r++) submit_run(p, n, "");
+    tko_pool_destroy(p);
     return 0;
   }
   int reused = argc > 2 && strcmp(argv[2], "reused") == 0;
