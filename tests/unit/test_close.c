@@ -20,19 +20,35 @@
 #include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
-static tt_gate close_gate = TT_GATE_INIT;
-static tt_count close_parked = TT_COUNT_INIT;
+/* A seam's parking place: who arrived, and the gate that lets them on. */
+typedef struct parking {
+  tt_gate gate;
+  tt_count parked;
+} parking;
+
+static parking at_close = {TT_GATE_INIT, TT_COUNT_INIT}, at_gate = {TT_GATE_INIT, TT_COUNT_INIT};
+
+static void park(parking *p) {
+  tt_count_add(&p->parked, 1);
+  (void)tt_gate_wait(&p->gate);
+}
 
 static void park_close(tko_pool *pool) {
   (void)pool;
-  tt_count_add(&close_parked, 1);
-  (void)tt_gate_wait(&close_gate);
+  park(&at_close);
+}
+
+static void park_gate(tko_pool *pool) {
+  (void)pool;
+  park(&at_gate);
 }
 
 /* The sanitizer flavours run every test of a file in one process. */
 static void reset(void) {
-  close_gate.open = false;
-  tt_count_init(&close_parked);
+  at_close.gate.open = false;
+  tt_count_init(&at_close.parked);
+  at_gate.gate.open = false;
+  tt_count_init(&at_gate.parked);
 }
 
 static int nothing(void *arg) {
@@ -47,12 +63,12 @@ static int shut_down(void *pool) { return tko_pool_shutdown(pool, TKO_DRAIN); }
 static void start_close(tko_pool *pool, tf_thread *closer) {
   atomic_store(&tko__test_close_window, park_close);
   cr_assert_eq(tf_thread_start(closer, shut_down, pool), 0);
-  cr_assert(tt_count_wait_geq(&close_parked, 1), "the shutdown never reached its close");
+  cr_assert(tt_count_wait_geq(&at_close.parked, 1), "the shutdown never reached its close");
   atomic_store(&tko__test_close_window, NULL);
 }
 
 static void finish_close(tko_pool *pool, tf_thread *closer) {
-  tt_gate_open(&close_gate);
+  tt_gate_open(&at_close.gate);
   int rc = -1;
   cr_assert(tf_thread_join(closer, &rc));
   cr_assert_eq(rc, 0);
@@ -127,15 +143,6 @@ Test(close, a_full_blocking_queue_once_the_state_changed_is_eshutdown) {
  * stopped before it enters the gate while the pool closes: the gate's
  * closed bit, the mark after the state, refuses it, so its task never runs
  * after the shutdown that it did not hold up has returned. */
-static tt_gate gate_gate = TT_GATE_INIT;
-static tt_count gate_parked = TT_COUNT_INIT;
-
-static void park_gate(tko_pool *pool) {
-  (void)pool;
-  tt_count_add(&gate_parked, 1);
-  (void)tt_gate_wait(&gate_gate);
-}
-
 static int count_run(void *arg) {
   atomic_fetch_add((atomic_int *)arg, 1);
   return 0;
@@ -147,8 +154,6 @@ static int submit_here(void *pool) { return tko_submit(pool, count_run, &late_ru
 
 Test(close, a_caller_run_stopped_before_the_gate_while_the_pool_closes_is_refused) {
   reset();
-  gate_gate.open = false;
-  tt_count_init(&gate_parked);
   atomic_store(&late_runs, 0);
   tko_options o = tko_basic_options(1);
   o.queue_capacity = 1;
@@ -160,10 +165,10 @@ Test(close, a_caller_run_stopped_before_the_gate_while_the_pool_closes_is_refuse
   atomic_store(&tko__test_gate_window, park_gate);
   tf_thread caller;
   cr_assert_eq(tf_thread_start(&caller, submit_here, pool), 0);
-  cr_assert(tt_count_wait_geq(&gate_parked, 1), "the caller-run never reached the gate");
+  cr_assert(tt_count_wait_geq(&at_gate.parked, 1), "the caller-run never reached the gate");
   atomic_store(&tko__test_gate_window, NULL);
   cr_assert_eq(tko_pool_shutdown(pool, TKO_DRAIN), 0); /* not held up: not in the gate yet */
-  tt_gate_open(&gate_gate);
+  tt_gate_open(&at_gate.gate);
   int rc = 0;
   cr_assert(tf_thread_join(&caller, &rc));
   cr_assert_eq(rc, -ESHUTDOWN);
