@@ -289,15 +289,17 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   /* A paused pool drains or cancels too: resumed before the state closes
    * the pool, so that a pause by a thread that saw the close (a submit's
    * -ESHUTDOWN, engine.h: tko__pool_refusing) comes after this one and
-   * holds the drain (test resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait). */
-  tko__lock_acquire(&first->lock);
-  /* Release: pairs with the acquire in tko__run_or_cancel (run.c). Before
-   * the resume, in the same section: a take that sees the pool resumed
-   * sees the cancel too, and cancels what it took (test
-   * bounded/refused_after_shutdown_whatever_the_policy). */
+   * holds the drain (test resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait).
+   * Release: pairs with the acquire in tko__run_or_cancel (run.c). The
+   * cancel before the resume: a take that sees the pool resumed (its
+   * seq_cst load of paused, take.c: drain_for_take) sees the cancel too,
+   * and cancels what it took (test
+   * bounded/refused_after_shutdown_whatever_the_policy). No queue lock
+   * before the state: a worker may hold one through drain after drain
+   * while submitters keep its rings full, and only the state stops them
+   * (test close/the_state_changes_while_a_worker_holds_the_queue_lock). */
   if (cancel) tko__store_release(&pool->cancelling, true);
   tko__store_seq(&pool->paused, false);
-  tko__unlock(&first->lock);
   tko__mutex_lock(&pool->gate_mu);
   set_state(pool, cancel ? TKO__CANCELLING : TKO__DRAINING);
   tko__mutex_unlock(&pool->gate_mu);

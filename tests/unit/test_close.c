@@ -178,3 +178,25 @@ Test(close, a_caller_run_stopped_before_the_gate_while_the_pool_closes_is_refuse
   cr_assert_eq(st.caller_runs, 0);
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
+
+/* A worker may hold the queue's lock through drain after drain while
+ * submitters keep its rings full, and only the state stops them: the close
+ * changes the state before it waits for that lock. This thread holds the
+ * lock, as such a worker, while the shutdown begins: the closer must reach
+ * its window past the state, and a submit meanwhile is refused. */
+Test(close, the_state_changes_while_a_worker_holds_the_queue_lock) {
+  reset();
+  tko_options o = tko_basic_options(2); /* submit rings: this thread gets one */
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), 0); /* claims the ring */
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  tko__shard *first = &pool->shards[0];
+  tko__lock_acquire(&first->lock);
+  tf_thread closer;
+  start_close(pool, &closer);
+  int rc = tko_submit(pool, nothing, NULL, 0);
+  tko__unlock(&first->lock);
+  cr_assert_eq(rc, -ESHUTDOWN);
+  finish_close(pool, &closer);
+}
