@@ -632,10 +632,13 @@ Test(thpool, weighted_extension_orders_jobs) {
 /* Job records are reused: once a pool has held K jobs at once, K more jobs
  * later allocate nothing (neither here nor in taskorch underneath). The
  * pool is paused while the jobs go in, so exactly K are in flight each
- * round, whatever the scheduling. Two rounds warm up: a paused backlog
- * waits in the submitting thread's ring, but in the first round workers
- * still starting may move part of it into the queue before they see the
- * pause, so the ring may not yet have held all K.
+ * round, whatever the scheduling. Four rounds warm up: a paused backlog
+ * waits in the submitting thread's ring, but a worker that was in a take
+ * as the pause came (still starting, in the first round; going round its
+ * loop after the last round's wait returned, in any) may move part of it
+ * into the queue before it sees the pause, so that round's ring did not
+ * hold all K. Two warm-up rounds were not always enough under TSan: each
+ * more round is one more chance for a round that held all K.
  *
  * A pool whose workers sleep unwoken for its idle period (1 s by default)
  * gives the queue's memory back, and the next burst grows it again: right,
@@ -658,17 +661,18 @@ static bool warm_rounds_allocate_nothing(void) {
   long before = 0;
   uint64_t asleep_from = 0;
   bool met = true;
-  for (int round = 0; round < 4; round++) {
-    if (round == 2) before = atomic_load(&alloc_calls);
+  enum { WARM = 4, MEASURED = 2 };
+  for (int round = 0; round < WARM + MEASURED; round++) {
+    if (round == WARM) before = atomic_load(&alloc_calls);
     thpool_pause(p);
     for (long i = 0; i < k; i++) cr_assert_eq(thpool_add_work(p, inc_atomic, &n), 0);
     thpool_resume(p);
-    if (round >= 2 && mono_ns() - asleep_from >= half_idle_period_ns) met = false;
+    if (round >= WARM && mono_ns() - asleep_from >= half_idle_period_ns) met = false;
     thpool_wait(p);
     asleep_from = mono_ns();
   }
   if (met) cr_assert_eq(atomic_load(&alloc_calls), before, "allocations once warm");
-  cr_assert_eq(atomic_load(&n), 4 * k);
+  cr_assert_eq(atomic_load(&n), (WARM + MEASURED) * k);
   long at_destroy = atomic_load(&alloc_calls);
   thpool_destroy(p);
   cr_assert_gt(at_destroy, 0, "the wrapper counts (thpool_init allocated)");
