@@ -75,13 +75,19 @@ static void finish_close(tko_pool *pool, tf_thread *closer) {
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
 
-Test(close, a_submit_once_the_state_changed_is_refused_though_its_ring_is_open) {
-  reset();
-  tko_options o = tko_basic_options(2); /* submit rings: this thread gets one */
+/* Two workers, so that submit rings are on, and this thread's ring claimed. */
+static tko_pool *pool_with_a_ring(void) {
+  tko_options o = tko_basic_options(2);
   tko_pool *pool;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);
-  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), 0); /* claims the ring */
+  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  return pool;
+}
+
+Test(close, a_submit_once_the_state_changed_is_refused_though_its_ring_is_open) {
+  reset();
+  tko_pool *pool = pool_with_a_ring();
   tf_thread closer;
   start_close(pool, &closer);
   cr_assert_eq(tko_submit(pool, nothing, NULL, 0), -ESHUTDOWN);
@@ -186,11 +192,7 @@ Test(close, a_caller_run_stopped_before_the_gate_while_the_pool_closes_is_refuse
  * its window past the state, and a submit meanwhile is refused. */
 Test(close, the_state_changes_while_a_worker_holds_the_queue_lock) {
   reset();
-  tko_options o = tko_basic_options(2); /* submit rings: this thread gets one */
-  tko_pool *pool;
-  cr_assert_eq(tko_pool_create(&pool, &o), 0);
-  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), 0); /* claims the ring */
-  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  tko_pool *pool = pool_with_a_ring();
   tko__shard *first = &pool->shards[0];
   tko__lock_acquire(&first->lock);
   tf_thread closer;
