@@ -281,28 +281,37 @@ void tko__empty_queue(tko_pool *pool, bool run) {
 void (*_Atomic tko__test_close_window)(tko_pool *pool);
 #endif
 
+static void close_state(tko_pool *pool, int state) {
+  tko__mutex_lock(&pool->gate_mu);
+  set_state(pool, state);
+  tko__mutex_unlock(&pool->gate_mu);
+}
+
 /* CLOSING -> DRAINING or CANCELLING: submits and the gate are refused from
  * here on, and everyone who waits is woken. */
 static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
   bool cancel = mode == TKO_CANCEL;
   tko__shard *first = &pool->shards[0];
-  /* A paused pool drains or cancels too: resumed before the state closes
-   * the pool, so that a pause by a thread that saw the close (a submit's
-   * -ESHUTDOWN, engine.h: tko__pool_refusing) comes after this one and
-   * holds the drain (test resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait).
-   * Release: pairs with the acquire in tko__run_or_cancel (run.c). The
-   * cancel before the resume: a take that sees the pool resumed (its
-   * seq_cst load of paused, take.c: drain_for_take) sees the cancel too,
-   * and cancels what it took (test
-   * bounded/refused_after_shutdown_whatever_the_policy). No queue lock
-   * before the state: a worker may hold one through drain after drain
-   * while submitters keep its rings full, and only the state stops them
-   * (test close/the_state_changes_while_a_worker_holds_the_queue_lock). */
+  /* A paused pool drains or cancels too. A DRAIN resumes it before the
+   * state closes the pool, so that a pause by a thread that saw the close
+   * (a submit's -ESHUTDOWN, engine.h: tko__pool_refusing) comes after this
+   * one and holds the drain (test
+   * resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait). A CANCEL
+   * changes the state first, then sets cancelling (release: pairs with the
+   * acquire in tko__run_or_cancel, run.c), then resumes: a worker that
+   * cancels what it took sees the state, so an on_cancel that submits is
+   * refused (test hooks/on_cancel_and_thread_stop_submits_are_refused_during_shutdown),
+   * and a take that sees the pool resumed (its seq_cst load of paused,
+   * take.c: drain_for_take) sees the cancel too, and cancels what it took
+   * (test bounded/refused_after_shutdown_whatever_the_policy); a pause
+   * after a CANCEL's state holds nothing, since nothing queued will start.
+   * No queue lock before the state: a worker may hold one through drain
+   * after drain while submitters keep its rings full, and only the state
+   * stops them (test close/the_state_changes_while_a_worker_holds_the_queue_lock). */
+  if (cancel) close_state(pool, TKO__CANCELLING);
   if (cancel) tko__store_release(&pool->cancelling, true);
   tko__store_seq(&pool->paused, false);
-  tko__mutex_lock(&pool->gate_mu);
-  set_state(pool, cancel ? TKO__CANCELLING : TKO__DRAINING);
-  tko__mutex_unlock(&pool->gate_mu);
+  if (!cancel) close_state(pool, TKO__DRAINING);
   void (*seam)(tko_pool *) = TKO__SEAM(tko__test_close_window);
   if (seam) seam(pool);
   tko__lock_acquire(&first->lock);
