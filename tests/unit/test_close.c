@@ -26,7 +26,8 @@ typedef struct parking {
   tt_count parked;
 } parking;
 
-static parking at_close = {TT_GATE_INIT, TT_COUNT_INIT}, at_gate = {TT_GATE_INIT, TT_COUNT_INIT};
+static parking at_close = {TT_GATE_INIT, TT_COUNT_INIT}, at_gate = {TT_GATE_INIT, TT_COUNT_INIT},
+               at_cancel = {TT_GATE_INIT, TT_COUNT_INIT};
 
 static void park(parking *p) {
   tt_count_add(&p->parked, 1);
@@ -43,12 +44,19 @@ static void park_gate(tko_pool *pool) {
   park(&at_gate);
 }
 
+static void park_cancel(tko_pool *pool) {
+  (void)pool;
+  park(&at_cancel);
+}
+
 /* The sanitizer flavours run every test of a file in one process. */
 static void reset(void) {
   at_close.gate.open = false;
   tt_count_init(&at_close.parked);
   at_gate.gate.open = false;
   tt_count_init(&at_gate.parked);
+  at_cancel.gate.open = false;
+  tt_count_init(&at_cancel.parked);
 }
 
 static int nothing(void *arg) {
@@ -201,4 +209,68 @@ Test(close, the_state_changes_while_a_worker_holds_the_queue_lock) {
   tko__unlock(&first->lock);
   cr_assert_eq(rc, -ESHUTDOWN);
   finish_close(pool, &closer);
+}
+
+/* A CANCEL changes the state before it sets `cancelling`: a worker that
+ * meets the cancel with a task it took has the task cancelled only once
+ * the pool refuses submits, so an on_cancel that submits is refused, as is
+ * a task that still runs. The closer parks between the two; the worker,
+ * let go from its first task meanwhile, runs or cancels its second, which
+ * submits either way. */
+typedef struct late_submit {
+  tko_pool *pool;
+  tt_gate hold; /* the first task waits on it */
+  tt_count handled;
+  atomic_int rc; /* the second task's submit, from its fn or its on_cancel */
+} late_submit;
+
+static late_submit late = {.hold = TT_GATE_INIT, .handled = TT_COUNT_INIT};
+
+static void submit_late(void) {
+  atomic_store(&late.rc, tko_submit(late.pool, nothing, NULL, 0));
+  tt_count_add(&late.handled, 1);
+}
+
+static int held_first(void *arg) {
+  (void)arg;
+  return tt_gate_wait(&late.hold) ? 0 : 1;
+}
+
+static int second(void *arg) {
+  (void)arg;
+  submit_late();
+  return 0;
+}
+
+static void second_cancelled(void *user, const tko_task_info *info) {
+  (void)user;
+  if (info->fn == second) submit_late();
+}
+
+static int cancel_down(void *pool) { return tko_pool_shutdown(pool, TKO_CANCEL); }
+
+Test(close, a_task_met_between_a_cancels_state_and_its_cancelling_submits_nothing) {
+  reset();
+  late.hold.open = false;
+  tt_count_init(&late.handled);
+  atomic_store(&late.rc, 1);
+  tko_options o = tko_basic_options(1);
+  o.hooks.on_cancel = second_cancelled;
+  cr_assert_eq(tko_pool_create(&late.pool, &o), 0);
+  cr_assert_eq(tko_submit(late.pool, held_first, NULL, 0), 0);
+  cr_assert_eq(tko_submit(late.pool, second, NULL, 0), 0);
+  atomic_store(&tko__test_cancel_window, park_cancel);
+  tf_thread closer;
+  cr_assert_eq(tf_thread_start(&closer, cancel_down, late.pool), 0);
+  cr_assert(tt_count_wait_geq(&at_cancel.parked, 1), "the cancel never reached its window");
+  atomic_store(&tko__test_cancel_window, NULL);
+  tt_gate_open(&late.hold);
+  cr_assert(tt_count_wait_geq(&late.handled, 1), "the second task was neither run nor cancelled");
+  cr_assert_eq(atomic_load(&late.rc), -ESHUTDOWN,
+               "a submit during the CANCEL was not refused (%d)", atomic_load(&late.rc));
+  tt_gate_open(&at_cancel.gate);
+  int rc = -1;
+  cr_assert(tf_thread_join(&closer, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tko_pool_destroy(late.pool), 0);
 }
