@@ -714,8 +714,8 @@ TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
  * to on_cancel exactly once; either way it returns 0 once every running
  * task returned and every thread was joined. Idempotent.
  * @details Its lifecycle: RUNNING, then (at the first shutdown call)
- * CLOSING while attached objects resolve their work (the keyed lanes drain
- * or cancel), then DRAINING or CANCELLING: submits fail with -ESHUTDOWN,
+ * CLOSING while attached objects resolve their work (lane tables and the
+ * keyed lanes close), then DRAINING or CANCELLING: submits fail with -ESHUTDOWN,
  * submitters blocked on a full queue are woken with -ESHUTDOWN, TKO_DRAIN
  * runs every queued task and TKO_CANCEL hands each queued task to
  * on_cancel; then STOPPED once every running task returned - those on
@@ -880,11 +880,14 @@ extern "C" {
  * run first, waits for room as TKO_FULL_BLOCK does. (Keys that hash to one
  * lane share it, as taskorch/lanes.h explains: a key with nothing queued
  * can wait behind another key of its lane.)
- * Shutdown refuses keyed submits (-ESHUTDOWN) from the moment it begins,
- * like any submit; DRAIN runs the queued keyed tasks (a paused pool is
- * resumed first), CANCEL hands each to the pool's on_cancel with its id
- * and counts it in stats.cancelled; on_cancel counts as the pool's own
- * thread (its wait, shutdown or destroy of the pool is -EDEADLK).
+ * Shutdown refuses keyed submits (-ESHUTDOWN) from the moment it begins
+ * (its CLOSING step included), before the full policy applies: never
+ * -EAGAIN or a wait for room then. DRAIN runs the queued keyed tasks (a
+ * paused pool is resumed first); CANCEL hands each to the pool's on_cancel
+ * with its id, once the pool refuses every submit (an on_cancel's submit
+ * is -ESHUTDOWN), and counts it in stats.cancelled; on_cancel counts as
+ * the pool's own thread (its wait, shutdown or destroy of the pool is
+ * -EDEADLK).
  * -EINVAL, -ESHUTDOWN, -EAGAIN, -ENOMEM. */
 TKO_API int tko_submit_keyed(tko_pool *pool, uint64_t key, tko_task_fn fn, void *arg, int weight);
 #ifdef __cplusplus

@@ -260,6 +260,13 @@ static inline bool tko__pool_refusing(const tko_pool *pool) {
   return tko__load_relaxed(&pool->state) >= TKO__DRAINING;
 }
 
+/* Whether the pool's shutdown has begun (CLOSING or later), for the calls
+ * that refuse from its first step: keyed submits, before they ask for room.
+ * Relaxed, as tko__pool_refusing. */
+static inline bool tko__pool_shutting_down(const tko_pool *pool) {
+  return tko__load_relaxed(&pool->state) != TKO__RUNNING;
+}
+
 /* lifecycle.c: a worker thread is about to start (before creating it) or
  * has reached its end (its last touch of the pool, before it returns);
  * shutdown waits for the count to reach zero before it joins. */

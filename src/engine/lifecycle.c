@@ -454,6 +454,17 @@ static int close_phases(tko_pool *pool, const struct timespec *deadline) {
   return rc;
 }
 
+/* A CANCEL's step, once the pool refuses submits: each registered phase's
+ * cancel, in number order. Relaxed: a phase's record is static, and its
+ * slot goes from NULL to it once (tko__phase_add). */
+static void cancel_phases(tko_pool *pool) {
+  tko__witness_assert_none_held(); /* a cancel calls the host's on_cancel */
+  for (unsigned i = 0; i < TKO__PHASE_COUNT; i++) {
+    const tko__phase *p = tko__load_relaxed(&pool->phases[i]);
+    if (p && p->cancel) p->cancel(pool);
+  }
+}
+
 void tko__phases_fini(tko_pool *pool) {
   /* No lock: the pool is stopped, every registration since refused
    * (phase_next is past the last number), and a fini may take gate_mu (the
@@ -519,6 +530,8 @@ static int advance(tko_pool *pool, tko_shutdown_mode mode, const struct timespec
     if (rc) return rc;
     closing_pool = pool;
     close_pool(pool, mode);
+    /* Test keyed/an_on_cancel_of_a_cancelled_keyed_task_cannot_submit. */
+    if (mode == TKO_CANCEL) cancel_phases(pool);
   } else {
     closing_pool = pool;
     if (mode == TKO_CANCEL && state == TKO__DRAINING) escalate(pool);

@@ -121,6 +121,11 @@ typedef struct tko__phase {
    * passed first; the next shutdown call then calls it again, and no later
    * phase runs before it returns 0. NULL: nothing to close. */
   int (*close)(tko_pool *pool, const struct timespec *deadline);
+  /* A CANCEL shutdown, on the shutting-down thread, once the pool refuses
+   * submits (after close_pool's state), with no pool lock held: hands what
+   * the feature still queues outside the pool to on_cancel, whose submits
+   * are then refused. NULL: nothing to cancel. */
+  void (*cancel)(tko_pool *pool);
   /* Destroy, once, after the pool stopped and before the engine frees its
    * own parts, with no pool lock held. NULL: nothing to free. */
   void (*fini)(tko_pool *pool);

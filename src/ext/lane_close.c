@@ -31,13 +31,13 @@ static void cancel_lanes(tko_lanes *l);
  * runs) or are cancelled by the pool, which hands them back here
  * (tko__lanes_runner_cancelled: their lanes' tasks go to on_cancel) (CANCEL); a
  * runner already running finishes its lane. The pool's keyed table, under
- * CANCEL, also cancels the keyed tasks queued behind a running runner: a
- * CANCEL shutdown hands every queued keyed task to the pool's on_cancel. */
+ * CANCEL, also cancels the keyed tasks queued behind a running runner, but
+ * later, once the pool refuses submits (keyed.c: its phase's cancel), so
+ * that the on_cancel it calls cannot submit. */
 int tko__lanes_pool_closing(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms) {
+  (void)mode;
   (void)timeout_ms;
-  tko_lanes *l = (tko_lanes *)((char *)a - offsetof(tko_lanes, attach));
-  if (l->keyed && mode == TKO_CANCEL) cancel_lanes(l);
-  else close_table(l);
+  close_table((tko_lanes *)((char *)a - offsetof(tko_lanes, attach)));
   return 0;
 }
 

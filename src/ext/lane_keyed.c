@@ -67,6 +67,7 @@ static int keyed_create(tko_lanes **out, tko_pool *pool, const tko_allocator *al
 static const tko__keyed_ops keyed_ops = {
     .create = keyed_create,
     .submit = keyed_submit,
+    .cancel = tko_lanes_cancel,
     .destroy = tko_lanes_destroy,
 };
 

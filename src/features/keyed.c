@@ -88,9 +88,12 @@ static int run_here(tko_pool *pool, const tko__keyed_ops *ops, tko_lanes *l, uin
 static tko_lanes *const KEYED_MAKING = (tko_lanes *)&KEYED_MAKING;
 
 static void keyed_free(tko_pool *pool);
+static void keyed_cancel(tko_pool *pool);
 /* The keyed table's phase (lifecycle.h): no close (the table is an
- * attachment, resolved when shutdown begins); its fini destroys the table. */
-static const tko__phase keyed_phase = {.number = TKO__PHASE_KEYED, .fini = keyed_free};
+ * attachment, resolved when shutdown begins); a CANCEL's cancel hands its
+ * queued tasks to on_cancel; its fini destroys the table. */
+static const tko__phase keyed_phase = {
+    .number = TKO__PHASE_KEYED, .cancel = keyed_cancel, .fini = keyed_free};
 
 /* The pool's keyed table, made with ops->create on first use; NULL (with
  * *rc set) if making it failed. */
@@ -129,7 +132,10 @@ int tko__keyed_submit(tko_pool *pool, const tko__keyed_ops *ops, uint64_t key, t
   int rc = tko__pool_check(pool);
   if (rc) return rc;
   if (!fn) return -EINVAL;
-  if (tko__load_relaxed(&pool->closing)) return -ESHUTDOWN;
+  /* Before the full policy: a shutdown that began refuses, rather than a
+   * full queue's -EAGAIN or wait (test
+   * keyed/a_keyed_submit_while_a_cancel_resolves_the_lanes_is_eshutdown). */
+  if (tko__pool_shutting_down(pool)) return -ESHUTDOWN;
   rc = 0;
   tko_lanes *l = keyed_table(pool, ops, &rc);
   if (!l) return rc;
@@ -146,6 +152,14 @@ int tko__keyed_submit(tko_pool *pool, const tko__keyed_ops *ops, uint64_t key, t
   }
   if (gated) tko__gate_leave(pool); /* after the last touch of a pool that may be closing */
   return rc;
+}
+
+/* The phase's cancel. Acquire: pairs with the release that installs the
+ * table (keyed_table); a table still being made is refused its attach, as
+ * the shutdown began. */
+static void keyed_cancel(tko_pool *pool) {
+  tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
+  if (l && l != KEYED_MAKING) (void)pool->keyed_ops->cancel(l);
 }
 
 /* The phase's fini (destroy). */

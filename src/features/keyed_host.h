@@ -62,6 +62,9 @@ typedef struct tko__keyed_ops {
    * -ESHUTDOWN (the table is closed) or -ENOMEM. */
   int (*submit)(tko_lanes *l, uint64_t key, tko_task_fn fn, void *arg, int weight,
                 bool run_here);
+  /* Hands every task queued in the table's lanes to on_cancel (a CANCEL
+   * shutdown, once the pool refuses submits; the table is closed). */
+  int (*cancel)(tko_lanes *l);
   /* Frees the table at the pool's destroy (its shutdown closed it). */
   int (*destroy)(tko_lanes *l);
 } tko__keyed_ops;

@@ -443,3 +443,49 @@ Test(keyed, a_full_caller_runs_pool_runs_a_keyed_task_on_another_pools_worker) {
   cr_assert_eq(tko_pool_destroy(a), 0);
   cr_assert_eq(tko_pool_destroy(x.b), 0);
 }
+
+/* A CANCEL hands the keyed tasks still queued to on_cancel once the pool
+ * refuses submits, so an on_cancel that submits is refused, as it is for
+ * the pool's other tasks. The keyed lanes' cancel used to run while
+ * attached objects resolved, when submits were still accepted (an attack
+ * found it: the submit was accepted, and its task cancelled in turn). */
+static tko_pool *cancel_submit_pool;
+static tft_token cancel_submit_tok[3];
+static atomic_int cancel_submit_rc;
+
+static void submit_from_on_cancel(void *user, const tko_task_info *task) {
+  tft_on_cancel(user, task);
+  if (task->arg != &cancel_submit_tok[0]) return;
+  int rc = tko_submit(cancel_submit_pool, tft_run, &cancel_submit_tok[2], 0);
+  cancel_submit_tok[2].accepted = rc == 0;
+  atomic_store(&cancel_submit_rc, rc);
+}
+
+Test(keyed, an_on_cancel_of_a_cancelled_keyed_task_cannot_submit) {
+  memset(cancel_submit_tok, 0, sizeof cancel_submit_tok);
+  atomic_store(&cancel_submit_rc, 1);
+  tko_options o = tko_basic_options(1);
+  o.hooks.on_cancel = submit_from_on_cancel;
+  cr_assert_eq(tko_pool_create(&cancel_submit_pool, &o), 0);
+  tko_pool *p = cancel_submit_pool;
+  static tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pin, 10), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit_keyed(p, 7, tft_run, &cancel_submit_tok[0], 0), 0);
+  cancel_submit_tok[0].accepted = true;
+  cr_assert_eq(tko_submit(p, tft_run, &cancel_submit_tok[1], 0), 0);
+  cancel_submit_tok[1].accepted = true;
+  tf_thread t;
+  shutdown_call c = {p, TKO_CANCEL};
+  cr_assert_eq(tf_thread_start(&t, shutdown_fn, &c), 0);
+  cr_assert(tf_wait_thread_sleeping(t.tid)); /* waiting for the pinned task */
+  tt_gate_open(&pin.gate);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&t, KT_HANG_MS, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(atomic_load(&cancel_submit_rc), -ESHUTDOWN,
+               "on_cancel's submit during a CANCEL returned %d", atomic_load(&cancel_submit_rc));
+  cr_assert_eq(atomic_load(&cancel_submit_tok[0].cancels), 1, "the keyed task was not cancelled");
+  cr_assert_eq(tft_first_bad(cancel_submit_tok, 3), -1);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 
 #include "internal.h"
+#include "lifecycle.h"
 #include "taskorch.h"
 #include "tko_test.h"
 #include "tko_test_feature.h"
@@ -27,7 +28,7 @@ typedef struct parking {
 } parking;
 
 static parking at_close = {TT_GATE_INIT, TT_COUNT_INIT}, at_gate = {TT_GATE_INIT, TT_COUNT_INIT},
-               at_cancel = {TT_GATE_INIT, TT_COUNT_INIT};
+               at_cancel = {TT_GATE_INIT, TT_COUNT_INIT}, at_resolve = {TT_GATE_INIT, TT_COUNT_INIT};
 
 static void park(parking *p) {
   tt_count_add(&p->parked, 1);
@@ -57,6 +58,8 @@ static void reset(void) {
   tt_count_init(&at_gate.parked);
   at_cancel.gate.open = false;
   tt_count_init(&at_cancel.parked);
+  at_resolve.gate.open = false;
+  tt_count_init(&at_resolve.parked);
 }
 
 static int nothing(void *arg) {
@@ -273,4 +276,57 @@ Test(close, a_task_met_between_a_cancels_state_and_its_cancelling_submits_nothin
   cr_assert(tf_thread_join(&closer, &rc));
   cr_assert_eq(rc, 0);
   cr_assert_eq(tko_pool_destroy(late.pool), 0);
+}
+
+/* While attached objects resolve (CLOSING), plain submits are still
+ * accepted, but a keyed submit is refused from the shutdown's first step,
+ * before the full policy: a full REJECT queue does not make it -EAGAIN, a
+ * full BLOCK queue does not make it wait. An attachment whose close parks
+ * holds the shutdown there (an attack found both, holding it with an
+ * on_cancel of the keyed lanes' cancel, which now comes later). */
+static int parked_close(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms) {
+  (void)a;
+  (void)mode;
+  (void)timeout_ms;
+  park(&at_resolve);
+  return 0;
+}
+
+static void keyed_submit_refused_while_resolving(tko_full_policy policy) {
+  reset();
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = policy;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  cr_assert_eq(tko_submit_keyed(pool, 1, nothing, NULL, 0), 0); /* the keyed table exists */
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  static tt_pin pin = TT_PIN_INIT;
+  pin.gate.open = false;
+  tt_count_init(&pin.started);
+  cr_assert_eq(tko_submit(pool, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit(pool, nothing, NULL, 0), 0); /* the queue is full */
+  tko__attachment resolving = {.close = parked_close};
+  cr_assert_eq(tko__attach(pool, &resolving), 0);
+  tf_thread closer;
+  cr_assert_eq(tf_thread_start(&closer, shut_down, pool), 0);
+  cr_assert(tt_count_wait_geq(&at_resolve.parked, 1), "the shutdown never resolved its attachment");
+  int rc = tko_submit_keyed(pool, 7, nothing, NULL, 0);
+  tt_gate_open(&at_resolve.gate);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(rc, -ESHUTDOWN, "a keyed submit while the shutdown resolved returned %d", rc);
+  cr_assert(tf_thread_join(&closer, &rc));
+  cr_assert_eq(rc, 0);
+  tko__detach(pool, &resolving);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+Test(close, a_keyed_submit_on_a_full_reject_queue_while_the_shutdown_resolves_is_eshutdown) {
+  keyed_submit_refused_while_resolving(TKO_FULL_REJECT);
+}
+
+Test(close, a_keyed_submit_on_a_full_blocking_queue_while_the_shutdown_resolves_is_eshutdown,
+     .timeout = 60) {
+  keyed_submit_refused_while_resolving(TKO_FULL_BLOCK);
 }
