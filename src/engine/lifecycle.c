@@ -534,7 +534,11 @@ static int advance(tko_pool *pool, tko_shutdown_mode mode, const struct timespec
     if (mode == TKO_CANCEL) cancel_phases(pool);
   } else {
     closing_pool = pool;
-    if (mode == TKO_CANCEL && state == TKO__DRAINING) escalate(pool);
+    if (mode == TKO_CANCEL && state == TKO__DRAINING) {
+      escalate(pool);
+      /* Test keyed/a_cancel_after_a_timed_out_drain_cancels_the_queued_keyed_tasks. */
+      cancel_phases(pool);
+    }
   }
   return nowait ? 0 : finish(pool, deadline);
 }

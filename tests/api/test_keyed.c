@@ -489,3 +489,28 @@ Test(keyed, an_on_cancel_of_a_cancelled_keyed_task_cannot_submit) {
   cr_assert_eq(tft_first_bad(cancel_submit_tok, 3), -1);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
+
+/* A DRAIN that timed out and goes on as a CANCEL hands the keyed tasks
+ * still queued behind a running one to on_cancel, as a CANCEL from the
+ * start does; they used to run after it. */
+Test(keyed, a_cancel_after_a_timed_out_drain_cancels_the_queued_keyed_tasks) {
+  tko_options o = tko_basic_options(1);
+  o.hooks.on_cancel = tft_on_cancel;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  static tt_pin pin = TT_PIN_INIT;
+  static tft_token behind;
+  memset(&behind, 0, sizeof behind);
+  cr_assert_eq(tko_submit_keyed(p, 7, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  cr_assert_eq(tko_submit_keyed(p, 7, tft_run, &behind, 0), 0); /* in the lane, behind it */
+  behind.accepted = true;
+  cr_assert_eq(tko_pool_shutdown_timed(p, TKO_DRAIN, 0), -ETIMEDOUT);
+  cr_assert_eq(tko_pool_shutdown_timed(p, TKO_CANCEL, 0), -ETIMEDOUT); /* the pinned task runs */
+  int cancels = atomic_load(&behind.cancels);
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_pool_shutdown(p, TKO_CANCEL), 0);
+  cr_assert_eq(cancels, 1, "the keyed task behind the running one was not cancelled");
+  cr_assert_eq(tft_first_bad(&behind, 1), -1);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}
