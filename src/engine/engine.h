@@ -260,6 +260,12 @@ static inline bool tko__pool_refusing(const tko_pool *pool) {
   return tko__load_relaxed(&pool->state) >= TKO__DRAINING;
 }
 
+/* Whether a CANCEL changed the state (the first of its marks). Relaxed, as
+ * tko__pool_refusing. */
+static inline bool tko__pool_cancel_began(const tko_pool *pool) {
+  return tko__load_relaxed(&pool->state) == TKO__CANCELLING;
+}
+
 /* Whether the pool's shutdown has begun (CLOSING or later), for the calls
  * that refuse from its first step: keyed submits, before they ask for room.
  * Relaxed, as tko__pool_refusing. */

@@ -216,15 +216,17 @@ Test(close, the_state_changes_while_a_worker_holds_the_queue_lock) {
 
 /* A CANCEL changes the state before it sets `cancelling`: a worker that
  * meets the cancel with a task it took has the task cancelled only once
- * the pool refuses submits, so an on_cancel that submits is refused, as is
- * a task that still runs. The closer parks between the two; the worker,
- * let go from its first task meanwhile, runs or cancels its second, which
- * submits either way. */
+ * the pool refuses submits, so an on_cancel that submits is refused. The
+ * closer parks between the two; the worker, let go from its first task
+ * meanwhile, cancels its second already (the state is the cancel's first
+ * mark: a thread that saw -ESHUTDOWN and let the worker go sees no queued
+ * task start), and the second's on_cancel submits. */
 typedef struct late_submit {
   tko_pool *pool;
   tt_gate hold; /* the first task waits on it */
   tt_count handled;
   atomic_int rc; /* the second task's submit, from its fn or its on_cancel */
+  atomic_int ran; /* the second task ran (it should be cancelled) */
 } late_submit;
 
 static late_submit late = {.hold = TT_GATE_INIT, .handled = TT_COUNT_INIT};
@@ -241,6 +243,7 @@ static int held_first(void *arg) {
 
 static int second(void *arg) {
   (void)arg;
+  atomic_store(&late.ran, 1);
   submit_late();
   return 0;
 }
@@ -257,6 +260,7 @@ Test(close, a_task_met_between_a_cancels_state_and_its_cancelling_submits_nothin
   late.hold.open = false;
   tt_count_init(&late.handled);
   atomic_store(&late.rc, 1);
+  atomic_store(&late.ran, 0);
   tko_options o = tko_basic_options(1);
   o.hooks.on_cancel = second_cancelled;
   cr_assert_eq(tko_pool_create(&late.pool, &o), 0);
@@ -271,6 +275,7 @@ Test(close, a_task_met_between_a_cancels_state_and_its_cancelling_submits_nothin
   cr_assert(tt_count_wait_geq(&late.handled, 1), "the second task was neither run nor cancelled");
   cr_assert_eq(atomic_load(&late.rc), -ESHUTDOWN,
                "a submit during the CANCEL was not refused (%d)", atomic_load(&late.rc));
+  cr_assert_eq(atomic_load(&late.ran), 0, "a task started after the CANCEL changed the state");
   tt_gate_open(&at_cancel.gate);
   int rc = -1;
   cr_assert(tf_thread_join(&closer, &rc));
