@@ -133,8 +133,8 @@ int tko__keyed_submit(tko_pool *pool, const tko__keyed_ops *ops, uint64_t key, t
   if (rc) return rc;
   if (!fn) return -EINVAL;
   /* Before the full policy: a shutdown that began refuses, rather than a
-   * full queue's -EAGAIN or wait (test
-   * keyed/a_keyed_submit_while_a_cancel_resolves_the_lanes_is_eshutdown). */
+   * full queue's -EAGAIN or wait (test close/a_keyed_submit_on_a_full_
+   * reject_queue_while_the_shutdown_resolves_is_eshutdown). */
   if (tko__pool_shutting_down(pool)) return -ESHUTDOWN;
   rc = 0;
   tko_lanes *l = keyed_table(pool, ops, &rc);

@@ -446,9 +446,8 @@ Test(keyed, a_full_caller_runs_pool_runs_a_keyed_task_on_another_pools_worker) {
 
 /* A CANCEL hands the keyed tasks still queued to on_cancel once the pool
  * refuses submits, so an on_cancel that submits is refused, as it is for
- * the pool's other tasks. The keyed lanes' cancel used to run while
- * attached objects resolved, when submits were still accepted (an attack
- * found it: the submit was accepted, and its task cancelled in turn). */
+ * the pool's other tasks, not while attached objects resolve, when plain
+ * submits are still accepted. */
 static tko_pool *cancel_submit_pool;
 static tft_token cancel_submit_tok[3];
 static atomic_int cancel_submit_rc;

@@ -287,8 +287,8 @@ Test(close, a_task_met_between_a_cancels_state_and_its_cancelling_submits_nothin
  * accepted, but a keyed submit is refused from the shutdown's first step,
  * before the full policy: a full REJECT queue does not make it -EAGAIN, a
  * full BLOCK queue does not make it wait. An attachment whose close parks
- * holds the shutdown there (an attack found both, holding it with an
- * on_cancel of the keyed lanes' cancel, which now comes later). */
+ * holds the shutdown there (the keyed lanes' cancel, whose on_cancel could
+ * hold it too, comes later now). */
 static int parked_close(tko__attachment *a, tko_shutdown_mode mode, long timeout_ms) {
   (void)a;
   (void)mode;
