@@ -71,11 +71,9 @@ enum tko__admit_point {
 };
 #ifdef TKO_TEST_SEAMS
 /* lifecycle.c: a closer between the state's change and the rest of its
- * close; a CANCEL's closer between the state and `cancelling`; a thread
- * about to enter the gate (tko__gate_enter), after any look at the state
- * its caller made. */
+ * close; a thread about to enter the gate (tko__gate_enter), after any
+ * look at the state its caller made. */
 extern void (*_Atomic tko__test_close_window)(tko_pool *pool);
-extern void (*_Atomic tko__test_cancel_window)(tko_pool *pool);
 extern void (*_Atomic tko__test_gate_window)(tko_pool *pool);
 extern void (*_Atomic tko__test_settle_window)(void);
 extern void (*_Atomic tko__test_admit_window)(enum tko__admit_point at);

@@ -275,12 +275,10 @@ void tko__empty_queue(tko_pool *pool, bool run) {
   }
 }
 
-/* The seams (seam.h): tests/unit/test_close.c parks the closer between the
- * state's change and the rest of the close, and a CANCEL's closer between
- * the state and `cancelling`. */
+/* The seam (seam.h): tests/unit/test_close.c parks the closer between the
+ * state's change and the rest of the close. */
 #ifdef TKO_TEST_SEAMS
 void (*_Atomic tko__test_close_window)(tko_pool *pool);
-void (*_Atomic tko__test_cancel_window)(tko_pool *pool);
 #endif
 
 static void close_state(tko_pool *pool, int state) {
@@ -299,24 +297,20 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
    * (a submit's -ESHUTDOWN, engine.h: tko__pool_refusing) comes after this
    * one and holds the drain (test
    * resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait). A CANCEL
-   * changes the state first, then sets cancelling (release: pairs with the
-   * acquire in tko__run_or_cancel, run.c), then resumes: a worker that
-   * cancels what it took sees the state, so an on_cancel that submits is
-   * refused (tests hooks/on_cancel_and_thread_stop_submits_are_refused_during_shutdown
-   * and close/a_task_met_between_a_cancels_state_and_its_cancelling_submits_nothing),
-   * and a take that sees the pool resumed (its seq_cst load of paused,
-   * take.c: drain_for_take) sees the cancel too, and cancels what it took
+   * changes the state first, then resumes. The state is the cancel's one
+   * mark for workers: one that cancels what it took (tko__run_or_cancel,
+   * run.c) looks at it, so a thread that saw a submit's -ESHUTDOWN and then
+   * let a worker go sees no queued task start, and an on_cancel that
+   * submits is refused (tests hooks/on_cancel_and_thread_stop_submits_are_refused_during_shutdown
+   * and close/a_task_taken_once_a_cancels_state_changed_is_cancelled_and_submits_nothing);
+   * a take that sees the pool resumed (its seq_cst load of paused,
+   * take.c: drain_for_take) sees the state too, and cancels what it took
    * (test bounded/refused_after_shutdown_whatever_the_policy); a pause
    * after a CANCEL's state holds nothing, since nothing queued will start.
    * No queue lock before the state: a worker may hold one through drain
    * after drain while submitters keep its rings full, and only the state
    * stops them (test close/the_state_changes_while_a_worker_holds_the_queue_lock). */
-  if (cancel) {
-    close_state(pool, TKO__CANCELLING);
-    void (*between)(tko_pool *) = TKO__SEAM(tko__test_cancel_window);
-    if (between) between(pool);
-    tko__store_release(&pool->cancelling, true);
-  }
+  if (cancel) close_state(pool, TKO__CANCELLING);
   tko__store_seq(&pool->paused, false);
   if (!cancel) close_state(pool, TKO__DRAINING);
   void (*seam)(tko_pool *) = TKO__SEAM(tko__test_close_window);
@@ -347,7 +341,6 @@ static void close_pool(tko_pool *pool, tko_shutdown_mode mode) {
  * to on_cancel, and tasks workers had taken are cancelled, not started. */
 static void escalate(tko_pool *pool) {
   close_state(pool, TKO__CANCELLING);
-  tko__store_release(&pool->cancelling, true); /* pairs with run_or_cancel's acquire */
   tko__empty_queue(pool, false);
   tko__idle_wake_all(&pool->idle);
 }

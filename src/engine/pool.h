@@ -212,7 +212,6 @@ struct tko_pool {
    * freed, and counted so, once it returns. */
   atomic_uint trims;
   atomic_bool closing;    /* set under lock at shutdown; read lock-free */
-  atomic_bool cancelling; /* TKO_CANCEL in progress */
   atomic_bool paused;     /* tko_pool_pause: no task starts */
 
   tko__idle idle;

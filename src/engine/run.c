@@ -208,13 +208,12 @@ void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
   tko__give_room(pool, w, tko__item_room(item));
   void (*seam)(tko_pool *, void *) = TKO__SEAM(tko__test_start_window); /* 0 outside tests */
   if (seam) seam(pool, item->arg);
-  /* Acquire: pairs with the release in lifecycle.c (close_pool), so tasks this
-   * worker had taken are cancelled rather than run once TKO_CANCEL began.
-   * The state too, which a CANCEL changes before it sets cancelling: a
-   * thread that saw a submit's -ESHUTDOWN and then let this worker go finds
-   * the state changed (coherence), so no task starts after that refusal
-   * (test lifecycle/cancel_hands_each_queued_task_to_on_cancel_once). */
-  if (tko__load_acquire(&pool->cancelling) || tko__pool_cancel_began(pool)) {
+  /* Tasks this worker had taken are cancelled rather than run once a
+   * TKO_CANCEL changed the state, its first mark (lifecycle.c: close_pool).
+   * A thread that saw a submit's -ESHUTDOWN and then let this worker go
+   * finds the state changed (coherence), so no task starts after that
+   * refusal (test lifecycle/cancel_hands_each_queued_task_to_on_cancel_once). */
+  if (tko__pool_cancel_began(pool)) {
     /* What the take gave the task goes back first (an async task's
      * in-flight slot), so that no snapshot taken once the cancel counts
      * shows the idle pool with an async task in flight. */

@@ -28,7 +28,7 @@ typedef struct parking {
 } parking;
 
 static parking at_close = {TT_GATE_INIT, TT_COUNT_INIT}, at_gate = {TT_GATE_INIT, TT_COUNT_INIT},
-               at_cancel = {TT_GATE_INIT, TT_COUNT_INIT}, at_resolve = {TT_GATE_INIT, TT_COUNT_INIT};
+               at_resolve = {TT_GATE_INIT, TT_COUNT_INIT};
 
 static void park(parking *p) {
   tt_count_add(&p->parked, 1);
@@ -45,19 +45,12 @@ static void park_gate(tko_pool *pool) {
   park(&at_gate);
 }
 
-static void park_cancel(tko_pool *pool) {
-  (void)pool;
-  park(&at_cancel);
-}
-
 /* The sanitizer flavours run every test of a file in one process. */
 static void reset(void) {
   at_close.gate.open = false;
   tt_count_init(&at_close.parked);
   at_gate.gate.open = false;
   tt_count_init(&at_gate.parked);
-  at_cancel.gate.open = false;
-  tt_count_init(&at_cancel.parked);
   at_resolve.gate.open = false;
   tt_count_init(&at_resolve.parked);
 }
@@ -214,13 +207,12 @@ Test(close, the_state_changes_while_a_worker_holds_the_queue_lock) {
   finish_close(pool, &closer);
 }
 
-/* A CANCEL changes the state before it sets `cancelling`: a worker that
- * meets the cancel with a task it took has the task cancelled only once
- * the pool refuses submits, so an on_cancel that submits is refused. The
- * closer parks between the two; the worker, let go from its first task
- * meanwhile, cancels its second already (the state is the cancel's first
- * mark: a thread that saw -ESHUTDOWN and let the worker go sees no queued
- * task start), and the second's on_cancel submits. */
+/* A CANCEL's state is its first mark, and the one a worker that took a
+ * task looks at before it starts it: a task met once the state changed is
+ * cancelled, not started, though the rest of the close has not happened
+ * yet, and its on_cancel's submit is refused. The closer parks just after
+ * the state; the worker, let go from its first task meanwhile, meets the
+ * second, whose fn or on_cancel submits. */
 typedef struct late_submit {
   tko_pool *pool;
   tt_gate hold; /* the first task waits on it */
@@ -255,7 +247,7 @@ static void second_cancelled(void *user, const tko_task_info *info) {
 
 static int cancel_down(void *pool) { return tko_pool_shutdown(pool, TKO_CANCEL); }
 
-Test(close, a_task_met_between_a_cancels_state_and_its_cancelling_submits_nothing) {
+Test(close, a_task_taken_once_a_cancels_state_changed_is_cancelled_and_submits_nothing) {
   reset();
   late.hold.open = false;
   tt_count_init(&late.handled);
@@ -266,17 +258,17 @@ Test(close, a_task_met_between_a_cancels_state_and_its_cancelling_submits_nothin
   cr_assert_eq(tko_pool_create(&late.pool, &o), 0);
   cr_assert_eq(tko_submit(late.pool, held_first, NULL, 0), 0);
   cr_assert_eq(tko_submit(late.pool, second, NULL, 0), 0);
-  atomic_store(&tko__test_cancel_window, park_cancel);
+  atomic_store(&tko__test_close_window, park_close);
   tf_thread closer;
   cr_assert_eq(tf_thread_start(&closer, cancel_down, late.pool), 0);
-  cr_assert(tt_count_wait_geq(&at_cancel.parked, 1), "the cancel never reached its window");
-  atomic_store(&tko__test_cancel_window, NULL);
+  cr_assert(tt_count_wait_geq(&at_close.parked, 1), "the cancel never reached its window");
+  atomic_store(&tko__test_close_window, NULL);
   tt_gate_open(&late.hold);
   cr_assert(tt_count_wait_geq(&late.handled, 1), "the second task was neither run nor cancelled");
   cr_assert_eq(atomic_load(&late.rc), -ESHUTDOWN,
                "a submit during the CANCEL was not refused (%d)", atomic_load(&late.rc));
   cr_assert_eq(atomic_load(&late.ran), 0, "a task started after the CANCEL changed the state");
-  tt_gate_open(&at_cancel.gate);
+  tt_gate_open(&at_close.gate);
   int rc = -1;
   cr_assert(tf_thread_join(&closer, &rc));
   cr_assert_eq(rc, 0);
