@@ -885,7 +885,9 @@ extern "C" {
  * -EAGAIN or a wait for room then. DRAIN runs the queued keyed tasks (a
  * paused pool is resumed first); CANCEL hands each to the pool's on_cancel
  * with its id, once the pool refuses every submit (an on_cancel's submit
- * is -ESHUTDOWN), and counts it in stats.cancelled; on_cancel counts as
+ * is -ESHUTDOWN), and counts it in stats.cancelled - a runner already
+ * running starts none from then on, as a worker starts no task it had
+ * taken; on_cancel counts as
  * the pool's own thread (its wait, shutdown or destroy of the pool is
  * -EDEADLK).
  * -EINVAL, -ESHUTDOWN, -EAGAIN, -ENOMEM. */

@@ -513,3 +513,63 @@ Test(keyed, a_cancel_after_a_timed_out_drain_cancels_the_queued_keyed_tasks) {
   cr_assert_eq(tft_first_bad(&behind, 1), -1);
   cr_assert_eq(tko_pool_destroy(p), 0);
 }
+
+/* A runner that is running when a CANCEL begins goes on with its lane, but
+ * each keyed task it takes once the pool refuses submits goes to on_cancel
+ * instead of starting, as a task a worker took does: none starts after a
+ * thread saw the refusal. The closer is held in a plain task's on_cancel,
+ * before the keyed lanes' own cancel, while the lane's first task returns
+ * and its runner takes the tasks behind it. */
+enum { BEHIND_RUNNER = 8 };
+static tft_token behind_runner[BEHIND_RUNNER];
+static tt_count behind_handled = TT_COUNT_INIT;
+static tt_pin closer_held = TT_PIN_INIT;
+static int held_plain;
+
+static int run_behind(void *arg) {
+  tft_run(arg);
+  tt_count_add(&behind_handled, 1);
+  return 0;
+}
+
+static void hold_closer_or_count(void *user, const tko_task_info *task) {
+  if (task->arg == &held_plain) {
+    (void)tt_pin_fn(&closer_held);
+    return;
+  }
+  tft_on_cancel(user, task);
+  tt_count_add(&behind_handled, 1);
+}
+
+Test(keyed, a_running_runner_cancels_the_keyed_tasks_it_takes_once_a_cancel_refuses_submits) {
+  memset(behind_runner, 0, sizeof behind_runner);
+  tko_options o = tko_basic_options(1);
+  o.hooks.on_cancel = hold_closer_or_count;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  static tt_pin first = TT_PIN_INIT;
+  cr_assert_eq(tko_submit_keyed(p, 7, tt_pin_fn, &first, 0), 0);
+  cr_assert(tt_count_wait_geq(&first.started, 1));
+  for (int i = 0; i < BEHIND_RUNNER; i++) {
+    cr_assert_eq(tko_submit_keyed(p, 7, run_behind, &behind_runner[i], 0), 0);
+    behind_runner[i].accepted = true;
+  }
+  cr_assert_eq(tko_submit(p, tt_nop_fn, &held_plain, 0), 0); /* queued: the worker is busy */
+  tf_thread t;
+  shutdown_call c = {p, TKO_CANCEL};
+  cr_assert_eq(tf_thread_start(&t, shutdown_fn, &c), 0);
+  cr_assert(tt_count_wait_geq(&closer_held.started, 1), "the CANCEL never cancelled the plain task");
+  cr_assert_eq(tko_submit(p, tt_nop_fn, NULL, 0), -ESHUTDOWN);
+  tt_gate_open(&first.gate);
+  cr_assert(tt_count_wait_geq(&behind_handled, BEHIND_RUNNER),
+            "the tasks behind the runner were neither run nor cancelled");
+  long accepted, runs, cancels;
+  tft_counts(behind_runner, BEHIND_RUNNER, &accepted, &runs, &cancels);
+  cr_assert_eq(runs, 0, "%ld keyed tasks started after the CANCEL refused a submit", runs);
+  tt_gate_open(&closer_held.gate);
+  int rc = -1;
+  cr_assert(tf_thread_join_within(&t, KT_HANG_MS, &rc));
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(tft_first_bad(behind_runner, BEHIND_RUNNER), -1);
+  cr_assert_eq(tko_pool_destroy(p), 0);
+}

@@ -571,8 +571,10 @@ Test(keyed_tasks, cancelled_lane_runners_count_as_cancelled) {
  * and the rest went to on_cancel, never a task run after an earlier one
  * was cancelled. Key 0's first task holds its runner in the middle of its
  * first visit (the table's max_drain, 32 by default) until the shutdown's
- * on_cancel reaches key 0, which opens the gate and waits for that visit's
- * last task: so the cancel always meets a running runner. */
+ * on_cancel reaches key 0, which opens the gate and waits until that
+ * visit's tasks have ended: so the cancel always meets a running runner,
+ * which hands the visit's tasks it had not started to on_cancel (test
+ * keyed/a_running_runner_cancels_the_keyed_tasks_it_takes_once_a_cancel_refuses_submits). */
 enum { KS_KEYS = 3, KS_DRAIN = 32, KS_PER_KEY = 3 * KS_DRAIN };
 
 typedef struct ks_item {
@@ -584,7 +586,7 @@ typedef struct ks_scene {
   ks_item items[KS_KEYS][KS_PER_KEY];
   _Atomic char outcome[KS_KEYS][KS_PER_KEY];
   atomic_int twice, gate_open;
-  tt_count started, ran0, gate;
+  tt_count started, ended0, gate; /* ended0: key 0's tasks run or cancelled */
 } ks_scene;
 
 static ks_scene *ks_;
@@ -593,6 +595,7 @@ static void ks_end(const ks_item *it, char how) {
   char none = 0;
   if (!atomic_compare_exchange_strong(&ks_->outcome[it->key][it->i], &none, how))
     atomic_fetch_add(&ks_->twice, 1);
+  if (it->key == 0) tt_count_add(&ks_->ended0, 1);
 }
 
 static int ks_task(void *arg) {
@@ -602,7 +605,6 @@ static int ks_task(void *arg) {
     tt_count_wait_geq(&ks_->gate, 1);
   }
   ks_end(it, 'R');
-  if (it->key == 0) tt_count_add(&ks_->ran0, 1);
   return 0;
 }
 
@@ -613,7 +615,7 @@ static void ks_cancel(void *user, const tko_task_info *t) {
   ks_end(it, 'C');
   if (it->key == 0 && !atomic_exchange(&ks_->gate_open, 1)) {
     tt_count_add(&ks_->gate, 1);
-    tt_count_wait_geq(&ks_->ran0, KS_DRAIN);
+    tt_count_wait_geq(&ks_->ended0, KS_DRAIN + 1); /* the visit's and this one */
   }
 }
 
@@ -643,7 +645,7 @@ static void keyed_cancel_splits_each_key(tko_shutdown_mode mode) {
     atomic_store(&s->twice, 0);
     atomic_store(&s->gate_open, 0);
     tt_count_init(&s->started);
-    tt_count_init(&s->ran0);
+    tt_count_init(&s->ended0);
     tt_count_init(&s->gate);
     tko_options o = tko_basic_options(KS_KEYS);
     o.hooks.on_cancel = ks_cancel;
@@ -680,7 +682,7 @@ static void keyed_cancel_splits_each_key(tko_shutdown_mode mode) {
       if (k == 0 && cancelled && line[0] == 'R') mixed++;
     }
     tt_count_fini(&s->started);
-    tt_count_fini(&s->ran0);
+    tt_count_fini(&s->ended0);
     tt_count_fini(&s->gate);
   }
   /* The shutdown met key 0's runner in the middle of its lane every round:
