@@ -155,6 +155,9 @@ static size_t settle(tko_pool *pool, tko__worker *w) {
       void (*seam)(void) = TKO__SEAM(tko__test_settle_window);
       if (seam) seam();
       back = given - settled;
+      /* seq_cst: the room's half of the Dekker pair with wait_for_room's
+       * increment of space_waiters and its load of room_taken (the essay);
+       * before wake_space_waiters' load. */
       size_t before = tko__sub_seq(&pool->room_taken, back);
       TKO__INVARIANT(before >= back); /* each give-back settled once */
       (void)before;
@@ -180,6 +183,7 @@ static size_t next_chunk(tko_pool *pool, size_t used) {
 /* Gives n tasks' room straight back to room_taken and wakes the waiters;
  * returns the room still taken. */
 static size_t give_back_now(tko_pool *pool, size_t n) {
+  /* seq_cst: as settle's subtraction, then wake_space_waiters' load. */
   size_t before = tko__sub_seq(&pool->room_taken, n);
   TKO__INVARIANT(before >= n); /* room given back once per task that took it */
   wake_space_waiters(pool);
@@ -202,6 +206,8 @@ void tko__give_room(tko_pool *pool, tko__worker *w, size_t n) {
   }
   if (!w->room_listed) { /* this slot's first chunk: gather visits it from now */
     unsigned want = (unsigned)(w - pool->slots) + 1, seen = tko__load_relaxed(&pool->room_slots);
+    /* seq_cst: before the store of room_given below; pairs with gather's
+     * load of room_slots, so a waiter's gather visits this slot. */
     while (seen < want && !tko__cas_seq(&pool->room_slots, &seen, want)) {
     }
     w->room_listed = true;
@@ -228,9 +234,13 @@ void tko__take_room_unchecked(tko_pool *pool, size_t n) {
  * holds one ring's credits at most; room_moving counts the move, and its
  * end wakes the waiters, as a settle's (see the essay). */
 static size_t take_back(tko_pool *pool, tko__ring *r) {
+  /* seq_cst, both: the move is counted before the credits go, so a
+   * gather whose seq_cst load of credits finds them gone then sees the
+   * count in its seq_cst load of room_moving (tko__admit, wait_for_room). */
   tko__add_seq(&pool->room_moving, 1);
   size_t credits = tko__exchange_seq(&r->credits, 0);
   admit_seam(TKO__ADMIT_TAKING_BACK);
+  /* seq_cst: as settle's subtraction. */
   if (credits) tko__sub_seq(&pool->room_taken, credits);
   tko__sub_seq(&pool->room_moving, 1); /* seq_cst: before the wake's load (see the essay) */
   wake_space_waiters(pool);
@@ -241,6 +251,9 @@ static size_t take_back(tko_pool *pool, tko__ring *r) {
  * returns the room that came back. */
 static size_t gather(tko_pool *pool) {
   size_t back = 0;
+  /* seq_cst: pairs with tko__give_room's CAS of room_slots, made before
+   * its store of room_given: a slot whose give-back this waiter must see
+   * is listed. */
   unsigned slots = tko__load_seq(&pool->room_slots);
   for (unsigned i = 0; i < slots; i++) back += settle(pool, &pool->slots[i]);
   /* seq_cst: a waiter's half of the lease's Dekker pair takes in a ring
@@ -294,6 +307,10 @@ static int wait_for_room(tko_pool *pool, size_t k, bool until_moved, uint64_t de
      * wake_space_waiters and tko__admit_close (see the essay). */
     unsigned seq = tko__load_seq(&pool->space_seq);
     (void)gather(pool); /* what comes back wakes the other waiters too */
+    /* seq_cst, the three: the waiter's half of the Dekker pairs (the
+     * essay) with the subtractions of room_taken and room_moving before
+     * wake_space_waiters' load, and with close_pool's store of closing
+     * (lifecycle.c) before tko__admit_close's bump. */
     if (tko__load_seq(&pool->room_taken) + k <= pool->opts.queue_capacity) break;
     if (until_moved && !tko__load_seq(&pool->room_moving)) break;
     if (tko__load_seq(&pool->closing) || tko__pool_refusing(pool)) {

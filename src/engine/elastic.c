@@ -54,6 +54,10 @@ static bool reserve_count(tko_pool *pool) {
   /* Relaxed: tko_pool_resize may lower the maximum meanwhile; a worker this
    * reservation starts then finds itself above it and retires (resize.c). */
   unsigned max = tko__load_relaxed(&pool->elastic_max);
+  /* seq_cst: the submit's side of the essay's pair with
+   * tko__elastic_try_retire's release of the count before its re-check;
+   * and before tko__elastic_spawn's load of drained, which a worker
+   * stored before its count fell (worker.c: tko__worker_main). */
   do {
     if (n >= max) return false;
   } while (!tko__cas_seq(&pool->elastic_count, &n, n + 1));
@@ -72,6 +76,8 @@ static tko__worker *claim_slot(tko_pool *pool) {
      * a slot whose new thread starts at once. */
     if (w == tko__current_worker) continue;
     if (w->stopping && tko__current_worker && tko__current_worker->stopping) continue;
+    /* Acquire: pairs with the release of RETIRING (tko__elastic_try_retire;
+     * worker.c: retire_elastic), as the CAS's acquire half does. */
     int state = tko__load_acquire(&w->slot_state);
     /* seq_cst CAS: races with a retiring worker taking its slot back. Its
      * acquire half pairs with the release in tko__elastic_try_retire, so the
@@ -95,9 +101,11 @@ void tko__elastic_spawn(tko_pool *pool) {
     return;
   }
   tko__mutex_lock(&pool->spawn_mu);
-  /* A slot is free unless a retiring worker is between releasing its count
-   * and marking its slot; then this spawn is dropped, and that worker's
-   * re-check of the inbox picks up the work. */
+  /* A count held means a slot is free: a retiring worker marks its slot
+   * before it gives its count back, and takes the count before the slot
+   * (take_slot_back). claim_slot still skips some free slots (this
+   * thread's own, a stop hook's, one whose spawner is at work); finding
+   * none, or spawns closed, this spawn gives its count back. */
   tko__worker *w = pool->spawn_closed ? NULL : claim_slot(pool);
   pthread_t old;
   bool join_old = false;

@@ -94,7 +94,9 @@ extern void (*_Atomic tko__test_full_ring_window)(tko_pool *pool);
  * or ages tasks. */
 uint64_t tko__enqueue_time(tko_pool *pool);
 /* Tasks ever accepted: inbox reservations, ring publishes, tasks run by
- * callers and side tasks. */
+ * callers and side tasks. seq_cst loads, read after the finished and
+ * cancelled counts (pool.c: pool_is_idle): a task counted there was
+ * counted here first (submit.c: run_on_caller's add; tko__side_task's). */
 static inline uint64_t tko__submitted(tko_pool *pool) {
   return tko__inbox_reserved(&pool->inbox) + tko__rings_published(&pool->rings) +
          tko__load_seq(&pool->caller_runs) + tko__load_seq(&pool->side_tasks);

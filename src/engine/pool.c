@@ -286,6 +286,10 @@ static uint64_t sum_finished(tko_pool *pool) {
 
 static bool pool_is_idle(void *p) {
   tko_pool *pool = p;
+  /* seq_cst: wait_idle's half of the Dekker pair, as sum_finished's loads:
+   * cancelled and runners_done are added seq_cst (run.c: tko__cancel_item,
+   * run_runner; take.c: tko__withdraw_owned; timer.c: hand_to_cancel)
+   * before tko__notify_idle loads idle_waiters. */
   uint64_t done = sum_finished(pool) + tko__load_seq(&pool->cancelled) +
                   tko__load_seq(&pool->runners_done); /* runners are not tasks */
   return done == tko__submitted(pool);
@@ -314,6 +318,9 @@ int tko_pool_wait_idle(tko_pool *pool, long timeout_ms) {
 int tko_pool_pause(tko_pool *pool) {
   int rc = tko__pool_check(pool);
   if (rc) return rc;
+  /* seq_cst: pairs with drain_for_take's second load of paused (take.c),
+   * after its drain: a take whose drain saw a task submitted after this
+   * store sees the pause. */
   tko__store_seq(&pool->paused, true);
   return 0;
 }
@@ -335,7 +342,8 @@ int tko_pool_resume(tko_pool *pool) {
    * test resume_helpers/a_resume_in_a_drain_wakes_a_paused_group_wait).
    * seq_cst loads, after the store
    * above: closing pairs with close_pool's store (lifecycle.c), helpers
-   * with a helper's increment before its re-check (group.c). */
+   * with a helper's increment before its re-check (help.c:
+   * tko__helper_sleep). */
   if (tko__load_seq(&pool->closing)) {
     tko__idle_wake_all(&pool->idle);
     if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);

@@ -37,7 +37,8 @@
  * Nothing is stranded. A worker that retires while counted as searching
  * ends its search and, if it was the last searcher, re-reads for work and
  * passes it on (worker.c: work_loop's end), the Dekker pair of signal.c;
- * one that hands back tasks signals them after a seq_cst fence. Work a
+ * one that hands back tasks stores its backlog seq_cst
+ * (tko__publish_backlog_seq, take.c) before it signals them. Work a
  * basic worker leaves always has a taker: basic_target 0 only comes with
  * max_elastic > 0, and tko__signal_work spawns then.
  *
@@ -157,8 +158,9 @@ int tko_pool_resize(tko_pool *pool, unsigned basic_workers, unsigned max_elastic
     return -EINVAL;
   rc = tko__gate_enter(pool);
   if (rc) return rc;
-  /* Relaxed: gate_enter read it under gate_mu; a shutdown that begins after
-   * this waits for the gate. */
+  /* Relaxed: a shutdown this load misses waits for this resize, which
+   * entered the gate while it was open, before it joins the workers
+   * (lifecycle.h). */
   if (tko__load_relaxed(&pool->state) != TKO__RUNNING) {
     tko__gate_leave(pool);
     return -ESHUTDOWN;

@@ -120,7 +120,9 @@ static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t
  * Returns the shard to take from. */
 static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w, bool helping) {
   tko__shard *pick = tko__shard_pick(pool, w);
-  /* Relaxed: submit.c's raise_ceiling. */
+  /* Acquire: pairs with tko__refresh_backlog's release store of top
+   * (wake.h), as tko__shard_pick's loads do. Relaxed, the ceiling:
+   * submit.c's raise_ceiling. */
   if (tko__load_acquire(&pick->top) >= tko__load_relaxed(&pool->weight_ceiling)) return pick;
   uint64_t now = pool->opts.max_batch > 1 && !helping ? w->clocked_ns : tko__now_ns();
   if (w->swept_ns != TKO__SWEEP_DUE && now - w->swept_ns < pool->recheck_ns) return pick;
@@ -289,6 +291,8 @@ void tko__requeue_taken(tko_pool *pool, tko__worker *w) {
 static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__item *than) {
   tko__shards_sweep(pool, NULL);
   w->swept_ns = w->clocked_ns;
+  /* seq_cst, after the sweep's drains, as drain_for_take's second load:
+   * pairs with tko_pool_pause's store (pool.c). */
   if (tko__load_seq(&pool->paused)) return false; /* nothing outranks: nothing starts */
   bool heavier = tko__shards_outrank(pool, than->weight);
   if (!heavier && tko__load_relaxed(&pool->held_waiting)) {

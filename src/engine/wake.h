@@ -126,7 +126,7 @@ static inline bool tko__nothing_left(tko_pool *pool) {
  * them. */
 static inline void tko__signal_work(tko_pool *pool) {
   /* seq_cst, after the work was published: pairs with the helper's
-   * increment of helpers before its re-check (group.c). */
+   * increment of helpers before its re-check (help.c: tko__helper_sleep). */
   if (tko__load_seq(&pool->helpers)) tko__wake_helpers(pool);
   /* seq_cst: step (2') of signal.c's essay, after the reservation. */
   uint64_t st = tko__load_seq(&pool->idle.state);

@@ -281,7 +281,10 @@ static enum loop_end work_loop(tko_pool *pool, tko__worker *w) {
       continue;
     }
     /* Exit once closed and nothing is left; a reservation made just before
-     * the close is still pending in the inbox and is taken first. */
+     * the close is still pending in the inbox and is taken first. Acquire:
+     * pairs with close_pool's seq_cst store of closing (lifecycle.c), made
+     * after it closed the inbox and every ring, which this worker then
+     * finds closed. */
     if (tko__load_acquire(&pool->closing) && tko__nothing_left(pool)) break;
     tko__notify_idle(pool);
     if (!searching) {

@@ -26,7 +26,7 @@
  * Runners are owned tasks (lifecycle.h, runner_owner): a worker takes one
  * alone, so that two lanes' runners never share a take (the second key
  * would wait behind the first), and one the pool cancels comes back to
- * runner_cancelled.
+ * tko__lanes_runner_cancelled.
  *
  * If the pool refuses the resubmission (it is shutting down, or a bounded
  * queue is full and this is its worker), the runner keeps draining on the
@@ -38,7 +38,7 @@
  * makes the first submit keep the runner token, accept its task, unlock,
  * and only then submit the runner (start_unlocked): TKO_FULL_BLOCK waits
  * for room there, and TKO_FULL_CALLER_RUNS runs the runner at once on that
- * thread; the runner sees the thread-local starting_lane and runs the
+ * thread; the runner sees the thread-local `starting` and runs the
  * lane's first visit there - one task, its own - inside the pool's run of
  * it, and the submitting thread, still owning the lane, then hands it on.
  * tko_lanes_submit_wait (lane_wait.c) starts its lane's runner on its own

@@ -190,7 +190,9 @@ int tko_async_complete(tko_async *op, int status) {
   if (!atomic_compare_exchange_strong(&op->in_flight, &one, 0)) return -EALREADY;
   tko__add_seq(&pool->completers, 1);
   finish(op, status);
-  tko__sub_seq(&pool->completers, 1); /* the last touch of the pool */
+  /* seq_cst (a release): the last touch of the pool; pairs with
+   * async_quiesce's load of completers. */
+  tko__sub_seq(&pool->completers, 1);
   return 0;
 }
 
@@ -259,7 +261,9 @@ static int async_quiesce(tko_pool *pool, const struct timespec *deadline) {
   tko__mutex_unlock(&pool->idle_mu);
   tko__sub_seq(&pool->idle_waiters, 1);
   if (rc) return rc;
-  /* A completer past its notify is a few instructions from leaving. */
+  /* A completer past its notify is a few instructions from leaving.
+   * seq_cst (an acquire): pairs with tko_async_complete's decrement, its
+   * last touch of the pool. */
   while (tko__load_seq(&pool->completers) > 0) sched_yield();
   return 0;
 }

@@ -251,6 +251,8 @@ static void *timer_main(void *arg) {
       item.ctx = (uintptr_t)t->rec | TKO__CTX_KIND;
     } else {
       heap_remove(pool, t);
+      /* Release: pairs with tko_timer_cancel's acquire load of state: a
+       * caller that sees the timer fired sees the pool done with it. */
       atomic_store_explicit(&t->state, TIMER_FIRED, memory_order_release);
     }
     tko__mutex_unlock(&pool->timer_mu);

@@ -234,6 +234,7 @@ static void read_entry(entry *e, uint64_t tasks, tko__audit_line *l) {
 /* Visits every line touched since the reset. */
 static void each_line(uint64_t tasks, void (*fn)(const tko__audit_line *, void *), void *ctx) {
   for (size_t i = 0; i < TABLE_SIZE; i++) {
+    /* Acquire: pairs with find's claiming CAS, as find's load does. */
     if (!atomic_load_explicit(&table[i].key, memory_order_acquire)) continue;
     tko__audit_line l;
     read_entry(&table[i], tasks, &l);

@@ -126,6 +126,10 @@ static uint64_t settle(tko__inbox *in, uint64_t h, uint64_t t) {
 
 int tko__inbox_drain(tko__inbox *in, tko__queue *q, tko__queue *hq, uintptr_t held_tag) {
   uint64_t h = tko__load_relaxed(&in->head); /* only the lock holder writes it */
+  /* seq_cst: pairs with tko__inbox_reserve's CAS (inbox.h), so the
+   * publishes made before a reservation read here are seen; and after
+   * drain_for_take's seq_cst load of paused (take.c), so a take that saw a
+   * resume sees every reservation made before it. */
   uint64_t t = tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
   TKO__INVARIANT(t - h <= ((uint64_t)1 << 62)); /* head never passes the tail */
   if (h == t) return 0;

@@ -192,7 +192,10 @@ static inline void tko__inbox_publish_batch(tko__inbox *in, uint64_t pos, const 
   }
 }
 
-/* Positions handed out so far (the submitted count), closed bit masked. */
+/* Positions handed out so far (the submitted count), closed bit masked.
+ * seq_cst, as the reservation's CAS (tko__inbox_reserve): read after the
+ * finished counts (pool.c: pool_is_idle), so a task seen finished is seen
+ * reserved. */
 static inline uint64_t tko__inbox_reserved(tko__inbox *in) {
   return tko__load_seq(&in->tail) & ~TKO__INBOX_CLOSED;
 }
@@ -220,6 +223,9 @@ static inline bool tko__inbox_settled(tko__inbox *in) {
 /* Closes the inbox: reservations after this fail with -ESHUTDOWN; those made
  * before it are published by their submitters and drained as usual. */
 static inline void tko__inbox_close(tko__inbox *in) {
+  /* seq_cst (a release): pairs with the acquire loads of a refused
+   * reservation or claim (tko__inbox_reserve; inbox.c: tko__inbox_claim),
+   * which then see the pool's state (engine.h: tko__pool_refusing). */
   atomic_fetch_or_explicit(&in->tail, TKO__INBOX_CLOSED, memory_order_seq_cst);
 }
 

@@ -135,6 +135,9 @@ void tko__rings_close_claims(tko__rings *rs) {
 void tko__rings_close_shard(tko__rings *rs, unsigned shard) {
   tko__mutex_lock(&rs->mu);
   unsigned n = tko__load_relaxed(&rs->count); /* written under mu */
+  /* seq_cst (a release): pairs with ring_enqueue's acquire load of the
+   * tail (submit.c) and tko__ring_publish's on a refusal, so a submit
+   * refused there sees the pool's state (engine.h: tko__pool_refusing). */
   for (unsigned i = shard; i < n; i += rs->shards)
     atomic_fetch_or_explicit(&rs->ring[i]->tail, TKO__RING_CLOSED, memory_order_seq_cst);
   tko__mutex_unlock(&rs->mu);
@@ -236,7 +239,7 @@ static bool group_by_weight(const tko__ring_seg *seg, uint64_t h, uint64_t t, ui
   return true;
 }
 
-/* Moves positions [h, t) of seg into the queues (see tko__ring_drain);
+/* Moves positions [h, t) of seg into the queues (see ring_drain);
  * returns where it stopped. */
 static uint64_t drain_seg(tko__ring *r, tko__ring_seg *seg, uint64_t h, uint64_t t, tko__queue *q,
                           tko__queue *hq, uintptr_t held_tag, int *rc) {
@@ -372,6 +375,8 @@ bool tko__rings_trimmable(const tko__rings *rs) {
 uint64_t tko__rings_published(tko__rings *rs) {
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
   uint64_t sum = 0;
+  /* seq_cst, as tko__ring_publish's CAS (ring.h): the submitted count,
+   * read after the finished counts (pool.c: pool_is_idle). */
   for (unsigned i = 0; i < n; i++)
     sum += tko__load_seq(&rs->ring[i]->tail) & ~TKO__RING_CLOSED;
   return sum;

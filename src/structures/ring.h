@@ -172,7 +172,14 @@ static inline void tko__ring_write(tko__ring_seg *seg, uint64_t pos, tko_task_fn
  * tail; a shutdown only sets that bit). */
 static inline int tko__ring_publish(tko__ring *r, uint64_t t, uint64_t n) {
   for (uint64_t seen = t; !tko__cas_seq(&r->tail, &seen, t + n); seen = t)
-    if (seen & TKO__RING_CLOSED) return -ESHUTDOWN;
+    if (seen & TKO__RING_CLOSED) {
+      /* Acquire: a failed CAS loads relaxed; this pairs with the close's
+       * seq_cst OR (tko__rings_close_shard), made after the pool's state,
+       * which this thread then sees (engine.h: tko__pool_refusing), as the
+       * inbox's refusal does (tko__inbox_reserve). */
+      (void)tko__load_acquire(&r->tail);
+      return -ESHUTDOWN;
+    }
   return 0;
 }
 

@@ -17,12 +17,13 @@
  * No lost wake-up. A worker goes to sleep in three steps: (1) it moves itself
  * from searching to sleeping in idle.state with a seq_cst read-modify-write
  * (tko__idle_sleep_prepare), (2) it re-reads, with seq_cst loads, every
- * queue's backlog (shard.c), every submit ring's head and tail, and the shared
- * inbox's head, tail and the slots between them (tko__look_seq), (3) it
- * parks. A submit (1') publishes through its own ring with a seq_cst CAS
- * of that ring's tail (ring.h: tko__ring_publish) - or, through the
- * shared inbox, reserves its position with a seq_cst CAS of the shared
- * tail and then publishes its slot - then (2') loads idle.state seq_cst.
+ * queue's backlog (wake.h: tko__backlog_seq), every submit ring's head and
+ * tail, and the shared inbox's head, tail and the slots between them
+ * (tko__look_seq), (3) it parks. A submit (1') publishes through its own
+ * ring with a seq_cst CAS of that ring's tail (ring.h: tko__ring_publish)
+ * - or, through the shared inbox, reserves its position with a seq_cst CAS
+ * of the shared tail and then publishes its slot - then (2') loads
+ * idle.state seq_cst.
  * All of these are in the single total order of seq_cst operations, so
  * either (1) precedes (1') and the submit sees a sleeper and wakes one, or
  * (1') precedes the re-check in (2), which sees the tail moved and does
@@ -232,6 +233,9 @@ void tko__idle_init(tko__idle *idle, tko__sleeper *first, size_t stride, unsigne
 void tko__idle_search_begin(tko__idle *idle) { tko__add_seq(&idle->state, TKO__SEARCHING_ONE); }
 
 bool tko__idle_search_end(tko__idle *idle) {
+  /* seq_cst: as step (1) of the essay. A submit whose (2') load saw this
+   * searcher skipped its wake; the caller's seq_cst re-check
+   * (tko__runnable_seq) after this decrement sees that submit's work. */
   uint64_t before = tko__sub_seq(&idle->state, TKO__SEARCHING_ONE);
   TKO__INVARIANT(tko__idle_searching(before) > 0); /* a search ends only once begun */
   return tko__idle_searching(before) == 1;
