@@ -400,7 +400,9 @@ static void aux_stop(scene *S, aux *x) {
   for (int i = 0; i < 2; i++) pthread_join(x->waiter[i], NULL);
 }
 
-static void scene_init(scene *S, tko_full_policy pol, unsigned workers, bool lanes) {
+/* max_batch 0: the pool's default. */
+static void scene_init_batch(scene *S, tko_full_policy pol, unsigned workers, bool lanes,
+                             unsigned max_batch) {
   memset(S, 0, sizeof *S);
   ledger_init(&S->L, (size_t)NSUB * SLOTS_PER_SUB + 48000);
   S->pol = pol;
@@ -413,6 +415,7 @@ static void scene_init(scene *S, tko_full_policy pol, unsigned workers, bool lan
   o.full_policy = pol;
   o.hooks.on_cancel = pool_on_cancel;
   o.hooks.user = &S->L;
+  if (max_batch) o.max_batch = max_batch;
   cr_assert_eq(tko_pool_create(&S->p, &o), 0);
   if (lanes) {
     tko_lane_options lo = tko_lane_default_options();
@@ -421,6 +424,10 @@ static void scene_init(scene *S, tko_full_policy pol, unsigned workers, bool lan
     lo.on_cancel = lanes_on_cancel;
     cr_assert_eq(tko_lanes_create(&S->lanes, S->p, &lo), 0);
   }
+}
+
+static void scene_init(scene *S, tko_full_policy pol, unsigned workers, bool lanes) {
+  scene_init_batch(S, pol, workers, lanes, 0);
 }
 
 static void scene_fini(scene *S) {
@@ -675,13 +682,16 @@ Test(attack_bounded, room_reject_one_worker_paused) { room_scene(TKO_FULL_REJECT
 /* ---- submitters held for room while the pool is resized ------------------ */
 
 /* One worker held; NSUB threads block for room; growing the pool while they
- * wait lets them in; shrinking back loses nothing. */
+ * wait lets them in; shrinking back loses nothing. One task per take: a
+ * worker's take of several would hold them behind its held task, and
+ * taken tasks keep their room until they start, so the grown workers
+ * could find fewer than one each. */
 Test(attack_bounded, blocked_submitters_get_in_when_the_pool_grows) {
   static scene S;
   static sub u[NSUB];
   watchdog wd;
   watchdog_start(&wd, "grow");
-  scene_init(&S, TKO_FULL_BLOCK, 1, false);
+  scene_init_batch(&S, TKO_FULL_BLOCK, 1, false, 1);
   S.budget = 4;
   ledger_hold(&S.L);
   subs_start(&S, u);
