@@ -54,8 +54,8 @@ size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, 
 }
 
 /* Under the lock: moves every submitted task into the queue, and says
- * whether the pool is paused. paused first, then the drain's tail:
- * seq_cst both (plain loads on x86). A take that sees a resume then also
+ * whether the pool is paused. paused first, then the drain's tails (the
+ * inbox's and every ring's): seq_cst all (plain loads on x86). A take that sees a resume then also
  * sees every task submitted before it, so the tasks queued while paused
  * are all in the queue - and run in priority order - before any is taken.
  * (Read only after the drain, a stale tail plus a fresh resume let a take

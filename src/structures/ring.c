@@ -274,9 +274,12 @@ static uint64_t drain_seg(tko__ring *r, tko__ring_seg *seg, uint64_t h, uint64_t
 /* Moves r's published tasks (tko__rings_drain). */
 static int ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t held_tag) {
   uint64_t h = tko__load_relaxed(&r->head); /* only the lock holder writes it */
-  /* Acquire: pairs with the owner's publish, so its slots and links are
-   * written. */
-  uint64_t t = tko__load_acquire(&r->tail) & ~TKO__RING_CLOSED;
+  /* seq_cst: its acquire half pairs with the owner's publish, so its
+   * slots and links are written; and in the total order after a take's
+   * seq_cst load of paused (take.c: drain_for_take), so a take that saw a
+   * resume moves every publish made before it, as the inbox's drain does.
+   * A plain load on x86, as an acquire one. */
+  uint64_t t = tko__load_seq(&r->tail) & ~TKO__RING_CLOSED;
   TKO__INVARIANT(t - h < (uint64_t)1 << 62); /* head never passes the tail */
   int rc = 0;
   while (h != t && rc == 0) {
