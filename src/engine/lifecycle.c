@@ -417,7 +417,10 @@ void tko__held_release(tko_pool *pool) {
   tko__lock_acquire(&first->lock);
   TKO__INVARIANT(pool->held_running > 0);
   pool->held_running--;
-  tko__store_relaxed(&pool->held_inflight, pool->held_running); /* under lock */
+  /* seq_cst: the completer's half of the Dekker pair with async_quiesce
+   * (async.c), stored before the finish's tko__notify_idle loads
+   * idle_waiters; the quiescer adds itself there before it loads this. */
+  tko__store_seq(&pool->held_inflight, pool->held_running); /* under lock */
   tko__refresh_backlog(pool, first);
   tko__unlock(&first->lock);
   if (tko__runnable_seq(pool)) tko__signal_work(pool);

@@ -248,6 +248,8 @@ static const tko__task_kind async_kind = {
     .run = async_run, .cancelled = async_cancelled, .dropped = async_dropped};
 
 static bool no_async_in_flight(void *pool) {
+  /* seq_cst: pairs with tko__held_release's store (lifecycle.c), after
+   * this waiter's add to idle_waiters (async_quiesce). */
   return tko__load_seq(&((tko_pool *)pool)->held_inflight) == 0;
 }
 
