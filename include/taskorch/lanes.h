@@ -68,7 +68,9 @@
  * harmless.) A runner already running
  * when the pool shuts down, in either mode, finishes its lane on the spot
  * (the pool waits for running tasks); call tko_lanes_cancel first to drop
- * queued lane tasks instead.
+ * queued lane tasks instead. (The pool's own keyed table, tko_submit_keyed,
+ * is the exception: its tasks are the pool's, and under TKO_CANCEL its
+ * runner starts none once the pool refuses submits.)
  *
  * Lifetime: the table holds its pool from create to destroy: the pool's
  * tko_pool_destroy meanwhile shuts the pool down but returns -EBUSY, freeing
