@@ -288,6 +288,9 @@ typedef struct tko_options {
  * queue_capacity on a bounded pool), and completed + cancelled + queued +
  * running never exceeds submitted; elastic_retired never exceeds
  * elastic_spawned, nor elastic_workers their difference or elastic_peak.
+ * submitted may read up to one low per keyed lane whose runner is being
+ * handed to the pool at that instant (tko_submit_keyed), so with keyed
+ * tasks one snapshot's submitted can be one below an earlier one's.
  * When the pool is quiet: submitted = completed + cancelled + queued +
  * running, exactly. */
 typedef struct tko_stats {

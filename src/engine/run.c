@@ -111,16 +111,36 @@ static int run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   return info.status;
 }
 
+/* The blocking hint belongs to the task that gave it (tko_blocking_begin
+ * counts the thread's worker, of whichever pool): a task that returns
+ * inside its own region ends it, so that no pool counts a blocked worker
+ * forever. w's depth goes back to base, its depth at the task's start. */
+static void blocking_back_to(tko__worker *w, unsigned base) {
+  if (w->blocking_depth == base) return;
+  if (base == 0) tko__sub_relaxed(&w->pool->blocking, 1);
+  w->blocking_depth = base;
+}
+
 /* A worker keeps its tasks in its own frames (tko__run_or_cancel); a task
  * run in a pool's caller slot, on a thread that is not that pool's worker,
  * is kept in the thread's frames, so that a wait it makes on its own group
- * or handle is -EDEADLK there too (tko__thread_runs). */
+ * or handle is -EDEADLK there too (tko__thread_runs). On a worker's thread
+ * outside a task of its own loop - a caller-run from its task or hook, a
+ * keyed task of its runner's visit - a task's region ends at its return
+ * too (test blocking/a_region_left_open_by_a_task_run_in_a_thread_hook_ends_with_it). */
 int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
-  if (w != &pool->caller) return run_item(pool, w, item);
-  tko__task_frame f = {.item = item, .outer = tko__off_worker_task};
-  tko__off_worker_task = &f;
-  int rc = run_item(pool, w, item);
-  tko__off_worker_task = f.outer;
+  tko__worker *thread_worker = tko__current_worker;
+  unsigned base = thread_worker ? thread_worker->blocking_depth : 0;
+  int rc;
+  if (w != &pool->caller) {
+    rc = run_item(pool, w, item);
+  } else {
+    tko__task_frame f = {.item = item, .outer = tko__off_worker_task};
+    tko__off_worker_task = &f;
+    rc = run_item(pool, w, item);
+    tko__off_worker_task = f.outer;
+  }
+  if (thread_worker) blocking_back_to(thread_worker, base);
   return rc;
 }
 
@@ -225,9 +245,8 @@ void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
   /* The blocking hint belongs to the task that gave it: the depth at its
    * start is its base (a task run while helping starts inside its waiter's
    * region), tko_blocking_end refuses to go below it, and a task that
-   * returns inside its own region ends it here, so that the pool does not
-   * count a blocked worker forever. The frame is owner-only and on this
-   * stack: plain stores, no shared line. */
+   * returns inside its own region ends it here (blocking_back_to). The
+   * frame is owner-only and on this stack: plain stores, no shared line. */
   tko__task_frame frame = {item, w->blocking_depth, w->task};
   w->task = &frame;
   /* A task that ends this thread (pthread_exit) unwinds through here:
@@ -236,11 +255,8 @@ void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
    * every outer frame - batches taken, tasks waiting in a helping wait -
    * still intact above it. */
   pthread_cleanup_push(tko__task_exited, w);
-  tko__run_item(pool, w, item);
+  run_item(pool, w, item);
   pthread_cleanup_pop(0);
   w->task = frame.outer;
-  if (w->blocking_depth != frame.blocking_base) {
-    if (frame.blocking_base == 0) tko__sub_relaxed(&pool->blocking, 1);
-    w->blocking_depth = frame.blocking_base;
-  }
+  blocking_back_to(w, frame.blocking_base);
 }

@@ -299,7 +299,10 @@ static int submit_internal(tko_pool *pool, uintptr_t ctx, tko_task_fn fn, void *
    * submitted, so stats never count it as a task (pool.c). */
   tko__add_seq(&pool->runners_out, 1);
   int rc = enqueue(pool, fn, arg, ctx, weight, NULL);
-  if (rc) tko__add_seq(&pool->runners_done, 1); /* never queued: back at once */
+  /* Never queued: counted neither submitted nor done, so it is counted
+   * out no more either (test
+   * faults/a_keyed_runner_the_queue_has_no_room_for_leaves_the_counts_balanced). */
+  if (rc) tko__sub_seq(&pool->runners_out, 1);
   return rc;
 }
 

@@ -453,3 +453,100 @@ Test(blocking, the_hint_in_a_forked_child_is_echild) {
   cr_assert_eq(atomic_load(&c.bad), 0, "the child's hint was not -ECHILD");
   cr_assert_eq(tko_pool_destroy(pool), 0);
 }
+
+/* A task a full CALLER_RUNS queue runs on a worker's thread from its
+ * thread_start hook - no task of the worker's own around it - and that
+ * returns inside its region: the region ends with it, as a worker's own
+ * task's does. The pool's one worker is pinned so that the hook's first
+ * submit fills the queue and its second runs there, on the new worker. */
+typedef struct hook_scene {
+  _Atomic(tko_pool *) pool; /* set once the hook may submit */
+  atomic_int begin_rc, submit_rc;
+  tt_count hooked;
+} hook_scene;
+
+static int begin_here(void *arg) {
+  atomic_store(&((hook_scene *)arg)->begin_rc, tko_blocking_begin());
+  return 0;
+}
+
+static void submit_from_thread_start(void *user, unsigned index, tko_worker_kind kind) {
+  (void)index;
+  (void)kind;
+  hook_scene *h = user;
+  tko_pool *pool = atomic_exchange(&h->pool, NULL);
+  if (!pool) return;
+  (void)tko_submit(pool, tt_nop_fn, NULL, 0); /* queued: the queue is full */
+  atomic_store(&h->submit_rc, tko_submit(pool, begin_here, h, 0));
+  tt_count_add(&h->hooked, 1);
+}
+
+Test(blocking, a_region_left_open_by_a_task_run_in_a_thread_hook_ends_with_it) {
+  static hook_scene h;
+  memset(&h, 0, sizeof h);
+  atomic_store(&h.begin_rc, 1);
+  atomic_store(&h.submit_rc, 1);
+  tt_count_init(&h.hooked);
+  tko_options o = tko_basic_options(1);
+  o.queue_capacity = 1;
+  o.full_policy = TKO_FULL_CALLER_RUNS;
+  o.hooks.thread_start = submit_from_thread_start;
+  o.hooks.user = &h;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  static tt_pin pin = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(pool, tt_pin_fn, &pin, 0), 0);
+  cr_assert(tt_count_wait_geq(&pin.started, 1));
+  atomic_store(&h.pool, pool);
+  cr_assert_eq(tko_pool_resize(pool, 2, 0), 0);
+  cr_assert(tt_count_wait_geq(&h.hooked, 1), "the new worker's hook never ran");
+  cr_assert_eq(atomic_load(&h.submit_rc), 0);
+  cr_assert_eq(atomic_load(&h.begin_rc), 0, "a worker's thread may give the hint");
+  cr_assert_eq(tf_stats(pool).blocking, 0, "the region outlived the task that began it");
+  tt_gate_open(&pin.gate);
+  cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
+  cr_assert_eq(tf_stats(pool).blocking, 0);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
+/* Keyed tasks of one lane run one after another in their runner, one pool
+ * task: a region the first leaves open ends with it, so the second starts
+ * outside any region - stats count no blocked worker, and its end without
+ * a begin is refused. */
+typedef struct keyed_regions {
+  tko_pool *pool;
+  atomic_int first_begin, second_end;
+  atomic_uint blocking_seen;
+} keyed_regions;
+
+static int keyed_begin_and_return(void *arg) {
+  atomic_store(&((keyed_regions *)arg)->first_begin, tko_blocking_begin());
+  return 0;
+}
+
+static int keyed_look_and_end(void *arg) {
+  keyed_regions *k = arg;
+  atomic_store(&k->blocking_seen, tf_stats(k->pool).blocking);
+  atomic_store(&k->second_end, tko_blocking_end());
+  return 0;
+}
+
+Test(blocking, a_region_left_open_by_a_keyed_task_ends_before_the_next_of_its_lane) {
+  static keyed_regions k;
+  memset(&k, 0, sizeof k);
+  atomic_store(&k.first_begin, 1);
+  atomic_store(&k.second_end, 1);
+  atomic_store(&k.blocking_seen, 99);
+  tko_options o = tko_basic_options(1);
+  cr_assert_eq(tko_pool_create(&k.pool, &o), 0);
+  cr_assert_eq(tko_pool_pause(k.pool), 0); /* both wait in the lane for one runner */
+  cr_assert_eq(tko_submit_keyed(k.pool, 3, keyed_begin_and_return, &k, 0), 0);
+  cr_assert_eq(tko_submit_keyed(k.pool, 3, keyed_look_and_end, &k, 0), 0);
+  cr_assert_eq(tko_pool_resume(k.pool), 0);
+  cr_assert_eq(tko_pool_wait_idle(k.pool, -1), 0);
+  cr_assert_eq(atomic_load(&k.first_begin), 0);
+  cr_assert_eq(atomic_load(&k.blocking_seen), 0, "the first task's region was still counted");
+  cr_assert_eq(atomic_load(&k.second_end), -EPERM, "the next task ended another task's region");
+  cr_assert_eq(tf_stats(k.pool).blocking, 0);
+  cr_assert_eq(tko_pool_destroy(k.pool), 0);
+}

@@ -866,3 +866,42 @@ Test(faults, coalescer_marks_fail_cleanly_at_every_allocation) {
   cr_assert_geq(calls, 6, "the dirty table should grow several times");
   for (long nth = 1; nth <= calls + 1; nth++) coalescer_scenario(nth);
 }
+
+/* A keyed submit whose lane's runner the pool cannot queue (its queue
+ * cannot grow) runs the lane on the submitting thread: that runner was
+ * never queued, so it counts neither as queued nor as done - wait_idle
+ * returns once the tasks ran, and the stats add up. Key 2's lane ran once
+ * before the allocations fail, so it has its ring and is idle again. */
+Test(faults, a_keyed_runner_the_queue_has_no_room_for_leaves_the_counts_balanced) {
+  tfa f;
+  tfa_init(&f);
+  tko_options o = tko_basic_options(1);
+  o.initial_capacity = 16;
+  o.allocator = &f.al;
+  o.hooks.on_cancel = tft_on_cancel;
+  tko_pool *p = NULL;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  static tft_token warm, here, plain[4096];
+  memset(&warm, 0, sizeof warm);
+  memset(&here, 0, sizeof here);
+  memset(plain, 0, sizeof plain);
+  cr_assert_eq(tko_submit_keyed(p, 2, tft_run, &warm, 0), 0);
+  warm.accepted = true;
+  cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0);
+  tt_pin pn = TT_PIN_INIT;
+  cr_assert_eq(tko_submit(p, tt_pin_fn, &pn, 0), 0);
+  cr_assert(tt_count_wait_geq(&pn.started, 1));
+  tfa_fail_from(&f, 1);
+  size_t n = 0;
+  int rc = 0;
+  while (n < 4096 && (rc = tko_submit(p, tft_run, &plain[n], 0)) == 0) plain[n++].accepted = true;
+  cr_assert_eq(rc, -ENOMEM, "the queue never ran out of room (%zu tasks)", n);
+  cr_assert_eq(tko_submit_keyed(p, 2, tft_run, &here, 0), 0);
+  here.accepted = true;
+  cr_assert_eq(atomic_load(&here.runs), 1, "the lane did not run on the submitting thread");
+  tfa_heal(&f);
+  finish_pool(p, &pn, false);
+  cr_assert_eq(tft_first_bad(&warm, 1), -1);
+  cr_assert_eq(tft_first_bad(plain, n), -1);
+  cr_assert_eq(atomic_load(&f.live), 0, "blocks leaked");
+}
