@@ -60,14 +60,20 @@ static int weight_of(size_t i) {
 
 /* A pool with one worker pinned by `pn`, a 16-slot queue, allocator f and
  * the given on_cancel hook (pinned_pool: the one that counts tokens). */
-static tko_pool *pinned_pool_cancelling(tfa *f, tt_pin *pn,
-                                        void (*on_cancel)(void *, const tko_task_info *)) {
+/* One worker, a small queue, every allocation through f. */
+static tko_pool *faulty_pool(tfa *f, void (*on_cancel)(void *, const tko_task_info *)) {
   tko_options o = tko_basic_options(1);
   o.initial_capacity = 16;
   o.allocator = &f->al;
   o.hooks.on_cancel = on_cancel;
   tko_pool *p = NULL;
   cr_assert_eq(tko_pool_create(&p, &o), 0);
+  return p;
+}
+
+static tko_pool *pinned_pool_cancelling(tfa *f, tt_pin *pn,
+                                        void (*on_cancel)(void *, const tko_task_info *)) {
+  tko_pool *p = faulty_pool(f, on_cancel);
   cr_assert_eq(tko_submit(p, tt_pin_fn, pn, 0), 0);
   cr_assert(tt_count_wait_geq(&pn->started, 1));
   return p;
@@ -875,12 +881,7 @@ Test(faults, coalescer_marks_fail_cleanly_at_every_allocation) {
 Test(faults, a_keyed_runner_the_queue_has_no_room_for_leaves_the_counts_balanced) {
   tfa f;
   tfa_init(&f);
-  tko_options o = tko_basic_options(1);
-  o.initial_capacity = 16;
-  o.allocator = &f.al;
-  o.hooks.on_cancel = tft_on_cancel;
-  tko_pool *p = NULL;
-  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  tko_pool *p = faulty_pool(&f, tft_on_cancel);
   static tft_token warm, here, plain[4096];
   memset(&warm, 0, sizeof warm);
   memset(&here, 0, sizeof here);
