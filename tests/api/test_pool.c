@@ -12,6 +12,7 @@
 
 #include "taskorch.h"
 #include "tko_test.h"
+#include "tko_test_feature.h"
 #include "tko_test_sync.h"
 
 static int count_fn(void *arg) {
@@ -562,6 +563,42 @@ Test(pool, no_lost_wakeup_over_a_million_submit_sleep_cycles, .timeout = 300) {
 
 Test(pool, no_lost_wakeup_with_two_workers, .timeout = 300) {
   submit_sleep_cycles(2, 2, 1, TT_SCALE(50000L, 5000L));
+}
+
+/* The same handshake met at its end every time: both workers parked (in
+ * the kernel, as /proc shows), then one submit, which must wake one. The
+ * cycles above meet it only when the submitter is late enough. */
+typedef struct parked_workers {
+  pid_t tid[2];
+  tt_count started;
+} parked_workers;
+
+static parked_workers parked;
+
+static void note_worker(void *user, unsigned index, tko_worker_kind kind) {
+  (void)user;
+  (void)kind;
+  if (index < 2) parked.tid[index] = tf_gettid();
+  tt_count_add(&parked.started, 1);
+}
+
+Test(pool, a_submit_wakes_a_worker_when_every_worker_is_parked) {
+  memset(parked.tid, 0, sizeof parked.tid);
+  tt_count_init(&parked.started);
+  tko_options o = tko_basic_options(2);
+  o.hooks.thread_start = note_worker;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &o), 0);
+  cr_assert(tt_count_wait_geq(&parked.started, 2));
+  atomic_long n = 0;
+  for (long round = 0; round < 5; round++) {
+    for (int w = 0; w < 2; w++)
+      cr_assert(tf_wait_thread_sleeping(parked.tid[w]), "worker %d never parked", w);
+    cr_assert_eq(tko_submit(p, count_fn, &n, 0), 0);
+    cr_assert_eq(tko_pool_wait_idle(p, TT_LONG_MS), 0, "round %ld: the submit woke nobody", round);
+    cr_assert_eq(atomic_load(&n), round + 1);
+  }
+  cr_assert_eq(tko_pool_destroy(p), 0);
 }
 
 /* ---- stats while busy, and no allocation per task ----------------------- */
