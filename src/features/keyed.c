@@ -38,18 +38,18 @@ static void keyed_exited(void *worker) {
 }
 
 int tko__keyed_run(tko_pool *pool, const tko_lane_task *task, uint64_t id, uint64_t enq_ns) {
-  tko__release_room(pool, 1); /* a task holds its room until it starts */
-  tko__item item = {.fn = task->fn, .arg = task->arg, .id = id, .enq_ns = enq_ns,
-                    .weight = task->weight};
   /* A runner's keyed task starts as a task a worker took does (run.c:
    * tko__run_or_cancel): once a CANCEL changed the state it goes to
    * on_cancel instead, so none starts after a thread saw the CANCEL's
    * refusal, though the lanes' own cancel comes later in the shutdown
    * (test keyed/a_running_runner_cancels_the_keyed_tasks_it_takes_once_a_cancel_refuses_submits). */
   if (tko__pool_cancel_began(pool)) {
-    tko__cancel_item(pool, &item);
+    tko__keyed_cancel(pool, task, id, enq_ns);
     return 0;
   }
+  tko__release_room(pool, 1); /* a task holds its room until it starts */
+  tko__item item = {.fn = task->fn, .arg = task->arg, .id = id, .enq_ns = enq_ns,
+                    .weight = task->weight};
   tko__worker *w = counting_slot(pool);
   if (w != &pool->caller) {
     int status;
