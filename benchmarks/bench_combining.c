@@ -345,7 +345,7 @@ int main(int argc, char **argv) {
   bench_opt opts[] = {
       {"writers", BENCH_OPT_LIST, &writers, "1,2,4,8,16,32,64", "1,4", 1, 4096,
        "writer thread counts"},
-      {"updates", BENCH_OPT_LONG, &updates, "80000", "4000", 1, 1e9,
+      {"updates", BENCH_OPT_LONG, &updates, "60000", "4000", 1, 1e9,
        "updates per run, all writers"},
       {"docs", BENCH_OPT_LONG, &docs, "100000", "2000", 10, 1e8, "documents (the seed's 100,000)"},
       {"prepare-ns", BENCH_OPT_DOUBLE, &prepare_ns, "500", NULL, 0, 1e7,
@@ -363,11 +363,11 @@ int main(int argc, char **argv) {
        "lane modes measured beside the global mutex (the ratios' base, always run): "
        "lanes, sharded, wait"},
   };
-  bench *b = bench_init(argc, argv, "bench_combining",
+  bench *b = bench_init_runs(argc, argv, "bench_combining",
                         "TreeDB seed: read-modify-write updates to a shared table with one "
                         "secondary index, global mutex vs keyed lanes with batch apply vs lanes "
                         "sharded by key vs keyed lanes with submit_wait (flat combining).",
-                        opts, sizeof opts / sizeof opts[0]);
+                        opts, sizeof opts / sizeof opts[0], 3);
   bool run_mode[MODES] = {[M_GLOBAL] = true};
   static const char *mode_key[MODES] = {"global", "lanes", "sharded", "wait"};
   for (const char *m = modes; *m;) {

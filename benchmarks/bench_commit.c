@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
   long streams, record_bytes, head_us, workers, sweep_ms;
   const char *dir;
   bench_opt opts[] = {
-      {"records", BENCH_OPT_LIST, &records, "1000,10000", "200", 1, 1e8, "commits per run"},
+      {"records", BENCH_OPT_LIST, &records, "1000,4000", "200", 1, 1e8, "commits per run"},
       {"sync", BENCH_OPT_LIST, &syncs, "0,1", NULL, 0, 1, "fdatasync per commit: 0, 1 or both"},
       {"streams", BENCH_OPT_LONG, &streams, "10", NULL, 1, 1000000, "streams, round-robin"},
       {"record-bytes", BENCH_OPT_LONG, &record_bytes, "256", NULL, 64, 1 << 20, "record size"},
@@ -284,11 +284,11 @@ int main(int argc, char **argv) {
        "where to create the run's scratch directory (a real disk, for fdatasync to mean "
        "anything)"},
   };
-  bench *b = bench_init(argc, argv, "bench_commit",
+  bench *b = bench_init_runs(argc, argv, "bench_commit",
                         "NStore seed: per-commit background head update (inline, thread per "
                         "commit, a spinning thread as the floor, tko_submit per commit, "
                         "coalescer) vs none; commit throughput and overhead.",
-                        opts, sizeof opts / sizeof opts[0]);
+                        opts, sizeof opts / sizeof opts[0], 3);
   bench_config(b, "head write",
                "64-byte pwrite at stream*64, under the stream's lock, only if "
                "newer");

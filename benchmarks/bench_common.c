@@ -225,11 +225,12 @@ static char *opt_value_text(const bench_opt *o) {
 }
 
 static void print_usage(const char *name, const char *summary, const bench_opt *opts,
-                        size_t nopts) {
+                        size_t nopts, long default_runs) {
   printf("usage: %s [options]\n%s\n\noptions:\n", name, summary);
   printf("  --help          this text\n");
   printf("  --smoke         tiny sizes and one run (CI uses it; checks nothing about speed)\n");
-  printf("  --runs N        repetitions of each case; the median is reported (default 5)\n");
+  printf("  --runs N        repetitions of each case; the median is reported (default %ld)\n",
+         default_runs);
   printf("  --json FILE     also write the results as JSON to FILE\n");
   for (size_t i = 0; i < nopts; i++) {
     const bench_opt *o = &opts[i];
@@ -302,6 +303,11 @@ static void add_config(bench_impl *bi, const char *key, char *owned_value) {
 
 bench *bench_init(int argc, char **argv, const char *name, const char *summary, bench_opt *opts,
                   size_t nopts) {
+  return bench_init_runs(argc, argv, name, summary, opts, nopts, 5);
+}
+
+bench *bench_init_runs(int argc, char **argv, const char *name, const char *summary,
+                       bench_opt *opts, size_t nopts, long default_runs) {
   prog_name = name;
   bench_impl *bi = xrealloc(NULL, sizeof *bi);
   memset(bi, 0, sizeof *bi);
@@ -313,12 +319,12 @@ bench *bench_init(int argc, char **argv, const char *name, const char *summary, 
   /* First pass: --help and --smoke decide which defaults apply. */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      print_usage(name, summary, opts, nopts);
+      print_usage(name, summary, opts, nopts, default_runs);
       exit(0);
     }
     if (!strcmp(argv[i], "--smoke")) b->smoke = true;
   }
-  b->runs = b->smoke ? 1 : 5;
+  b->runs = b->smoke ? 1 : default_runs;
   for (size_t k = 0; k < nopts; k++)
     set_opt(&opts[k], b->smoke && opts[k].smoke ? opts[k].smoke : opts[k].def);
 

@@ -61,6 +61,10 @@ typedef struct bench {
  * and the configuration (machine facts, then every option's value). */
 bench *bench_init(int argc, char **argv, const char *name, const char *summary, bench_opt *opts,
                   size_t nopts);
+/* bench_init with another default for --runs: a benchmark whose cases are
+ * long keeps its default run under a minute with fewer repetitions. */
+bench *bench_init_runs(int argc, char **argv, const char *name, const char *summary,
+                       bench_opt *opts, size_t nopts, long default_runs);
 
 /* Adds a configuration line (printed now, and stored for the JSON). */
 void bench_config(bench *b, const char *key, const char *fmt, ...)
