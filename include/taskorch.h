@@ -512,8 +512,8 @@ TKO_API int tko_group_destroy(tko_group *group);
 TKO_API int tko_group_submit(tko_pool *pool, tko_group *group, tko_task_fn fn, void *arg,
                              int weight);
 /** Blocks until every member has finished or been cancelled, or until
- * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT. A
- * pool task that waits, on a group of any pool, runs its own pool's queued
+ * timeout_ms passes (-1 = no limit, 0 = just check): 0 or -ETIMEDOUT
+ * (-EINVAL: NULL group or timeout_ms below -1). A pool task that waits, on a group of any pool, runs its own pool's queued
  * tasks meanwhile, by weight, the group's own members before other tasks
  * of their weight (newest first).
  * @details So waiting from inside a pool cannot deadlock it, two pools whose
@@ -710,7 +710,8 @@ TKO_API void *tko_async_arg(const tko_async *op);
  * async tasks count as running), or until timeout_ms passes (-1 = no
  * limit, 0 = just check).
  * @details -ETIMEDOUT on timeout;
- * -EDEADLK when called from one of this pool's tasks. */
+ * -EDEADLK when called from one of this pool's tasks; -EINVAL for NULL or
+ * timeout_ms below -1. */
 TKO_API int tko_pool_wait_idle(tko_pool *pool, long timeout_ms);
 
 /** Stops the pool: TKO_DRAIN runs every queued task, TKO_CANCEL hands each

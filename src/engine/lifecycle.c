@@ -407,8 +407,11 @@ bool tko__held_may_start(const tko_pool *pool) {
 
 const tko__queue *tko__held_refresh(tko_pool *pool) {
   size_t waiting = pool->held.len > 0;
+  /* Seq_cst, under the lock: pairs with tko__nothing_left's seq_cst load,
+   * by which a closing worker decides to exit (a relaxed store is outside
+   * the single order that load reads from). Stored only on a change. */
   if (tko__load_relaxed(&pool->held_waiting) != waiting)
-    tko__store_relaxed(&pool->held_waiting, waiting); /* under the lock */
+    tko__store_seq(&pool->held_waiting, waiting);
   return waiting && tko__held_may_start(pool) ? &pool->held : NULL;
 }
 
