@@ -231,7 +231,8 @@ typedef struct tko_options {
                                 the mask of the thread that started it (the
                                 pool's creator, or for an elastic worker the
                                 submitting thread). -EINVAL: ncpus 0 with a
-                                list (an empty set), a number out of range, or
+                                list (an empty set), ncpus above 0 with no
+                                list, a number out of range, or
                                 none of the CPUs the creating thread may use;
                                 -ENOTSUP where affinity is not supported (Linux
                                 only for now) */
@@ -451,7 +452,8 @@ TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
  * A batch larger than queue_capacity can never be queued: -EAGAIN, or with
  * CALLER_RUNS it runs on the caller.
  * Shutdown wakes blocked submitters with -ESHUTDOWN. On an unbounded pool
- * tko_submit_timed is tko_submit. */
+ * tko_submit_timed is tko_submit. -EINVAL: timeout_ms below -1, or as
+ * tko_submit. */
 TKO_API int tko_submit_timed(tko_pool *pool, tko_task_fn fn, void *arg, int weight,
                              long timeout_ms);
 
@@ -734,7 +736,8 @@ TKO_API int tko_pool_shutdown(tko_pool *pool, tko_shutdown_mode mode);
 
 /** tko_pool_shutdown with a deadline: waits at most timeout_ms (-1 = no
  * limit, 0 = do not wait) and returns -ETIMEDOUT while something still runs;
- * the pool stays closed and a later call continues.
+ * the pool stays closed and a later call continues. -EINVAL: timeout_ms
+ * below -1, or as tko_pool_shutdown.
  * @details Something still running means tasks, blocked submitters, or
  * attached objects draining. The shutdown
  * stays under way - the pool never reopens - and a later call (either

@@ -7,6 +7,7 @@
  * scenario's defaults and copies over just the given fields, then checks the
  * combination. Every error is one line on stderr naming the problem, with a
  * hint, and exit status 2, before anything is started or written. */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -59,7 +60,7 @@ static const wb_option options[] = {
     {"producers", "N", OPT_UINT, FIELD(producers), 1, WB_MAX_PRODUCERS,
      "threads submitting tasks"},
     {"weights", "LO:HI", OPT_RANGE, FIELD(weights), 0, 0,
-     "task weights, uniform in LO..HI (higher runs first)"},
+     "task weights, uniform in LO..HI (higher runs first); W alone is W:W"},
     {"task-us", "US", OPT_UINT, FIELD(task_us), 0, WB_MAX_WORK_MS * 1000u,
      "CPU work per CPU-bound task, microseconds (varies 0.5x-1.5x)"},
     {"io-ms", "MS", OPT_UINT, FIELD(io_ms), 0, WB_MAX_WORK_MS,
@@ -74,7 +75,7 @@ static const wb_option options[] = {
     {"tail-ms", "MS", OPT_LONG, FIELD(tail_ms), 0, 600000,
      "idle time after the last task (default: elastic idle + 150 ms)"},
     {"seed", "N", OPT_U64, FIELD(seed), 0, UINT64_MAX,
-     "task mix seed; the same seed gives the same mix"},
+     "task mix seed (decimal, or hex with 0x); the same seed gives the same mix"},
     {"groups", "N", OPT_UINT, FIELD(groups), 1, 1000000,
      "submit in task groups of N and wait for each group"},
     {"handles", "N", OPT_UINT, FIELD(handles), 1, 1000000,
@@ -147,7 +148,8 @@ static int usage_error(const char *fmt, ...) {
   return WB_EXIT_USAGE;
 }
 
-/* Parses an unsigned integer; base 0 allows 0x hex (for seeds). */
+/* Parses an unsigned integer; base 16 allows 0x hex (for seeds), base 10
+ * digits only. */
 static int parse_u64(const wb_option *o, const char *s, int base, uint64_t *out) {
   char q[WB_QUOTE_MAX];
   wb_quote(q, sizeof q, s);
@@ -155,9 +157,12 @@ static int parse_u64(const wb_option *o, const char *s, int base, uint64_t *out)
     return usage_error("--%s must not be negative (got '%s')", o->name, q);
   if (!(s[0] >= '0' && s[0] <= '9'))
     return usage_error("--%s: '%s' is not a number", o->name, q);
+  bool hex = base == 16 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  if (hex && !isxdigit((unsigned char)s[2]))
+    return usage_error("--%s: '%s' is not a number", o->name, q);
   char *end;
   errno = 0;
-  unsigned long long v = strtoull(s, &end, base);
+  unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
   if (*end) return usage_error("--%s: '%s' is not a number", o->name, q);
   if (errno == ERANGE || v > o->max)
     return usage_error("--%s must be at most %" PRIu64 " (got '%s')", o->name, o->max, q);
@@ -195,7 +200,7 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
       *(unsigned *)field = (unsigned)u;
       return 0;
     case OPT_U64:
-      if ((rc = parse_u64(o, v, o->max == UINT64_MAX ? 0 : 10, &u))) return rc;
+      if ((rc = parse_u64(o, v, o->max == UINT64_MAX ? 16 : 10, &u))) return rc;
       *(uint64_t *)field = u;
       return 0;
     case OPT_LONG:
@@ -203,12 +208,14 @@ static int parse_value(const wb_option *o, const char *v, wb_config *user) {
       *(long *)field = (long)u;
       return 0;
     case OPT_PCT: {
-      char *end;
-      double d = strtod(v, &end);
-      if (!*v || *end || !isfinite(d) || !((v[0] >= '0' && v[0] <= '9') || v[0] == '.' ||
-                                           v[0] == '-'))
+      /* Decimal digits with at most one point: strtod alone would take
+       * 0x10, 1e1 and -0 too. */
+      if (v[0] == '-') return usage_error("--%s must not be negative (got '%s')", o->name, q);
+      size_t digits = strspn(v, "0123456789"), point = v[digits] == '.';
+      size_t fraction = strspn(v + digits + point, "0123456789");
+      if (digits + fraction == 0 || v[digits + point + fraction])
         return usage_error("--%s: '%s' is not a number", o->name, q);
-      if (d < 0) return usage_error("--%s must not be negative (got '%s')", o->name, q);
+      double d = strtod(v, NULL);
       if (d > 100) return usage_error("--%s is a percentage, at most 100 (got '%s')", o->name, q);
       *(double *)field = d;
       return 0;
@@ -313,12 +320,32 @@ void wb_cli_usage(FILE *f) {
           "cancelled, the summary covers what ran, no file is written, status 130.\n");
 }
 
-/* The same name, or two names of one existing file. */
-static bool same_file(const char *a, const char *b) {
+static bool same_inode(const char *a, const char *b) {
   struct stat sa, sb;
-  if (!strcmp(a, b)) return true;
   return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
          sa.st_ino == sb.st_ino;
+}
+
+/* The folder part of path ("." for a bare name), into buf; false if too long. */
+static bool folder_of(const char *path, char *buf, size_t len) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return snprintf(buf, len, ".") < (int)len;
+  size_t n = slash == path ? 1 : (size_t)(slash - path); /* "/name": the root */
+  if (n >= len) return false;
+  memcpy(buf, path, n);
+  buf[n] = '\0';
+  return true;
+}
+
+/* The same name, two names of one existing file, or one name in one folder
+ * spelled two ways ("out/a.json", "./out//a.json") for a file that does
+ * not exist yet. */
+static bool same_file(const char *a, const char *b) {
+  if (!strcmp(a, b) || same_inode(a, b)) return true;
+  const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
+  if (strcmp(na ? na + 1 : a, nb ? nb + 1 : b) != 0) return false;
+  char da[PATH_MAX], db[PATH_MAX];
+  return folder_of(a, da, sizeof da) && folder_of(b, db, sizeof db) && same_inode(da, db);
 }
 
 int wb_cli_parse_run(int argc, char **argv, wb_config *cfg) {

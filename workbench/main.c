@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* taskorch-workbench: try pool shapes and loads by hand and see what the
  * scheduler does. Commands: run, list, --help, --version (-V). Exit status:
- * 0 on success, 1 when a run or an output file fails, 2 for bad input,
- * 130 when Ctrl-C stopped the run. */
+ * 0 on success, 1 when a run, an output file or standard output fails, 2
+ * for bad input, 130 when Ctrl-C stopped the run. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +21,9 @@ static int list_scenarios(void) {
   printf("Any option of `run` replaces the scenario's default; see '%s run --help'.\n", WB_PROG);
   return 0;
 }
+
+/* A failed write to standard output already reported as an output's ('-'). */
+static bool stdout_reported;
 
 /* An output file. A regular file (or a new one) is written as a temporary
  * file beside it and renamed over it only when the run finished and the
@@ -88,9 +92,33 @@ static int close_output(output *o, bool keep, int write_rc) {
     free(o->tmp);
   }
   if (!keep || !rc) return 0;
+  if (o->f == stdout) stdout_reported = true;
   char q[WB_QUOTE_MAX];
   fprintf(stderr, "%s: writing '%s' failed\n", WB_PROG, wb_quote(q, sizeof q, o->path));
   return 1;
+}
+
+/* A closed standard descriptor is taken by /dev/null opened read-only, so
+ * no output file opened later gets its number (the summary would go into
+ * it) and a write to a closed standard output still fails, as finish_stdout
+ * reports. */
+static void hold_standard_fds(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    int got = open("/dev/null", O_RDONLY);
+    if (got >= 0 && got != fd) close(got); /* a lower one was closed too: filled first */
+  }
+}
+
+/* A write to standard output that failed (a full disk, a closed pipe with
+ * SIGPIPE ignored, a closed descriptor) is an error: one line, status 1. */
+static int finish_stdout(int status) {
+  errno = 0;
+  if ((fflush(stdout) == 0 && !ferror(stdout)) || stdout_reported) return status;
+  int err = errno;
+  fprintf(stderr, "%s: writing standard output failed%s%s\n", WB_PROG, err ? ": " : "",
+          err ? strerror(err) : "");
+  return status ? status : 1;
 }
 
 static int run_command(int argc, char **argv) {
@@ -142,7 +170,14 @@ static int run_command(int argc, char **argv) {
   return status;
 }
 
+static int command(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  hold_standard_fds();
+  return finish_stdout(command(argc, argv));
+}
+
+static int command(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "%s: missing command (run or list); see '%s --help'\n", WB_PROG, WB_PROG);
     return WB_EXIT_USAGE;

@@ -61,6 +61,7 @@ extern "C" {
 #endif
 
 #define TKO_MAX_COALESCE_INTERVAL_MS 3600000u /**< one hour */
+#define TKO_MAX_COALESCE_KEYS ((size_t)1 << 30) /**< initial_keys limit */
 
 typedef struct tko_coalescer tko_coalescer; /**< opaque */
 
@@ -80,7 +81,8 @@ typedef void (*tko_coalesce_flush_fn)(void *user, const tko_coalesce_entry *entr
 
 /** Options (NULL = defaults; zero fields mean the defaults beside them). */
 typedef struct tko_coalesce_options {
-  size_t initial_keys;            /**< dirty keys held before the table grows; 0 = 64 */
+  size_t initial_keys;            /**< dirty keys held before the table grows; 0 = 64;
+                                     over TKO_MAX_COALESCE_KEYS is -EINVAL */
   int weight;                     /**< weight of the sweep task; default 0 */
   const tko_allocator *allocator; /**< NULL = malloc/realloc/free */
 } tko_coalesce_options;

@@ -96,6 +96,7 @@ extern "C" {
 
 #define TKO_MAX_LANES (1u << 20)  /**< lane table size limit */
 #define TKO_MAX_LANE_DRAIN 65536u /**< max_drain limit */
+#define TKO_MAX_LANE_CAPACITY ((size_t)1 << 30) /**< lane_capacity limit */
 
 typedef struct tko_lanes tko_lanes; /**< opaque */
 
@@ -130,7 +131,8 @@ typedef struct tko_lane_options {
                                      over TKO_MAX_LANES is -EINVAL */
   unsigned max_drain;             /**< tasks a runner takes per visit; 0 = 32; over
                                      TKO_MAX_LANE_DRAIN is -EINVAL */
-  size_t lane_capacity;           /**< ring slots a lane allocates at first use; 0 = 16 */
+  size_t lane_capacity;           /**< ring slots a lane allocates at first use; 0 = 16;
+                                     over TKO_MAX_LANE_CAPACITY is -EINVAL */
   size_t max_queued;              /**< queued tasks per lane before submit fails with
                                      -EAGAIN; 0 = no limit (the ring grows) */
   void *user;                     /**< passed to batch and on_cancel */

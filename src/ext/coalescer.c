@@ -380,7 +380,7 @@ int tko_coalescer_create(tko_coalescer **out, tko_pool *pool, unsigned interval_
   tko_coalesce_options o;
   memset(&o, 0, sizeof o);
   if (opts) o = *opts;
-  if (o.initial_keys > ((size_t)1 << 30)) return -EINVAL;
+  if (o.initial_keys > TKO_MAX_COALESCE_KEYS) return -EINVAL;
   if (!tko__allocator_valid(o.allocator)) return -EINVAL;
   if (!o.initial_keys) o.initial_keys = 64;
   const tko_allocator *a = o.allocator;

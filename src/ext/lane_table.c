@@ -47,7 +47,7 @@ int tko__lanes_create(tko_lanes **out, tko_pool *pool, const tko_lane_options *o
   if (!pool) return -EINVAL;
   tko_lane_options o = opts ? *opts : tko_lane_default_options();
   if (o.lanes > TKO_MAX_LANES || o.max_drain > TKO_MAX_LANE_DRAIN) return -EINVAL;
-  if (o.lane_capacity > ((size_t)1 << 30)) return -EINVAL;
+  if (o.lane_capacity > TKO_MAX_LANE_CAPACITY) return -EINVAL;
   if (!tko__allocator_valid(o.allocator)) return -EINVAL;
   if (!o.lanes) o.lanes = 256;
   if (!o.max_drain) o.max_drain = 32;

@@ -93,7 +93,7 @@ Test(bounds, lane_options_take_each_limit_and_refuse_one_past_it) {
   cr_assert_eq(tko_pool_create(&p, &po), 0);
 
   tko_lane_options o = tko_lane_default_options();
-  o.lane_capacity = (size_t)1 << 30; /* allocated at a lane's first use only */
+  o.lane_capacity = TKO_MAX_LANE_CAPACITY; /* allocated at a lane's first use only */
   o.max_drain = TKO_MAX_LANE_DRAIN;
   o.lanes = 1;
   tko_lanes *l;
@@ -140,7 +140,7 @@ Test(bounds, coalescer_options_take_each_limit_and_refuse_one_past_it) {
   atomic_int flushes = 0;
   tko_coalesce_options o;
   memset(&o, 0, sizeof o);
-  o.initial_keys = ((size_t)1 << 30) + 1;
+  o.initial_keys = TKO_MAX_COALESCE_KEYS + 1;
   tko_coalescer *c = (tko_coalescer *)&o;
   cr_assert_eq(tko_coalescer_create(&c, p, 0, never_flush, &flushes, &o), -EINVAL);
   cr_assert_null(c);

@@ -85,6 +85,9 @@ args)
   expect_usage_error run --scenario demo --io-pct x
   expect_usage_error run --scenario demo --fail-pct -1
   expect_usage_error run --scenario demo --seed x
+  # Percentages are decimal: no hex, exponent or sign.
+  for v in 0x10 1e1 -0 . 1.2.3; do expect_usage_error run --scenario demo --io-pct "$v"; done
+  expect_usage_error run --scenario demo --seed 0x
   expect_usage_error run --scenario demo --quiet=yes
   expect_usage_error run --scenario demo --pool fancy
   expect_usage_error run --scenario cpu --workers 0
@@ -148,6 +151,9 @@ args)
   expect_ok run --scenario cpu $small --weights=-3:-1 --seed 0x2a --workers=2 &&
     grep -q "weights -3..-1\|weight -1" "$tmp/out" || fail "--weights=-3:-1 not applied"
   expect_ok run --scenario cpu $small --workers 2 --thread-name pool || fail "--thread-name pool"
+  # A seed with a leading zero is decimal, not octal: 010 is 10.
+  expect_ok run --scenario cpu $small --workers 2 --seed 010 --json "$tmp/seed.json" &&
+    grep -q '"seed": 10,' "$tmp/seed.json" || fail "--seed 010 is not 10: $(grep -o '"seed": [0-9]*' "$tmp/seed.json")"
   ;;
 json)
   if expect_ok run --scenario mixed $small --json "$tmp/out.json"; then
@@ -457,6 +463,10 @@ outputs)
   expect_usage_error run --scenario cpu --json - --plot -
   expect_usage_error run --scenario cpu --json "$tmp/same" --timeline "$tmp/same"
   grep -q "same file" "$tmp/err" || fail "no 'same file' in: $(cat "$tmp/err")"
+  # A file that does not exist yet, spelled two ways.
+  expect_usage_error run --scenario cpu --json "$tmp/new.json" --plot "$tmp/./new.json"
+  expect_usage_error run --scenario cpu --json "$tmp/new.json" --timeline "$tmp//new.json"
+  [ -e "$tmp/new.json" ] && fail "a refused run wrote $tmp/new.json"
   touch "$tmp/one"
   ln "$tmp/one" "$tmp/two"
   expect_usage_error run --scenario cpu --plot "$tmp/one" --json "$tmp/two"
@@ -469,6 +479,22 @@ outputs)
     grep -q '"scenario": "cpu"' "$tmp/r.json" || fail "the JSON did not replace the old file"
   [ "$(stat -c %a "$tmp/r.json")" = 644 ] || fail "mode $(stat -c %a "$tmp/r.json"), not 644"
   ls "$tmp"/r.json.* >/dev/null 2>&1 && fail "a temporary file was left: $(ls "$tmp")"
+  # Standard output that cannot be written is an error (status 1, one line),
+  # for every command; a closed one does not become an output file's.
+  for cmd in "run --scenario cpu $small --workers 2" list --help --version; do
+    # shellcheck disable=SC2086 # cmd is a list of words
+    "$bin" $cmd >/dev/full 2>"$tmp/err"
+    rc=$?
+    [ $rc = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
+      grep -q "writing standard output failed" "$tmp/err" ||
+      fail "'$cmd' into /dev/full: exit $rc, stderr: $(cat "$tmp/err")"
+  done
+  "$bin" run --scenario cpu $small --workers 2 --json "$tmp/closed.json" >&- 2>"$tmp/err"
+  rc=$?
+  [ $rc = 1 ] && grep -q "writing standard output failed" "$tmp/err" ||
+    fail "a run with standard output closed: exit $rc, stderr: $(cat "$tmp/err")"
+  "$py" -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/closed.json" ||
+    fail "with standard output closed, the JSON file is not JSON"
   # Ctrl-C: the summary of what ran, status 130, existing outputs intact,
   # no temporary file left. Each case waits (bounded, polling /proc) for a
   # state of the run before the signal: THREADS threads alive means, in the
