@@ -60,6 +60,9 @@
  * such a pool room for a runner per busy lane, or more workers than busy
  * lanes.
  *
+ * The pool's before_run and after_run hooks see each runner as one task,
+ * with the library's fn; the lane tasks it runs are the table's (its stats).
+ *
  * Cancellation: the pool only ever sees runners, never lane tasks. If the
  * pool is shut down with TKO_CANCEL while a runner is queued, the pool
  * hands the runner back to its table, which hands that lane's queued tasks
@@ -179,7 +182,9 @@ TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, voi
  * combining. If the key's lane is idle, the calling thread runs it: its own
  * task, then what others appended meanwhile (batch callback included), at
  * most max_drain tasks in all, then hands what remains to a runner in the
- * pool; it counts as one task the pool ran on its caller (stats.caller_runs).
+ * pool (on a full TKO_FULL_REJECT pool, which cannot take that runner, it
+ * drives the lane on until it is empty, as a runner on a worker does);
+ * it counts as one task the pool ran on its caller (stats.caller_runs).
  * If the lane is busy, it sleeps until the lane's runner has run the task.
  * So other threads' tasks of that lane (tko_lanes_submit's too) may run on
  * the calling thread: one that ends its thread (pthread_exit) ends the
@@ -187,7 +192,8 @@ TKO_API int tko_lanes_submit(tko_lanes *lanes, uint64_t key, tko_task_fn fn, voi
  * @details 0 once fn ran (or its batch was passed to the batch callback);
  * -ECANCELED once it was accepted and then handed to on_cancel (which saw fn
  * and arg) instead; other errors as tko_lanes_submit's, with nothing queued.
- * -EDEADLK from a task, batch callback or on_cancel of these lanes; -EBUSY
+ * -EDEADLK from a task, batch callback or on_cancel of these lanes (also
+ * from another table's task run nested in one of them); -EBUSY
  * from a task of the lanes' pool when the lane is busy (a worker may not wait
  * for a runner its pool may still have to run): nothing queued, submit it
  * with tko_lanes_submit instead. An idle lane runs here even on a paused pool;

@@ -186,7 +186,8 @@ bool tko__lanes_drive_withdrawn(tko_lanes *l);
  * pool dropped). */
 bool tko__lane_cancel(tko_lanes *l, lane *ln, bool unschedule);
 
-/* True while this thread runs a task, a batch or on_cancel of l. */
+/* True while this thread runs a task, a batch or on_cancel of l, however
+ * deep other tables' run nested inside it. */
 bool tko__lanes_in_batch(tko_lanes *l);
 /* A submit_wait that found its lane idle and took its runner token runs
  * its task `own` (never queued) and then the lane here, at most `most`

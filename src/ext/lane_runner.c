@@ -110,8 +110,15 @@
 #include "taskorch/lanes.h"
 #include "lane.h"
 
-/* The lane table whose batch is running on this thread (for -EDEADLK). */
-static _Thread_local tko_lanes *current_lanes;
+/* The lane tables whose task, batch or on_cancel this thread is running,
+ * innermost first (for -EDEADLK): a task of one table may call
+ * submit_wait on another, whose task then runs nested on this thread, and
+ * a call on the outer table from there is still a call from its task. */
+typedef struct lanes_frame {
+  tko_lanes *l;
+  struct lanes_frame *outer;
+} lanes_frame;
+static _Thread_local lanes_frame *current_frame;
 /* The lane table this thread is destroying: it drives withdrawn lanes to
  * their end instead of requeueing their runners. */
 static _Thread_local tko_lanes *destroying;
@@ -190,7 +197,8 @@ int tko__lane_submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms,
 /* A visit: the tasks a runner took from its lane's head into scratch (or
  * submit_wait's own task, from its caller's stack), run with no lock held. */
 typedef struct visit {
-  tko_lanes *l, *outer_lanes; /* outer_lanes: current_lanes before it */
+  tko_lanes *l;
+  lanes_frame frame; /* l, and the thread's frames around the visit */
   lane *ln;
   tko_lane_task *tasks; /* the lane's scratch, or the own task */
   lane_meta *metas;     /* beside them: the keyed table's scratch_meta */
@@ -204,7 +212,7 @@ static void run_visit(visit *v) {
   tko_lanes *l = v->l;
   lane *ln = v->ln;
   tko__witness_assert_none_held(); /* the host's code follows */
-  current_lanes = l;
+  current_frame = &v->frame;
   if (l->opts.batch) {
     tko_lane_batch b = {.lane = ln->index, .count = v->n, .tasks = v->tasks};
     v->next = v->n - 1; /* one call runs them all */
@@ -219,7 +227,7 @@ static void run_visit(visit *v) {
       if (v->tasks[v->next].fn(v->tasks[v->next].arg)) v->failed++;
   }
   v->next = v->n;
-  current_lanes = v->outer_lanes;
+  current_frame = v->frame.outer;
 }
 
 /* Under ln->mu: the lane's figures after n of a visit's tasks ran. */
@@ -247,7 +255,7 @@ static size_t visit_once(tko_lanes *l, lane *ln, size_t most) {
     tko__lane_ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
   ln->taken += n;
   tko__mutex_unlock(&ln->mu);
-  visit v = {.l = l, .outer_lanes = current_lanes, .ln = ln, .tasks = ln->scratch,
+  visit v = {.l = l, .frame = {l, current_frame}, .ln = ln, .tasks = ln->scratch,
              .metas = ln->scratch_meta, .n = n, .first = first};
   if (n) {
     /* A cleanup attribute (lane_runner.c is built with -fexceptions): a few
@@ -268,7 +276,7 @@ static size_t visit_once(tko_lanes *l, lane *ln, size_t most) {
  * ring saves a critical section and the waiter's wake-up on every call
  * (bench_combining's wait mode). */
 static void visit_own(tko_lanes *l, lane *ln, tko_lane_task *own) {
-  visit v = {.l = l, .outer_lanes = current_lanes, .ln = ln, .tasks = own, .n = 1, .own = true};
+  visit v = {.l = l, .frame = {l, current_frame}, .ln = ln, .tasks = own, .n = 1, .own = true};
   pthread_cleanup_push(visit_exited, &v);
   run_visit(&v);
   pthread_cleanup_pop(0);
@@ -374,10 +382,10 @@ void tko__lane_cancel_task(tko_lanes *l, const tko_lane_task *t, const lane_meta
   } else if (l->opts.on_cancel) {
     /* As in a batch: waiting on or destroying these lanes from on_cancel
      * would wait for this very call, so it is -EDEADLK. */
-    tko_lanes *saved = current_lanes;
-    current_lanes = l;
+    lanes_frame frame = {l, current_frame};
+    current_frame = &frame;
     l->opts.on_cancel(l->opts.user, t);
-    current_lanes = saved;
+    current_frame = frame.outer;
   }
 }
 
@@ -420,7 +428,7 @@ static void visit_exited(void *arg) {
   visit *v = arg;
   tko_lanes *l = v->l;
   lane *ln = v->ln;
-  current_lanes = v->outer_lanes;
+  current_frame = v->frame.outer;
   size_t ran = v->next + 1, back = v->n - ran;
   tko__mutex_lock(&ln->mu);
   start *st = starting;
@@ -629,10 +637,14 @@ int tko_lanes_pool_cancelled(const tko_task_info *task) {
 /* True when the calling thread runs a task of the pool (the pool's own
  * wait_idle says so with -EDEADLK) or a batch of these lanes. */
 bool tko__lanes_in_own_task(tko_lanes *l) {
-  return current_lanes == l || tko_pool_wait_idle(l->pool, 0) == -EDEADLK;
+  return tko__lanes_in_batch(l) || tko_pool_wait_idle(l->pool, 0) == -EDEADLK;
 }
 
-bool tko__lanes_in_batch(tko_lanes *l) { return current_lanes == l; }
+bool tko__lanes_in_batch(tko_lanes *l) {
+  for (const lanes_frame *f = current_frame; f; f = f->outer)
+    if (f->l == l) return true;
+  return false;
+}
 
 /* Takes this table's queued runners back from the pool and drives their
  * lanes to the end on this thread (each withdrawn runner's token is ours).

@@ -639,6 +639,50 @@ Test(lanes_wait, a_lane_task_or_batch_on_its_own_lanes_gets_edeadlk) {
   finish(b.l, p);
 }
 
+/* A task of table a calls submit_wait on table b's idle lane, so b's task
+ * runs nested on the same thread; from there, a call on a is still a call
+ * from a's task. */
+typedef struct two_tables {
+  tko_lanes *a, *b;
+  where w; /* the inner task on a, when it runs */
+  atomic_int inner_rc, inner_calls;
+} two_tables;
+
+static int inner_on_a(void *arg) {
+  two_tables *t = arg;
+  atomic_store(&t->inner_rc, tko_lanes_submit_wait(t->a, 2, where_fn, &t->w, 0));
+  atomic_fetch_add(&t->inner_calls, 1);
+  return 0;
+}
+
+static int outer_on_a(void *arg) {
+  two_tables *t = arg;
+  cr_assert_eq(tko_lanes_submit_wait(t->b, 7, inner_on_a, t, 0), 0);
+  return 0;
+}
+
+Test(lanes_wait, a_task_of_another_table_nested_in_a_task_of_these_lanes_gets_edeadlk) {
+  tko_pool *p = make_pool(2);
+  two_tables t = {.inner_rc = 1, .inner_calls = 0};
+  cr_assert_eq(tko_lanes_create(&t.a, p, NULL), 0);
+  cr_assert_eq(tko_lanes_create(&t.b, p, NULL), 0);
+  /* a's task on its caller (an idle lane), then on a worker (a runner). */
+  cr_assert_eq(tko_lanes_submit_wait(t.a, 1, outer_on_a, &t, 0), 0);
+  cr_assert_eq(atomic_load(&t.inner_calls), 1);
+  cr_assert_eq(atomic_load(&t.inner_rc), -EDEADLK, "rc %d", atomic_load(&t.inner_rc));
+  atomic_store(&t.inner_rc, 1);
+  cr_assert_eq(tko_lanes_submit(t.a, 1, outer_on_a, &t, 0), 0);
+  cr_assert_eq(tko_lanes_wait_idle(t.a, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&t.inner_calls), 2);
+  cr_assert_eq(atomic_load(&t.inner_rc), -EDEADLK, "rc %d", atomic_load(&t.inner_rc));
+  /* b alone, outside a: its task's call on a is no call from a's task. */
+  cr_assert_eq(tko_lanes_submit_wait(t.b, 7, inner_on_a, &t, 0), 0);
+  cr_assert_eq(atomic_load(&t.inner_rc), 0);
+  cr_assert_eq(atomic_load(&t.w.runs), 1); /* only this last call ran it */
+  cr_assert_eq(tko_lanes_destroy(t.b), 0);
+  finish(t.a, p);
+}
+
 typedef struct from_pool {
   tko_lanes *l;
   where w;
