@@ -1037,3 +1037,43 @@ Test(lanes, a_wait_idle_asleep_when_the_last_task_leaves_is_woken) {
   cr_assert_eq(tko_lanes_destroy(l), 0);
   tko_pool_destroy(p);
 }
+
+/* The pool's run hooks see a lane table's runner, one task with the
+ * library's fn, never the host's lane task (SEMANTICS: hooks). */
+typedef struct hook_seen {
+  atomic_int host_fn, other_fn, after;
+} hook_seen;
+
+static int host_lane_task(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+static void seen_before(void *user, const tko_task_info *t) {
+  hook_seen *s = user;
+  atomic_fetch_add(t->fn == host_lane_task ? &s->host_fn : &s->other_fn, 1);
+}
+
+static void seen_after(void *user, const tko_task_info *t) {
+  (void)t;
+  atomic_fetch_add(&((hook_seen *)user)->after, 1);
+}
+
+Test(lanes, the_pools_run_hooks_see_a_runner_never_the_lane_task) {
+  hook_seen s = {0};
+  tko_options po = tko_basic_options(2);
+  po.hooks.user = &s;
+  po.hooks.before_run = seen_before;
+  po.hooks.after_run = seen_after;
+  tko_pool *p;
+  cr_assert_eq(tko_pool_create(&p, &po), 0);
+  tko_lanes *l;
+  cr_assert_eq(tko_lanes_create(&l, p, NULL), 0);
+  cr_assert_eq(tko_lanes_submit(l, 1, host_lane_task, NULL, 0), 0);
+  cr_assert_eq(tko_lanes_wait_idle(l, TT_LONG_MS), 0);
+  cr_assert_eq(tko_lanes_destroy(l), 0);
+  cr_assert_eq(tko_pool_destroy(p), 0); /* joins the workers: every hook returned */
+  cr_assert_eq(atomic_load(&s.host_fn), 0);
+  cr_assert_eq(atomic_load(&s.other_fn), 1, "runners seen: %d", atomic_load(&s.other_fn));
+  cr_assert_eq(atomic_load(&s.after), 1);
+}
