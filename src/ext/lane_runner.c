@@ -197,8 +197,7 @@ int tko__lane_submit_runner(tko_lanes *l, lane *ln, int weight, long timeout_ms,
 /* A visit: the tasks a runner took from its lane's head into scratch (or
  * submit_wait's own task, from its caller's stack), run with no lock held. */
 typedef struct visit {
-  tko_lanes *l;
-  lanes_frame frame; /* l, and the thread's frames around the visit */
+  lanes_frame frame; /* its table, and the thread's frames around the visit */
   lane *ln;
   tko_lane_task *tasks; /* the lane's scratch, or the own task */
   lane_meta *metas;     /* beside them: the keyed table's scratch_meta */
@@ -209,7 +208,7 @@ typedef struct visit {
 } visit;
 
 static void run_visit(visit *v) {
-  tko_lanes *l = v->l;
+  tko_lanes *l = v->frame.l;
   lane *ln = v->ln;
   tko__witness_assert_none_held(); /* the host's code follows */
   current_frame = &v->frame;
@@ -255,7 +254,7 @@ static size_t visit_once(tko_lanes *l, lane *ln, size_t most) {
     tko__lane_ring_pop(ln, &ln->scratch[i], ln->scratch_meta ? &ln->scratch_meta[i] : NULL);
   ln->taken += n;
   tko__mutex_unlock(&ln->mu);
-  visit v = {.l = l, .frame = {l, current_frame}, .ln = ln, .tasks = ln->scratch,
+  visit v = {.frame = {l, current_frame}, .ln = ln, .tasks = ln->scratch,
              .metas = ln->scratch_meta, .n = n, .first = first};
   if (n) {
     /* A cleanup attribute (lane_runner.c is built with -fexceptions): a few
@@ -276,7 +275,7 @@ static size_t visit_once(tko_lanes *l, lane *ln, size_t most) {
  * ring saves a critical section and the waiter's wake-up on every call
  * (bench_combining's wait mode). */
 static void visit_own(tko_lanes *l, lane *ln, tko_lane_task *own) {
-  visit v = {.l = l, .frame = {l, current_frame}, .ln = ln, .tasks = own, .n = 1, .own = true};
+  visit v = {.frame = {l, current_frame}, .ln = ln, .tasks = own, .n = 1, .own = true};
   pthread_cleanup_push(visit_exited, &v);
   run_visit(&v);
   pthread_cleanup_pop(0);
@@ -426,7 +425,7 @@ bool tko__lane_cancel(tko_lanes *l, lane *ln, bool unschedule) {
 
 static void visit_exited(void *arg) {
   visit *v = arg;
-  tko_lanes *l = v->l;
+  tko_lanes *l = v->frame.l;
   lane *ln = v->ln;
   current_frame = v->frame.outer;
   size_t ran = v->next + 1, back = v->n - ran;
