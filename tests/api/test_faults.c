@@ -58,9 +58,8 @@ static int weight_of(size_t i) {
   }
 }
 
-/* A pool with one worker pinned by `pn`, a 16-slot queue, allocator f and
- * the given on_cancel hook (pinned_pool: the one that counts tokens). */
-/* One worker, a small queue, every allocation through f. */
+/* One worker, a 16-slot queue, every allocation through f, and the given
+ * on_cancel hook. */
 static tko_pool *faulty_pool(tfa *f, void (*on_cancel)(void *, const tko_task_info *)) {
   tko_options o = tko_basic_options(1);
   o.initial_capacity = 16;
@@ -71,6 +70,8 @@ static tko_pool *faulty_pool(tfa *f, void (*on_cancel)(void *, const tko_task_in
   return p;
 }
 
+/* faulty_pool with its worker pinned by `pn` (pinned_pool: the one that
+ * counts tokens). */
 static tko_pool *pinned_pool_cancelling(tfa *f, tt_pin *pn,
                                         void (*on_cancel)(void *, const tko_task_info *)) {
   tko_pool *p = faulty_pool(f, on_cancel);
