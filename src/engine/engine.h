@@ -29,12 +29,23 @@ static inline void tko__leave_pool(tko_pool *prev) { tko__current_pool = prev; }
  * the inbox too) into its queues and refreshes its backlog; caller holds
  * sh's lock. */
 int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh);
+/* The same, taking the copies of a stage made before the lock where they
+ * are current (ring.h: the stage); st may be NULL. */
+int tko__shard_drain_staged(tko_pool *pool, tko__shard *sh, const tko__ring_stage *st);
+/* Fills w's stage from sh's rings without sh's lock, for the drain that
+ * follows, and returns it; NULL (nothing staged) for a NULL w, the caller
+ * slot (threads share it), no submissions waiting, or a trim running
+ * (pool.c waits for w's stage to end before it frees segments). */
+const tko__ring_stage *tko__shard_stage(tko_pool *pool, tko__worker *w, const tko__shard *sh);
+/* Stages for w (as above) and takes sh's lock; returns the stage for the
+ * drain under it. */
+const tko__ring_stage *tko__shard_lock_staged(tko_pool *pool, tko__worker *w, tko__shard *sh);
 /* Whether shard sh may hold work: queued, or submitted to it and not yet
  * drained (relaxed loads: a hint; the take decides under its lock). */
 bool tko__shard_work_hint(tko_pool *pool, const tko__shard *sh);
 /* Drains every shard but except (NULL: every one) whose submissions wait,
- * each under its own lock, one at a time. */
-void tko__shards_sweep(tko_pool *pool, const tko__shard *except);
+ * each under its own lock, one at a time; staged for w (may be NULL). */
+void tko__shards_sweep(tko_pool *pool, tko__worker *w, const tko__shard *except);
 /* The shard w's take tries first: the one with the heaviest top, w's home
  * on a tie (a hint, read lock-free). */
 tko__shard *tko__shard_pick(tko_pool *pool, const tko__worker *w);
@@ -77,6 +88,11 @@ extern void (*_Atomic tko__test_close_window)(tko_pool *pool);
 extern void (*_Atomic tko__test_gate_window)(tko_pool *pool);
 extern void (*_Atomic tko__test_settle_window)(void);
 extern void (*_Atomic tko__test_admit_window)(enum tko__admit_point at);
+/* shard.c: a worker's stage, its flag set and the trims checked, before it
+ * reads a segment; pool.c: a trim that found a worker's stage running and
+ * waits for it (tests/unit/test_ring_stage.c). */
+extern void (*_Atomic tko__test_stage_window)(void);
+extern void (*_Atomic tko__test_trim_waits)(void);
 #endif
 /* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
  * TKO__RUN_HERE (caller-runs: no room taken, never gated) or a negative

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "seam.h"
 #include "mem.h"
 #include "wake.h"
 
@@ -124,6 +125,7 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
   w->home = index == UINT32_MAX ? 0 : place % pool->nshards;
   w->swept_ns = TKO__SWEEP_DUE;
   atomic_init(&w->started, 0);
+  atomic_init(&w->staging, false);
   atomic_init(&w->finished, 0);
   atomic_init(&w->failed, 0);
   atomic_init(&w->handbacks, 0);
@@ -141,6 +143,7 @@ static void free_pool(tko_pool *pool) {
   pool->magic = 0; /* see TKO__POOL_MAGIC */
   for (unsigned i = 0; i < pool->nslots; i++) tko__sleeper_fini(&pool->slots[i].sleeper);
   tko__mem_free(a, pool->slots_raw);
+  tko__mem_free(a, pool->stages_raw);
   for (unsigned i = 0; pool->shards && i < pool->nshards; i++)
     tko__queue_fini(&pool->shards[i].queue);
   tko__mem_free(a, pool->shards_raw);
@@ -235,7 +238,9 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
     /* Each slot's counters on lines of their own (tko__worker). */
     pool->slots = tko__mem_alloc_aligned(a, (size_t)pool->nslots * sizeof *pool->slots,
                                          alignof(tko__worker), &pool->slots_raw);
-    if (!pool->slots) rc = -ENOMEM;
+    /* Not zeroed: a stage's pages are touched only where stages run. */
+    pool->stages_raw = tko__mem_alloc(a, (size_t)pool->nslots * sizeof(tko__ring_stage));
+    if (!pool->slots || !pool->stages_raw) rc = -ENOMEM;
   }
   if (rc) {
     pool->nslots = 0;
@@ -250,6 +255,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
     bool basic = i < pool->elastic_base;
     worker_init(&pool->slots[i], pool, basic ? i : i - pool->elastic_base,
                 basic ? TKO_WORKER_BASIC : TKO_WORKER_ELASTIC);
+    pool->slots[i].stage = (tko__ring_stage *)pool->stages_raw + i;
     if (tko__sleeper_init(&pool->slots[i].sleeper, i)) {
       pool->nslots = i;
       free_pool(pool);
@@ -386,14 +392,28 @@ static void trim_queue(tko_pool *pool, tko__shard *sh, tko__queue *q) {
   tko__mem_array_free(a, slab, bytes);
 }
 
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_trim_waits)(void);
+#endif
+
 void tko__pool_trim(tko_pool *pool) {
   tko__add_seq(&pool->trims, 1);
   for (unsigned i = 0; i < pool->nshards; i++)
     trim_queue(pool, &pool->shards[i], &pool->shards[i].queue);
   trim_queue(pool, &pool->shards[0], &pool->held);
   /* The rings' spares only while nothing is queued, as the slabs: a
-   * backlog will want them again soon. */
-  if (!tko__has_work_hint(pool)) tko__rings_trim(&pool->rings);
+   * backlog will want them again soon. Not while a worker's stage may read
+   * a segment (shard.c: tko__shard_stage; the Dekker pair with trims,
+   * incremented above; acquire, so its reads come before the frees). */
+  if (!tko__has_work_hint(pool)) {
+    for (unsigned i = 0; i < pool->nslots; i++)
+      for (unsigned step = 0; tko__load_seq(&pool->slots[i].staging); step++) {
+        void (*seam)(void) = TKO__SEAM(tko__test_trim_waits);
+        if (seam && step == 0) seam();
+        tko__wait_step(step, 32);
+      }
+    tko__rings_trim(&pool->rings);
+  }
   /* Release: pairs with tko_pool_trim's acquire load, so a host that waited
    * this trim out sees the memory it gave back counted. */
   atomic_fetch_sub_explicit(&pool->trims, 1, memory_order_release);

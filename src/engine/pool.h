@@ -106,6 +106,10 @@ typedef struct tko__worker {
   TKO_CACHE_ALIGNED atomic_uint_fast64_t started;
   atomic_uint_fast64_t finished; /* stored seq_cst once per batch: see take.c */
   atomic_uint_fast64_t failed;
+  atomic_bool staging; /* copying ring slots without a lock (shard.c: tko__shard_stage) */
+  /* Where it copies them, between a stage and the drain that follows it
+   * (never across a task): in pool->stages_raw; NULL in the caller slot. */
+  tko__ring_stage *stage;
   /* Bounded queues (admit.c): room given back by tasks this slot started
    * (owner only), and how much of it was subtracted from room_taken
    * (advanced by CAS, by any thread: a line of its own, so that those
@@ -360,6 +364,7 @@ struct tko_pool {
   unsigned nslots;          /* I */
   tko__worker *slots;       /* I: cache-line aligned inside slots_raw */
   void *slots_raw;
+  void *stages_raw;         /* I: the slots' stages (tko__worker.stage) */
   void *raw; /* I: the pool's own allocation (the pool is aligned inside it) */
 };
 

@@ -56,7 +56,7 @@ static int run_runner(tko_pool *pool, const tko__item *item) {
  * whole drain: the start first moves the submissions into the queues
  * (cheap when there are none), as a take or a look would. */
 static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, uint64_t now) {
-  if (item->id >> 63) tko__shards_sweep(pool, NULL);
+  if (item->id >> 63) tko__shards_sweep(pool, w, NULL);
   for (unsigned i = 0; i < pool->nshards; i++) {
     const tko__shard *sh = &pool->shards[i];
     if (tko__load_relaxed(&sh->top) <= item->weight) continue;

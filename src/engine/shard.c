@@ -29,9 +29,14 @@
  * another shard may see its newer tasks taken before its older ones still
  * in the inbox. */
 #include "engine.h"
+#include "seam.h"
 #include "wake.h"
 
 int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh) {
+  return tko__shard_drain_staged(pool, sh, NULL);
+}
+
+int tko__shard_drain_staged(tko_pool *pool, tko__shard *sh, const tko__ring_stage *st) {
   int rc = 0;
   /* Not past an inbox that could not move everything: a thread whose ring
    * came after a failed claim has older tasks there (ring.c). */
@@ -40,9 +45,46 @@ int tko__shard_drain_locked(tko_pool *pool, tko__shard *sh) {
   /* Held tasks only come through the inbox where there are several
    * shards (submit.c), so other shards' rings never hold one. */
   if (rc == 0)
-    rc = tko__rings_drain(&pool->rings, sh->index, &sh->queue, &pool->held, TKO__CTX_HELD);
+    rc = tko__rings_drain(&pool->rings, sh->index, &sh->queue, &pool->held, TKO__CTX_HELD, st);
   tko__refresh_backlog(pool, sh);
   return rc;
+}
+
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_stage_window)(void);
+#endif
+
+const tko__ring_stage *tko__shard_stage(tko_pool *pool, tko__worker *w, const tko__shard *sh) {
+  tko__ring_stage *st = w ? w->stage : NULL;
+  if (!st || !tko__rings_shard_ready_hint(&pool->rings, sh->index)) return NULL;
+  /* seq_cst, the flag's store and the load of trims: a Dekker pair with
+   * tko__pool_trim's increment of trims and its load of the flag. Either
+   * this stage sees the trim and reads no segment, or the trim sees the
+   * flag and waits for its release store below, after the last read. */
+  tko__store_seq(&w->staging, true);
+  bool trimming = tko__load_seq(&pool->trims);
+  if (!trimming) {
+    void (*seam)(void) = TKO__SEAM(tko__test_stage_window);
+    if (seam) seam();
+    tko__rings_stage(&pool->rings, sh->index, TKO__CTX_HELD, st);
+  }
+  tko__store_release(&w->staging, false);
+  return trimming ? NULL : st;
+}
+
+const tko__ring_stage *tko__shard_lock_staged(tko_pool *pool, tko__worker *w, tko__shard *sh) {
+  const tko__ring_stage *st = tko__shard_stage(pool, w, sh);
+  tko__lock_acquire(&sh->lock);
+  /* A wait for the lock (or a preemption) may have let the producers
+   * publish far more than was copied: copy again, once, with the lock
+   * released, rather than read them under it. */
+  if (w && w->stage &&
+      tko__rings_unstaged(&pool->rings, sh->index, st) > TKO__STAGE_MAX / 4) {
+    tko__unlock(&sh->lock);
+    st = tko__shard_stage(pool, w, sh);
+    tko__lock_acquire(&sh->lock);
+  }
+  return st;
 }
 
 /* Whether submissions wait to be drained into sh (a hint). */
@@ -55,12 +97,11 @@ bool tko__shard_work_hint(tko_pool *pool, const tko__shard *sh) {
   return tko__load_relaxed(&sh->backlog) > 0 || submissions_hint(pool, sh);
 }
 
-void tko__shards_sweep(tko_pool *pool, const tko__shard *except) {
+void tko__shards_sweep(tko_pool *pool, tko__worker *w, const tko__shard *except) {
   for (unsigned i = 0; i < pool->nshards; i++) {
     tko__shard *sh = &pool->shards[i];
     if (sh == except || !submissions_hint(pool, sh)) continue;
-    tko__lock_acquire(&sh->lock);
-    tko__shard_drain_locked(pool, sh);
+    tko__shard_drain_staged(pool, sh, tko__shard_lock_staged(pool, w, sh));
     tko__unlock(&sh->lock);
   }
 }

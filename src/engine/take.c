@@ -64,16 +64,22 @@ size_t tko__withdraw_owned(tko_pool *pool, tko__task_owner *owner, void **args, 
  * that load then sees. While paused nothing is moved: nothing starts, and
  * a paused backlog waits in its submitters' rings, whose size then says
  * what a burst needs (ring.c: seg_take) whatever the workers did. */
-static bool drain_for_take(tko_pool *pool, tko__shard *sh) {
+static bool drain_staged_for_take(tko_pool *pool, tko__shard *sh, const tko__ring_stage *st) {
   if (tko__load_seq(&pool->paused)) return true;
-  tko__shard_drain_locked(pool, sh);
+  tko__shard_drain_staged(pool, sh, st);
   return tko__load_seq(&pool->paused);
 }
 
-/* Takes up to max tasks from shard sh: a share of its backlog. */
-static size_t take_from(tko_pool *pool, tko__shard *sh, tko__item *batch, size_t max) {
-  tko__lock_acquire(&sh->lock);
-  bool paused = drain_for_take(pool, sh);
+static bool drain_for_take(tko_pool *pool, tko__shard *sh) {
+  return drain_staged_for_take(pool, sh, NULL);
+}
+
+/* Takes up to max tasks from shard sh for w: a share of its backlog. It
+ * copies the shard's ring slots before it locks (ring.h: the stage), so
+ * that its drain fetches no slot under the lock. */
+static size_t take_from(tko_pool *pool, tko__worker *w, tko__shard *sh, tko__item *batch,
+                        size_t max) {
+  bool paused = drain_staged_for_take(pool, sh, tko__shard_lock_staged(pool, w, sh));
   size_t len = sh->queue.len, n = 0;
   /* The held queue is read, and its source asked, only where it holds a
    * task: a plain task's take pays one load for it. */
@@ -131,7 +137,7 @@ static tko__shard *pick_for_take(tko_pool *pool, tko__worker *w, bool helping) {
    * (heavier, or its own is empty) does not drain its own, and a heavy
    * task submitted to an idle worker's own shard must not wait out a flood
    * that worker steals from another. */
-  tko__shards_sweep(pool, NULL);
+  tko__shards_sweep(pool, w, NULL);
   return tko__shard_pick(pool, w);
 }
 
@@ -140,15 +146,15 @@ size_t tko__take_batch(tko_pool *pool, tko__worker *w, tko__item *batch, size_t 
                        tko__shard **from, bool helping) {
   if (pool->nshards == 1) {
     *from = &pool->shards[0];
-    return take_from(pool, *from, batch, max);
+    return take_from(pool, w, *from, batch, max);
   }
   tko__shard *pick = pick_for_take(pool, w, helping);
-  size_t n = take_from(pool, pick, batch, max);
+  size_t n = take_from(pool, w, pick, batch, max);
   /* Nothing there: every shard in turn, home first. */
   for (unsigned i = 0; n == 0 && i < pool->nshards; i++) {
     tko__shard *sh = &pool->shards[(w->home + i) % pool->nshards];
     if (sh == pick || !tko__shard_work_hint(pool, sh)) continue;
-    n = take_from(pool, sh, batch, max);
+    n = take_from(pool, w, sh, batch, max);
     pick = sh;
   }
   *from = pick;
@@ -289,7 +295,7 @@ void tko__requeue_taken(tko_pool *pool, tko__worker *w) {
  * innermost batch first; one a shard cannot take back (no memory) stays
  * with this thread. True if the innermost batch went back. */
 static bool hand_back_across_shards(tko_pool *pool, tko__worker *w, const tko__item *than) {
-  tko__shards_sweep(pool, NULL);
+  tko__shards_sweep(pool, w, NULL);
   w->swept_ns = w->clocked_ns;
   /* seq_cst, after the sweep's drains, as drain_for_take's second load:
    * pairs with tko_pool_pause's store (pool.c). */

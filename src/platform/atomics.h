@@ -66,6 +66,13 @@
                                                             memory_order_relaxed, \
                                                             memory_order_relaxed))
 
+/* A record's payload fields (a ring slot's): relaxed, because a reader may
+ * load them while their owner rewrites them (ring.h: the stage, which then
+ * finds its copy stale and drops it); the audit counts the record once,
+ * with TKO__AUDIT_PLAIN, not each field. Plain moves on x86. */
+#define tko__load_payload(p) atomic_load_explicit((p), memory_order_relaxed)
+#define tko__store_payload(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
+
 /* Asks for a cache line in exclusive state ahead of a read-modify-write:
  * reading a line another core wrote and then writing it costs two
  * transfers (shared, then the upgrade); this makes it one. x86's

@@ -52,7 +52,7 @@ static void segs_free(const tko_allocator *alloc, tko__ring_seg *seg) {
 
 /* Every segment: the chain from the drain's, the spares. */
 static void ring_free(tko__ring *r) {
-  segs_free(r->alloc, r->rseg);
+  segs_free(r->alloc, tko__load_relaxed(&r->rseg)); /* relaxed: no other thread is left */
   segs_free(r->alloc, tko__load_relaxed(&r->kept));
   segs_free(r->alloc, tko__load_relaxed(&r->spare));
   tko__mem_free(r->alloc, r->raw);
@@ -74,17 +74,18 @@ static tko__ring *ring_new(tko__rings *rs, unsigned index) {
     return NULL;
   }
   atomic_init(&seg->next, NULL);
-  seg->base = 0;
+  atomic_init(&seg->base, 0);
   atomic_init(&r->tail, rs->closed ? TKO__RING_CLOSED : 0);
   atomic_init(&r->head, 0);
   atomic_init(&r->credits, 0);
   atomic_init(&r->spare, NULL);
   atomic_init(&r->segs, 1);
-  r->wseg = r->rseg = seg;
+  r->wseg = seg;
+  atomic_init(&r->rseg, seg);
   r->waited_in_vain = UINT64_MAX;
   atomic_init(&r->kept, NULL);
   r->alloc = rs->alloc;
-  r->mixed_weights = false;
+  atomic_init(&r->mixed_weights, false);
   r->owner = &cache;
   r->shard = index % rs->shards;
   r->id_base = TKO__RING_ID | (uint64_t)index << TKO__RING_ID_SHIFT;
@@ -194,14 +195,15 @@ static tko__ring_seg *seg_take(tko__ring *r, uint64_t pos) {
 }
 
 tko__ring_seg *tko__ring_seg_grow(tko__ring *r, tko__ring_seg *seg, uint64_t pos) {
-  while (pos - seg->base >= TKO__RING_CAPACITY) {
+  /* Relaxed, base: the owner's own writes (ring.h: tko__ring_seg). */
+  while (pos - tko__load_relaxed(&seg->base) >= TKO__RING_CAPACITY) {
     /* Relaxed: the owner wrote it (a link past the tail, from a write that
      * found no memory further on). */
     tko__ring_seg *next = tko__load_relaxed(&seg->next);
     if (!next) {
       if (!(next = seg_take(r, pos))) return NULL;
       tko__store_relaxed(&next->next, NULL);
-      next->base = seg->base + TKO__RING_CAPACITY;
+      tko__store_relaxed(&next->base, tko__load_relaxed(&seg->base) + TKO__RING_CAPACITY);
       /* Relaxed: the tail's CAS that publishes a position in next orders
        * this store before the drain's acquire load of the tail. */
       tko__store_relaxed(&seg->next, next);
@@ -211,68 +213,98 @@ tko__ring_seg *tko__ring_seg_grow(tko__ring *r, tko__ring_seg *seg, uint64_t pos
   return seg;
 }
 
-/* A published slot as a queue item. */
-static tko__item item_at(const tko__ring *r, const tko__ring_seg *seg, uint64_t pos) {
-  const tko__ring_slot *s = &seg->slots[pos - seg->base];
+/* A published slot, of position pos, as a queue item. */
+static tko__item item_of(const tko__ring *r, const tko__ring_slot *s, uint64_t pos) {
   TKO__AUDIT_PLAIN(LOAD, s);
-  return (tko__item){.fn = s->fn,
-                     .arg = s->arg,
-                     .ctx = s->ctx,
+  return (tko__item){.fn = tko__load_payload(&s->fn),
+                     .arg = tko__load_payload(&s->arg),
+                     .ctx = tko__load_payload(&s->ctx),
                      .id = r->id_base | (pos + 1),
-                     .enq_ns = s->enq_ns,
-                     .weight = s->weight};
+                     .enq_ns = tko__load_payload(&s->enq_ns),
+                     .weight = tko__load_payload(&s->weight)};
 }
 
-/* Fills order with offsets from h grouped by weight (queue.h:
+/* Fills order with offsets into slots[0, n) grouped by weight (queue.h:
  * tko__grouping); false if a held task is among them or they carry too
- * many weights. [h, t) lies in seg. */
-static bool group_by_weight(const tko__ring_seg *seg, uint64_t h, uint64_t t, uintptr_t held_tag,
+ * many weights. */
+static bool group_by_weight(const tko__ring_slot *slots, size_t n, uintptr_t held_tag,
                             uint16_t *order, size_t *groups) {
   tko__grouping g; /* 1 KiB: not zeroed, started */
   tko__grouping_start(&g);
-  for (uint64_t p = h; p != t; p++) {
-    const tko__ring_slot *s = &seg->slots[p - seg->base];
-    if (s->ctx & held_tag || !tko__grouping_add(&g, s->weight)) return false;
+  for (size_t i = 0; i < n; i++) {
+    const tko__ring_slot *s = &slots[i];
+    if (tko__load_payload(&s->ctx) & held_tag ||
+        !tko__grouping_add(&g, tko__load_payload(&s->weight)))
+      return false;
   }
   tko__grouping_order(&g, order);
   *groups = g.groups;
   return true;
 }
 
-/* Moves positions [h, t) of seg into the queues (see ring_drain);
- * returns where it stopped. */
-static uint64_t drain_seg(tko__ring *r, tko__ring_seg *seg, uint64_t h, uint64_t t, tko__queue *q,
-                          tko__queue *hq, uintptr_t held_tag, int *rc) {
+/* Moves positions [h, t), whose slots start at slots, into the queues
+ * (see ring_drain), grouped by weight if `big` (the whole drain is a big
+ * move); returns where it stopped. */
+static uint64_t drain_seg(tko__ring *r, const tko__ring_slot *slots, uint64_t h, uint64_t t,
+                          bool big, tko__queue *q, tko__queue *hq, uintptr_t held_tag, int *rc) {
+  const uint64_t from = h;
   /* If the queue cannot grow, the pushes below stop at the first failure. */
   bool room = tko__queue_reserve(q, (size_t)(t - h)) == 0;
-  bool big = t - h >= TKO__GROUPED_MIN;
-  if (big && room && r->mixed_weights) {
+  /* Relaxed, mixed_weights: the lock holder's (a stage only reads it). */
+  if (big && room && tko__load_relaxed(&r->mixed_weights)) {
     uint16_t order[TKO__GROUPED_MAX];
     size_t groups = 0;
-    if (group_by_weight(seg, h, t, held_tag, order, &groups) && groups > 1 &&
+    if (group_by_weight(slots, (size_t)(t - h), held_tag, order, &groups) && groups > 1 &&
         tko__queue_reserve_buckets(q, groups) == 0) {
       for (uint64_t i = 0; i < t - h; i++) {
-        tko__item item = item_at(r, seg, h + order[i]);
+        tko__item item = item_of(r, &slots[order[i]], h + order[i]);
         (void)tko__queue_push(q, &item); /* cannot fail: items and buckets reserved */
       }
       return t;
     }
-    r->mixed_weights = false; /* one weight, or not groupable: tally again once mixed */
+    /* One weight, or not groupable: tally again once mixed. */
+    tko__store_relaxed(&r->mixed_weights, false);
   }
-  int first_weight = seg->slots[h - seg->base].weight, last_weight = first_weight;
+  int first_weight = tko__load_payload(&slots[0].weight), last_weight = first_weight;
   for (; h != t; h++) {
-    tko__item item = item_at(r, seg, h);
+    tko__item item = item_of(r, &slots[h - from], h);
     *rc = tko__queue_push(item.ctx & held_tag ? hq : q, &item);
     if (*rc) break;
     last_weight = item.weight;
   }
   /* A cheap sign of interleaved weights: the first and last moved differ. */
-  if (big && *rc == 0 && last_weight != first_weight) r->mixed_weights = true;
+  if (big && *rc == 0 && last_weight != first_weight) tko__store_relaxed(&r->mixed_weights, true);
   return h;
 }
 
-/* Moves r's published tasks (tko__rings_drain). */
-static int ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t held_tag) {
+/* Pushes a stage's copies e (items from `items`) of positions from h, the
+ * ring's head: all of them when they are grouped (room reserved first,
+ * or none: grouped copies are not in position order, and the slots still
+ * hold them), else up to a push that fails (*rc). Returns the new head. */
+static uint64_t push_staged(const tko__stage_entry *e, const tko__item *items, uint64_t h,
+                            tko__queue *q, tko__queue *hq, uintptr_t held_tag, int *rc) {
+  if (e->groups) {
+    /* Grouped only without held tasks (stage_copy): all go to q. */
+    if (tko__queue_reserve(q, e->n) || tko__queue_reserve_buckets(q, e->groups)) return h;
+    for (unsigned i = 0; i < e->n; i++) {
+      tko__item item = items[i];
+      (void)tko__queue_push(q, &item); /* cannot fail: items and buckets reserved */
+    }
+    return h + e->n;
+  }
+  for (unsigned i = 0; i < e->n; i++) {
+    tko__item item = items[i];
+    if ((*rc = tko__queue_push(item.ctx & held_tag ? hq : q, &item))) break;
+    h++;
+  }
+  return h;
+}
+
+/* Moves r's published tasks (tko__rings_drain), first st's copies of them
+ * (entries from *k on, which it moves past) as long as each begins at the
+ * head. */
+static int ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t held_tag,
+                      const tko__ring_stage *st, unsigned *k) {
   uint64_t h = tko__load_relaxed(&r->head); /* only the lock holder writes it */
   /* seq_cst: its acquire half pairs with the owner's publish, so its
    * slots and links are written; and in the total order after a take's
@@ -282,32 +314,129 @@ static int ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t hel
   uint64_t t = tko__load_seq(&r->tail) & ~TKO__RING_CLOSED;
   TKO__INVARIANT(t - h < (uint64_t)1 << 62); /* head never passes the tail */
   int rc = 0;
-  while (h != t && rc == 0) {
-    tko__ring_seg *seg = r->rseg;
-    if (h - seg->base == TKO__RING_CAPACITY) {
-      /* Relaxed: ordered by the tail's acquire load above. */
-      r->rseg = tko__load_relaxed(&seg->next);
-      TKO__INVARIANT(r->rseg && r->rseg->base == h);
+  /* Big by the whole drain, whose first part a stage may have copied. */
+  bool big = t - h >= TKO__GROUPED_MIN;
+  for (; st && *k < st->rings && st->at[*k].ring == r; ++*k) {
+    const tko__stage_entry *e = &st->at[*k];
+    if (e->head != h || rc) continue; /* stale (ring.h: the stage), or after a failure */
+    TKO__INVARIANT(e->n <= t - h);
+    h = push_staged(e, &st->item[e->first], h, q, hq, held_tag, &rc);
+  }
+  for (;;) {
+    /* Relaxed, rseg and base: this lock holder's, or ordered by the
+     * tail's acquire load above. */
+    tko__ring_seg *seg = tko__load_relaxed(&r->rseg);
+    uint64_t base = tko__load_relaxed(&seg->base);
+    /* Past its end, with the next segment linked: a position there is
+     * published (h < t), or the copies took h into it, and the segment
+     * goes back to the owner at once, as a drain from the slots does. */
+    if (h - base > TKO__RING_CAPACITY || (h - base == TKO__RING_CAPACITY && h != t)) {
+      tko__ring_seg *next = tko__load_relaxed(&seg->next);
+      TKO__INVARIANT(next && tko__load_relaxed(&next->base) == base + TKO__RING_CAPACITY);
+      /* Relaxed: the head's release store below publishes it to stages. */
+      tko__store_relaxed(&r->rseg, next);
       spare_push(r, seg); /* back to the owner */
       continue;
     }
-    uint64_t end = seg->base + TKO__RING_CAPACITY;
-    h = drain_seg(r, seg, h, t - seg->base < TKO__RING_CAPACITY ? t : end, q, hq, held_tag, &rc);
+    if (h == t || rc) break;
+    uint64_t end = base + TKO__RING_CAPACITY;
+    h = drain_seg(r, &seg->slots[h - base], h, t - base < TKO__RING_CAPACITY ? t : end, big, q,
+                  hq, held_tag, &rc);
   }
   /* Release: pairs with the re-check's seq_cst load (tko__rings_ready_seq),
-   * so the tail it loads next is at least the one this drain moved to. */
+   * so the tail it loads next is at least the one this drain moved to; and
+   * with a stage's acquire load, so the rseg it loads next is the head's
+   * segment or a later one. */
   tko__store_release(&r->head, h);
   return rc;
 }
 
 int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *hq,
-                     uintptr_t held_tag) {
+                     uintptr_t held_tag, const tko__ring_stage *st) {
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
+  unsigned k = 0; /* st's next entry: they follow the rings' order */
   for (unsigned i = shard; i < n; i += rs->shards) {
-    int rc = ring_drain(rs->ring[i], q, hq, held_tag);
+    int rc = ring_drain(rs->ring[i], q, hq, held_tag, st, &k);
     if (rc) return rc;
   }
   return 0;
+}
+
+/* Copies positions [h, h + n) of r, whose slots start at slots, into out:
+ * grouped by weight where a drain would group them (a big move - by the
+ * ring's whole backlog - the ring looking mixed, no held task among
+ * them), else in position order. Returns the groups, 0 for position
+ * order. */
+static unsigned stage_copy(const tko__ring *r, const tko__ring_slot *slots, uint64_t h, size_t n,
+                           bool big, uintptr_t held_tag, tko__item *out) {
+  uint16_t order[TKO__STAGE_MAX];
+  size_t groups = 0;
+  /* Relaxed: a hint (a stale one only groups or not). */
+  if (big && tko__load_relaxed(&r->mixed_weights) &&
+      group_by_weight(slots, n, held_tag, order, &groups) && groups > 1) {
+    for (size_t i = 0; i < n; i++) out[i] = item_of(r, &slots[order[i]], h + order[i]);
+    return (unsigned)groups;
+  }
+  for (size_t i = 0; i < n; i++) out[i] = item_of(r, &slots[i], h + i);
+  return 0;
+}
+
+uint64_t tko__rings_unstaged(tko__rings *rs, unsigned shard, const tko__ring_stage *st) {
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
+  unsigned k = 0; /* st's next entry: they follow the rings' order */
+  uint64_t sum = 0;
+  for (unsigned i = shard; i < n; i += rs->shards) {
+    tko__ring *r = rs->ring[i];
+    /* Relaxed: head is the lock holder's; the tail a hint (the drain
+     * loads it again). */
+    uint64_t h = tko__load_relaxed(&r->head);
+    sum += (tko__load_relaxed(&r->tail) & ~TKO__RING_CLOSED) - h;
+    for (; st && k < st->rings && st->at[k].ring == r; k++)
+      if (st->at[k].head == h) {
+        sum -= st->at[k].n;
+        h += st->at[k].n;
+      }
+  }
+  return sum;
+}
+
+void tko__rings_stage(tko__rings *rs, unsigned shard, uintptr_t held_tag, tko__ring_stage *st) {
+  st->rings = st->items = 0;
+  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
+  for (unsigned i = shard; i < n; i += rs->shards) {
+    tko__ring *r = rs->ring[i];
+    /* Acquire: pairs with ring_drain's release store, so rseg below is
+     * h's segment or a later one. */
+    uint64_t h = tko__load_acquire(&r->head);
+    /* Acquire: pairs with the owner's publish, so the slots below t, and
+     * the links to their segments, are written. Loaded after h: t >= h. */
+    uint64_t t = tko__load_acquire(&r->tail) & ~TKO__RING_CLOSED;
+    bool big = t - h >= TKO__GROUPED_MIN;
+    /* Relaxed, rseg, base and the links: a segment other than h's (a
+     * drain moved on) fails the checks below, and an unmoved head is
+     * checked again under the lock. Every segment a stage reaches stays
+     * allocated while it runs (pool.c: a trim waits for it). */
+    const tko__ring_seg *seg = tko__load_relaxed(&r->rseg);
+    uint64_t base = tko__load_relaxed(&seg->base);
+    /* One entry per segment: grouped copies stay within one. */
+    for (uint64_t p = h; p != t;) {
+      if (st->rings == TKO__STAGE_ENTRIES || st->items == TKO__STAGE_MAX) return;
+      if (p - base >= TKO__RING_CAPACITY) { /* into the next segment, linked before p's publish */
+        if (!(seg = tko__load_relaxed(&seg->next))) break;
+        base = tko__load_relaxed(&seg->base);
+        if (p - base >= TKO__RING_CAPACITY) break; /* a drain moved on meanwhile */
+      }
+      uint64_t stop = t, room = TKO__STAGE_MAX - st->items;
+      if (stop - p > room) stop = p + room;
+      if (stop - base > TKO__RING_CAPACITY) stop = base + TKO__RING_CAPACITY;
+      unsigned first = st->items, m = (unsigned)(stop - p);
+      unsigned groups = stage_copy(r, &seg->slots[p - base], p, m, big, held_tag, &st->item[first]);
+      st->items += m;
+      st->at[st->rings++] =
+          (tko__stage_entry){.ring = r, .head = p, .first = first, .n = m, .groups = groups};
+      p = stop;
+    }
+  }
 }
 
 bool tko__rings_ready_seq(tko__rings *rs) {

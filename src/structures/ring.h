@@ -67,12 +67,14 @@
 #define TKO__RING_ID ((uint64_t)1 << 62)
 #define TKO__RING_ID_SHIFT 52
 
+/* Payload fields (atomics.h: tko__load_payload): a stage may read a slot
+ * while its owner rewrites it. */
 typedef struct tko__ring_slot {
-  tko_task_fn fn;
-  void *arg;
-  uintptr_t ctx;
-  uint64_t enq_ns;
-  int weight;
+  _Atomic(tko_task_fn) fn;
+  _Atomic(void *) arg;
+  atomic_uintptr_t ctx;
+  atomic_uint_fast64_t enq_ns;
+  atomic_int weight;
 } tko__ring_slot;
 
 /* A segment: positions [base, base + TKO__RING_CAPACITY). */
@@ -81,7 +83,9 @@ typedef struct tko__ring_seg {
    * there (the tail's CAS orders it for the drain); while the segment is
    * spare, the next spare. */
   _Atomic(struct tko__ring_seg *) next;
-  uint64_t base;
+  /* Written by the owner as it links the segment; relaxed everywhere: a
+   * stage may read it while the owner relinks the segment. */
+  atomic_uint_fast64_t base;
   void *raw; /* the allocation (the segment is aligned inside it) */
   TKO_CACHE_ALIGNED tko__ring_slot slots[TKO__RING_CAPACITY];
 } tko__ring_seg;
@@ -104,13 +108,14 @@ typedef struct tko__ring {
   TKO_CACHE_ALIGNED _Atomic(tko__ring_seg *) spare;
   _Atomic(tko__ring_seg *) kept;
   atomic_uint segs;       /* segments alive (a gauge) */
-  /* The first position not yet moved, and its segment: the queue lock
-   * holder's. */
+  /* The first position not yet moved, and its segment: written by the
+   * queue lock holder, rseg before head (release), and read by stages. */
   TKO_CACHE_ALIGNED atomic_uint_fast64_t head;
-  tko__ring_seg *rseg;
+  _Atomic(tko__ring_seg *) rseg;
   /* The last big drain looked mixed (queue.h: tko__grouping): the lock
-   * holder's, beside head, which it writes anyway. */
-  bool mixed_weights;
+   * holder's, beside head, which it writes anyway; a stage reads it as a
+   * hint (relaxed). */
+  atomic_bool mixed_weights;
   const void *owner; /* written under the set's mu, read by lookups */
   unsigned shard;    /* I: the pool's shard it drains into (index mod shards) */
   uint64_t id_base;  /* I: TKO__RING_ID | index << TKO__RING_ID_SHIFT */
@@ -148,19 +153,20 @@ tko__ring *tko__rings_mine(tko__rings *rs);
  * lost: linked segments past the tail wait for the next write). */
 tko__ring_seg *tko__ring_seg_grow(tko__ring *r, tko__ring_seg *seg, uint64_t pos);
 static inline tko__ring_seg *tko__ring_seg_for(tko__ring *r, tko__ring_seg *seg, uint64_t pos) {
-  if (pos - seg->base < TKO__RING_CAPACITY) return seg;
+  /* Relaxed: the owner wrote it (tko__ring_seg_grow). */
+  if (pos - tko__load_relaxed(&seg->base) < TKO__RING_CAPACITY) return seg;
   return tko__ring_seg_grow(r, seg, pos);
 }
 
 static inline void tko__ring_write(tko__ring_seg *seg, uint64_t pos, tko_task_fn fn, void *arg,
                                    uintptr_t ctx, int weight, uint64_t enq_ns) {
-  tko__ring_slot *s = &seg->slots[pos - seg->base];
-  TKO__AUDIT_PLAIN(STORE, s); /* the drain fetches it under the queue lock */
-  s->fn = fn;
-  s->arg = arg;
-  s->ctx = ctx;
-  s->weight = weight;
-  s->enq_ns = enq_ns;
+  tko__ring_slot *s = &seg->slots[pos - tko__load_relaxed(&seg->base)]; /* as above */
+  TKO__AUDIT_PLAIN(STORE, s); /* a drain or a stage fetches it */
+  tko__store_payload(&s->fn, fn);
+  tko__store_payload(&s->arg, arg);
+  tko__store_payload(&s->ctx, ctx);
+  tko__store_payload(&s->weight, weight);
+  tko__store_payload(&s->enq_ns, enq_ns);
 }
 
 /* Publishes positions [t, t + n), written before: 0, or -ESHUTDOWN if
@@ -189,12 +195,56 @@ static inline int tko__ring_publish(tko__ring *r, uint64_t t, uint64_t n) {
 void tko__rings_close_claims(tko__rings *rs);
 void tko__rings_close_shard(tko__rings *rs, unsigned shard);
 
+/* The stage: a drain's reads of slots, taken off the queue lock.
+ *
+ * A drain reads every slot it moves under its shard's lock, and those are
+ * lines the slots' owners wrote: the holder fetches them one after another
+ * while every other taker of the shard waits (benchmarks/MODEL.md: the
+ * third gate of the sharing audit). So a worker about to take from a
+ * shard first copies, without the lock, the first published slots of the
+ * shard's rings, up to TKO__STAGE_MAX in all, in runs (entries) of
+ * consecutive positions within one segment. Under the lock, the drain of
+ * a ring takes a run's copies if the ring's head is where the run begins.
+ * That is safe because the head moves only under the lock, and a slot is
+ * rewritten only after a drain moved the head past its whole segment: an
+ * unmoved head means the copied slots still hold what was published
+ * there, and the tail's acquire load ordered those writes before the
+ * copy. A run that does not begin at the head is dropped; its copies may
+ * be torn (the payload atomics make such a read defined). A stage reaches
+ * segments through rseg and the links without the lock, so a trim frees
+ * no segment while a stage may be reading one (pool.c: tko__pool_trim
+ * waits for the workers' stages). */
+#define TKO__STAGE_MAX 256u /* slots: 12 KiB of copies a worker (pool.h: stage) */
+#define TKO__STAGE_ENTRIES 4u /* runs of copies: a ring's segments, or several rings */
+/* Copies of consecutive positions of one ring, within one segment. */
+typedef struct tko__stage_entry {
+  const tko__ring *ring;
+  uint64_t head;     /* the position of its first copy */
+  unsigned first, n; /* its copies: item[first, first + n) */
+  unsigned groups;   /* 0: in position order; else grouped by weight, as a
+                        big drain pushes them (queue.h: tko__grouping) */
+} tko__stage_entry;
+
+typedef struct tko__ring_stage {
+  unsigned rings, items; /* entries of at[] and item[] in use */
+  tko__stage_entry at[TKO__STAGE_ENTRIES]; /* in ring order, a ring's in position order */
+  tko__item item[TKO__STAGE_MAX];
+} tko__ring_stage;
+
+/* Fills st from the rings of shard `shard`, no lock held (see above);
+ * held_tag as tko__rings_drain's. */
+void tko__rings_stage(tko__rings *rs, unsigned shard, uintptr_t held_tag, tko__ring_stage *st);
+/* Under that shard's lock: the published tasks its drain would read from
+ * the slots, st's current copies aside (st may be NULL). */
+uint64_t tko__rings_unstaged(tko__rings *rs, unsigned shard, const tko__ring_stage *st);
+
 /* Moves the published tasks of every ring of shard `shard`, in position
- * order, into q (held ones, tagged by held_tag, into hq). Caller holds
- * that shard's lock. Returns 0, or -ENOMEM if a queue could not grow (the
- * rest stay). */
+ * order, into q (held ones, tagged by held_tag, into hq), taking the
+ * copies of st (or NULL) where they are current. Caller holds that
+ * shard's lock. Returns 0, or -ENOMEM if a queue could not grow (the rest
+ * stay). */
 int tko__rings_drain(tko__rings *rs, unsigned shard, tko__queue *q, tko__queue *hq,
-                     uintptr_t held_tag);
+                     uintptr_t held_tag, const tko__ring_stage *st);
 
 /* Whether any ring holds a published task not yet moved: seq_cst (a
  * worker about to sleep, step (2) of signal.c's essay), or relaxed (a
