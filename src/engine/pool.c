@@ -135,6 +135,15 @@ static void worker_init(tko__worker *w, tko_pool *pool, unsigned index, tko_work
   atomic_init(&w->slot_state, TKO__SLOT_EMPTY);
 }
 
+/* Whether the workers stage ring slots before they lock a queue (ring.h:
+ * the stage): with rings, and only from TKO__STAGE_MIN_QUEUES queues on.
+ * A queue's lock has few takers where there are few queues, so a stage
+ * would shorten waits that seldom happen, and its copy is a cost
+ * (docs/PERFORMANCE.md: probe_flood's mixed floods on two workers). */
+static bool stages(const tko_pool *pool) {
+  return !pool->rings.off && pool->nshards >= TKO__STAGE_MIN_QUEUES;
+}
+
 static void free_pool(tko_pool *pool) {
   const tko_allocator *a = pool->opts.allocator;
   /* The features first, while the pool is whole and still valid (the
@@ -239,8 +248,9 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
     pool->slots = tko__mem_alloc_aligned(a, (size_t)pool->nslots * sizeof *pool->slots,
                                          alignof(tko__worker), &pool->slots_raw);
     /* Not zeroed: a stage's pages are touched only where stages run. */
-    pool->stages_raw = tko__mem_alloc(a, (size_t)pool->nslots * sizeof(tko__ring_stage));
-    if (!pool->slots || !pool->stages_raw) rc = -ENOMEM;
+    if (stages(pool))
+      pool->stages_raw = tko__mem_alloc(a, (size_t)pool->nslots * sizeof(tko__ring_stage));
+    if (!pool->slots || (stages(pool) && !pool->stages_raw)) rc = -ENOMEM;
   }
   if (rc) {
     pool->nslots = 0;
@@ -255,7 +265,7 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
     bool basic = i < pool->elastic_base;
     worker_init(&pool->slots[i], pool, basic ? i : i - pool->elastic_base,
                 basic ? TKO_WORKER_BASIC : TKO_WORKER_ELASTIC);
-    pool->slots[i].stage = (tko__ring_stage *)pool->stages_raw + i;
+    if (pool->stages_raw) pool->slots[i].stage = (tko__ring_stage *)pool->stages_raw + i;
     if (tko__sleeper_init(&pool->slots[i].sleeper, i)) {
       pool->nslots = i;
       free_pool(pool);

@@ -108,7 +108,8 @@ typedef struct tko__worker {
   atomic_uint_fast64_t failed;
   atomic_bool staging; /* copying ring slots without a lock (shard.c: tko__shard_stage) */
   /* Where it copies them, between a stage and the drain that follows it
-   * (never across a task): in pool->stages_raw; NULL in the caller slot. */
+   * (never across a task): in pool->stages_raw; NULL in the caller slot,
+   * and in a pool that does not stage (pool.c: stages). */
   tko__ring_stage *stage;
   /* Bounded queues (admit.c): room given back by tasks this slot started
    * (owner only), and how much of it was subtracted from room_taken

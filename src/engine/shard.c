@@ -75,15 +75,6 @@ const tko__ring_stage *tko__shard_stage(tko_pool *pool, tko__worker *w, const tk
 const tko__ring_stage *tko__shard_lock_staged(tko_pool *pool, tko__worker *w, tko__shard *sh) {
   const tko__ring_stage *st = tko__shard_stage(pool, w, sh);
   tko__lock_acquire(&sh->lock);
-  /* A wait for the lock (or a preemption) may have let the producers
-   * publish far more than was copied: copy again, once, with the lock
-   * released, rather than read them under it. */
-  if (w && w->stage &&
-      tko__rings_unstaged(&pool->rings, sh->index, st) > TKO__STAGE_MAX / 4) {
-    tko__unlock(&sh->lock);
-    st = tko__shard_stage(pool, w, sh);
-    tko__lock_acquire(&sh->lock);
-  }
   return st;
 }
 

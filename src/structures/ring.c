@@ -381,25 +381,6 @@ static unsigned stage_copy(const tko__ring *r, const tko__ring_slot *slots, uint
   return 0;
 }
 
-uint64_t tko__rings_unstaged(tko__rings *rs, unsigned shard, const tko__ring_stage *st) {
-  unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
-  unsigned k = 0; /* st's next entry: they follow the rings' order */
-  uint64_t sum = 0;
-  for (unsigned i = shard; i < n; i += rs->shards) {
-    tko__ring *r = rs->ring[i];
-    /* Relaxed: head is the lock holder's; the tail a hint (the drain
-     * loads it again). */
-    uint64_t h = tko__load_relaxed(&r->head);
-    sum += (tko__load_relaxed(&r->tail) & ~TKO__RING_CLOSED) - h;
-    for (; st && k < st->rings && st->at[k].ring == r; k++)
-      if (st->at[k].head == h) {
-        sum -= st->at[k].n;
-        h += st->at[k].n;
-      }
-  }
-  return sum;
-}
-
 void tko__rings_stage(tko__rings *rs, unsigned shard, uintptr_t held_tag, tko__ring_stage *st) {
   st->rings = st->items = 0;
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */

@@ -215,6 +215,7 @@ void tko__rings_close_shard(tko__rings *rs, unsigned shard);
  * no segment while a stage may be reading one (pool.c: tko__pool_trim
  * waits for the workers' stages). */
 #define TKO__STAGE_MAX 256u /* slots: 12 KiB of copies a worker (pool.h: stage) */
+#define TKO__STAGE_MIN_QUEUES 4u /* pools with fewer queues do not stage (pool.c) */
 #define TKO__STAGE_ENTRIES 4u /* runs of copies: a ring's segments, or several rings */
 /* Copies of consecutive positions of one ring, within one segment. */
 typedef struct tko__stage_entry {
@@ -234,9 +235,6 @@ typedef struct tko__ring_stage {
 /* Fills st from the rings of shard `shard`, no lock held (see above);
  * held_tag as tko__rings_drain's. */
 void tko__rings_stage(tko__rings *rs, unsigned shard, uintptr_t held_tag, tko__ring_stage *st);
-/* Under that shard's lock: the published tasks its drain would read from
- * the slots, st's current copies aside (st may be NULL). */
-uint64_t tko__rings_unstaged(tko__rings *rs, unsigned shard, const tko__ring_stage *st);
 
 /* Moves the published tasks of every ring of shard `shard`, in position
  * order, into q (held ones, tagged by held_tag, into hq), taking the

@@ -195,8 +195,25 @@ Test(ring_stage, grouped_copies_keep_submit_order_within_each_weight) {
 
 /* ---- with a pool: stages and trims ------------------------------------ */
 
+/* A pool whose workers stage: a queue per worker, enough of them
+ * (pool.c: stages). */
+static tko_options staging_options(void) { return tko_basic_options(TKO__STAGE_MIN_QUEUES); }
+
+Test(ring_stage, a_pool_of_few_queues_does_not_stage) {
+  tko_options o = staging_options();
+  o.queues = TKO__STAGE_MIN_QUEUES - 1;
+  tko_pool *pool;
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  for (unsigned i = 0; i < pool->nslots; i++) cr_assert_null(pool->slots[i].stage);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+  o = staging_options();
+  cr_assert_eq(tko_pool_create(&pool, &o), 0);
+  for (unsigned i = 0; i < pool->nslots; i++) cr_assert_not_null(pool->slots[i].stage);
+  cr_assert_eq(tko_pool_destroy(pool), 0);
+}
+
 Test(ring_stage, a_stage_reads_nothing_while_a_trim_runs) {
-  tko_options o = tko_basic_options(2);
+  tko_options o = staging_options();
   tko_pool *pool;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);
   cr_assert_eq(tko_pool_pause(pool), 0); /* the task stays in this thread's ring */
@@ -274,13 +291,16 @@ Test(ring_stage, a_trim_waits_for_a_stage_in_progress_whose_task_was_cancelled) 
   tt_count_init(&parked);
   tt_count_init(&holding);
   tt_count_init(&events);
-  tko_options o = tko_basic_options(2);
+  tko_options o = staging_options();
   o.hooks.on_cancel = count_cancel;
   tko_pool *pool;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);
-  /* One worker held in a task: only the other can take what follows. */
-  cr_assert_eq(tko_submit(pool, hold, NULL, 0), 0);
-  cr_assert(tt_count_wait_geq(&holding, 1));
+  /* Every worker but one held in a task, one after another (a held worker
+   * takes no other): only the last can take what follows. */
+  for (long held = 1; held < (long)o.workers; held++) {
+    cr_assert_eq(tko_submit(pool, hold, NULL, 0), 0);
+    cr_assert(tt_count_wait_geq(&holding, held));
+  }
   atomic_store(&tko__test_stage_window, park_a_stage);
   atomic_store(&tko__test_trim_waits, trim_waits);
   atomic_store(&park_next, true);
