@@ -41,7 +41,8 @@ static void cancel_slot(void *user, const tko_task_info *task) {
 }
 
 static tko_pool *staging_pool(void) {
-  tko_options o = tko_basic_options(WORKERS); /* a queue per worker */
+  tko_options o = tko_basic_options(WORKERS);
+  o.queues = WORKERS; /* a queue per worker, as a build may default to one */
   o.hooks.on_cancel = cancel_slot;
   tko_pool *pool;
   cr_assert_eq(tko_pool_create(&pool, &o), 0);

@@ -201,8 +201,12 @@ Test(ring_stage, grouped_copies_keep_submit_order_within_each_weight) {
 /* ---- with a pool: stages and trims ------------------------------------ */
 
 /* A pool whose workers stage: a queue per worker, enough of them
- * (pool.c: stages). */
-static tko_options staging_options(void) { return tko_basic_options(TKO__STAGE_MIN_QUEUES); }
+ * (pool.c: stages), named, as a build may default to one queue. */
+static tko_options staging_options(void) {
+  tko_options o = tko_basic_options(TKO__STAGE_MIN_QUEUES);
+  o.queues = TKO__STAGE_MIN_QUEUES;
+  return o;
+}
 
 Test(ring_stage, a_pool_of_few_queues_does_not_stage) {
   tko_options o = staging_options();
