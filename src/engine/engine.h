@@ -37,9 +37,6 @@ int tko__shard_drain_staged(tko_pool *pool, tko__shard *sh, const tko__ring_stag
  * slot (threads share it), no submissions waiting, or a trim running
  * (pool.c waits for w's stage to end before it frees segments). */
 const tko__ring_stage *tko__shard_stage(tko_pool *pool, tko__worker *w, const tko__shard *sh);
-/* Stages for w (as above), then takes sh's lock; returns the stage for
- * the drain under it. */
-const tko__ring_stage *tko__shard_lock_staged(tko_pool *pool, tko__worker *w, tko__shard *sh);
 /* Whether shard sh may hold work: queued, or submitted to it and not yet
  * drained (relaxed loads: a hint; the take decides under its lock). */
 bool tko__shard_work_hint(tko_pool *pool, const tko__shard *sh);

@@ -247,10 +247,12 @@ int tko_pool_create(tko_pool **out, const tko_options *opts) {
     /* Each slot's counters on lines of their own (tko__worker). */
     pool->slots = tko__mem_alloc_aligned(a, (size_t)pool->nslots * sizeof *pool->slots,
                                          alignof(tko__worker), &pool->slots_raw);
+    if (!pool->slots) rc = -ENOMEM;
+  }
+  if (rc == 0 && stages(pool)) {
     /* Not zeroed: a stage's pages are touched only where stages run. */
-    if (stages(pool))
-      pool->stages_raw = tko__mem_alloc(a, (size_t)pool->nslots * sizeof(tko__ring_stage));
-    if (!pool->slots || (stages(pool) && !pool->stages_raw)) rc = -ENOMEM;
+    pool->stages_raw = tko__mem_alloc(a, (size_t)pool->nslots * sizeof(tko__ring_stage));
+    if (!pool->stages_raw) rc = -ENOMEM;
   }
   if (rc) {
     pool->nslots = 0;

@@ -72,12 +72,6 @@ const tko__ring_stage *tko__shard_stage(tko_pool *pool, tko__worker *w, const tk
   return trimming ? NULL : st;
 }
 
-const tko__ring_stage *tko__shard_lock_staged(tko_pool *pool, tko__worker *w, tko__shard *sh) {
-  const tko__ring_stage *st = tko__shard_stage(pool, w, sh);
-  tko__lock_acquire(&sh->lock);
-  return st;
-}
-
 /* Whether submissions wait to be drained into sh (a hint). */
 static bool submissions_hint(tko_pool *pool, const tko__shard *sh) {
   return tko__rings_shard_ready_hint(&pool->rings, sh->index) ||
@@ -92,7 +86,9 @@ void tko__shards_sweep(tko_pool *pool, tko__worker *w, const tko__shard *except)
   for (unsigned i = 0; i < pool->nshards; i++) {
     tko__shard *sh = &pool->shards[i];
     if (sh == except || !submissions_hint(pool, sh)) continue;
-    tko__shard_drain_staged(pool, sh, tko__shard_lock_staged(pool, w, sh));
+    const tko__ring_stage *st = tko__shard_stage(pool, w, sh); /* before the lock */
+    tko__lock_acquire(&sh->lock);
+    tko__shard_drain_staged(pool, sh, st);
     tko__unlock(&sh->lock);
   }
 }

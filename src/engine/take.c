@@ -79,7 +79,9 @@ static bool drain_for_take(tko_pool *pool, tko__shard *sh) {
  * that its drain fetches no slot under the lock. */
 static size_t take_from(tko_pool *pool, tko__worker *w, tko__shard *sh, tko__item *batch,
                         size_t max) {
-  bool paused = drain_staged_for_take(pool, sh, tko__shard_lock_staged(pool, w, sh));
+  const tko__ring_stage *st = tko__shard_stage(pool, w, sh); /* before the lock */
+  tko__lock_acquire(&sh->lock);
+  bool paused = drain_staged_for_take(pool, sh, st);
   size_t len = sh->queue.len, n = 0;
   /* The held queue is read, and its source asked, only where it holds a
    * task: a plain task's take pays one load for it. */

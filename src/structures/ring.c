@@ -316,7 +316,7 @@ static int ring_drain(tko__ring *r, tko__queue *q, tko__queue *hq, uintptr_t hel
   int rc = 0;
   /* Big by the whole drain, whose first part a stage may have copied. */
   bool big = t - h >= TKO__GROUPED_MIN;
-  for (; st && *k < st->rings && st->at[*k].ring == r; ++*k) {
+  for (; st && *k < st->entries && st->at[*k].ring == r; ++*k) {
     const tko__stage_entry *e = &st->at[*k];
     if (e->head != h || rc) continue; /* stale (ring.h: the stage), or after a failure */
     TKO__INVARIANT(e->n <= t - h);
@@ -382,7 +382,7 @@ static unsigned stage_copy(const tko__ring *r, const tko__ring_slot *slots, uint
 }
 
 void tko__rings_stage(tko__rings *rs, unsigned shard, uintptr_t held_tag, tko__ring_stage *st) {
-  st->rings = st->items = 0;
+  st->entries = st->items = 0;
   unsigned n = tko__load_acquire(&rs->count); /* pairs with find_or_claim's store */
   for (unsigned i = shard; i < n; i += rs->shards) {
     tko__ring *r = rs->ring[i];
@@ -401,7 +401,7 @@ void tko__rings_stage(tko__rings *rs, unsigned shard, uintptr_t held_tag, tko__r
     uint64_t base = tko__load_relaxed(&seg->base);
     /* One entry per segment: grouped copies stay within one. */
     for (uint64_t p = h; p != t;) {
-      if (st->rings == TKO__STAGE_ENTRIES || st->items == TKO__STAGE_MAX) return;
+      if (st->entries == TKO__STAGE_ENTRIES || st->items == TKO__STAGE_MAX) return;
       if (p - base >= TKO__RING_CAPACITY) { /* into the next segment, linked before p's publish */
         if (!(seg = tko__load_relaxed(&seg->next))) break;
         base = tko__load_relaxed(&seg->base);
@@ -413,7 +413,7 @@ void tko__rings_stage(tko__rings *rs, unsigned shard, uintptr_t held_tag, tko__r
       unsigned first = st->items, m = (unsigned)(stop - p);
       unsigned groups = stage_copy(r, &seg->slots[p - base], p, m, big, held_tag, &st->item[first]);
       st->items += m;
-      st->at[st->rings++] =
+      st->at[st->entries++] =
           (tko__stage_entry){.ring = r, .head = p, .first = first, .n = m, .groups = groups};
       p = stop;
     }

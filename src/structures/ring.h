@@ -227,7 +227,7 @@ typedef struct tko__stage_entry {
 } tko__stage_entry;
 
 typedef struct tko__ring_stage {
-  unsigned rings, items; /* entries of at[] and item[] in use */
+  unsigned entries, items; /* of at[] and item[] in use */
   tko__stage_entry at[TKO__STAGE_ENTRIES]; /* in ring order, a ring's in position order */
   tko__item item[TKO__STAGE_MAX];
 } tko__ring_stage;

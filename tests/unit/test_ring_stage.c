@@ -106,7 +106,7 @@ Test(ring_stage, current_copies_are_moved_once_in_order) {
   bench_init(&b);
   publish(&b, 10, one_weight);
   tko__rings_stage(&b.rs, 0, TKO__CTX_HELD, b.st);
-  cr_assert_eq(b.st->rings, 1);
+  cr_assert_eq(b.st->entries, 1);
   cr_assert_eq(b.st->at[0].n, 10);
   drain(&b, b.st);
   cr_assert_eq(atomic_load(&b.r->head), 10);
@@ -155,7 +155,7 @@ Test(ring_stage, a_stage_across_a_segments_end_copies_one_run_per_segment) {
   expect_run(&b, 0, TKO__RING_CAPACITY - 4);
   publish(&b, 10, one_weight); /* four in the first segment, six in the next */
   tko__rings_stage(&b.rs, 0, TKO__CTX_HELD, b.st);
-  cr_assert_eq(b.st->rings, 2);
+  cr_assert_eq(b.st->entries, 2);
   cr_assert_eq(b.st->at[0].n, 4, "a run of copies crossed its segment's end");
   cr_assert_eq(b.st->at[1].head, TKO__RING_CAPACITY);
   cr_assert_eq(b.st->at[1].n, 6);
@@ -176,7 +176,7 @@ Test(ring_stage, a_head_at_its_segments_end_is_staged_from_the_next) {
   expect_run(&b, 0, TKO__RING_CAPACITY);
   publish(&b, 10, one_weight);
   tko__rings_stage(&b.rs, 0, TKO__CTX_HELD, b.st);
-  cr_assert_eq(b.st->rings, 1);
+  cr_assert_eq(b.st->entries, 1);
   cr_assert_eq(b.st->at[0].head, TKO__RING_CAPACITY);
   cr_assert_eq(b.st->at[0].n, 10);
   drain(&b, b.st); /* all of it staged: the drain reads no slot */
@@ -239,7 +239,7 @@ Test(ring_stage, a_stage_reads_nothing_while_a_trim_runs) {
   atomic_store(&pool->trims, 0);
   const tko__ring_stage *st = tko__shard_stage(pool, &w, sh);
   cr_assert_not_null(st);
-  cr_assert_eq(st->rings, 1);
+  cr_assert_eq(st->entries, 1);
   cr_assert_eq(st->at[0].n, 1);
   cr_assert_eq(atomic_load(&w.staging), false);
   free(w.stage);
