@@ -21,6 +21,10 @@ step "onequeue: the suite on pools of one queue (scripts/flavour.sh)"
 tko_flavour_build onequeue
 tko_flavour_test onequeue
 
+step "release: the suite built Release, with link-time optimisation throughout (scripts/flavour.sh)"
+tko_flavour_build release
+tko_flavour_test release
+
 step "sharing audit: the instrumented build checks itself (benchmarks/MODEL.md)"
 cmake -S . -B build-test-audit -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKO_SHARING_AUDIT=ON -DTKO_WERROR=ON \
   -DTKO_BUILD_WORKBENCH=OFF >/dev/null
