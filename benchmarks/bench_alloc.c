@@ -311,7 +311,13 @@ int main(int argc, char **argv) {
   rc = tko_pool_create(&pool, &o);
   if (rc) bench_die("tko_pool_create: %s", tko_strerror(rc));
   uint64_t rss0 = bench_rss_bytes();
-  long not_retired = 0;
+  /* A retired worker's thread runs its thread_stop hook, then exits; the
+   * C library can give its stack to the next spawn only once it is gone.
+   * Each cycle waits for that too, or a spawn that came first maps a fresh
+   * stack (and callocs its DTV): an allocation the check below would
+   * count against the pool. */
+  unsigned threads = bench_thread_count();
+  long not_retired = 0, not_exited = 0;
   for (long c = 0; c <= cycles; c++) {
     if (c == 1) { /* after the warm-up cycle */
       rss0 = bench_rss_bytes();
@@ -322,6 +328,7 @@ int main(int argc, char **argv) {
         bench_die("tko_submit: %s", tko_strerror(rc));
     tko_pool_wait_idle(pool, -1);
     if (!bench_retire_wait(&watch, pool, 10000 + 10 * idle_ms)) not_retired++;
+    if (threads && !bench_wait_thread_count(threads, 10000)) not_exited++;
   }
   bench_jemalloc_snapshot(&m1);
   uint64_t rss1 = bench_rss_bytes();
@@ -334,6 +341,8 @@ int main(int argc, char **argv) {
              st.elastic_peak);
   bench_check(b, not_retired == 0, "%ld cycles did not see every elastic worker retire",
               not_retired);
+  bench_check(b, not_exited == 0, "%ld cycles did not see every retired worker's thread exit",
+              not_exited);
   /* glibc callocs a new thread's DTV when it maps a fresh stack rather than
    * reusing a cached one: once per new high-water of live threads, at most
    * once per elastic slot. Per spawn or per cycle would be more. */

@@ -146,7 +146,11 @@ uint64_t bench_work_iters(double ns);
  * Returns true if they all slept. This is how a benchmark knows a pool has
  * settled, or that every worker is parked before a wake-up measurement. */
 bool bench_wait_others_asleep(long timeout_ms);
-/* Waits until the process has at most n threads, or timeout_ms passes. */
+/* This process's threads (/proc/self/status), 0 where /proc cannot tell;
+ * allocates nothing. */
+unsigned bench_thread_count(void);
+/* Waits until the process has at most n threads, or timeout_ms passes;
+ * allocates nothing. */
 bool bench_wait_thread_count(unsigned n, long timeout_ms);
 /* Online CPUs. */
 unsigned bench_cpus(void);
