@@ -48,11 +48,15 @@ static int blocking_task(void *arg) {
   return 0;
 }
 
-static void submit_all(tko_pool *pool, long tasks) {
+static void submit_tasks(tko_pool *pool, long tasks) {
   for (long i = 0; i < tasks; i++) {
     int rc = tko_submit(pool, empty_task, NULL, (int)(i & 3));
     if (rc) bench_die("tko_submit: %s", tko_strerror(rc));
   }
+}
+
+static void submit_all(tko_pool *pool, long tasks) {
+  submit_tasks(pool, tasks);
   tko_pool_wait_idle(pool, -1);
 }
 
@@ -60,15 +64,13 @@ static void submit_all(tko_pool *pool, long tasks) {
  * them wait at once - the largest backlog the workload can make - and the
  * submitter's ring, then the queue, grow to hold it. Whether an unpaused
  * run forms a backlog is the machine's timing (the workers keep up, or
- * not): warmed by such a run, a later one that fell behind grew the ring
- * by a segment per 1,024 tasks it had not seen before. */
+ * not), and a ring grows by a segment per 1,024 tasks of backlog it has
+ * not held before: a warm-up the workers kept up with would leave that
+ * growth to a later run. */
 static void warm_up(tko_pool *pool, long tasks) {
   int rc = tko_pool_pause(pool);
   if (rc) bench_die("tko_pool_pause: %s", tko_strerror(rc));
-  for (long i = 0; i < tasks; i++) {
-    rc = tko_submit(pool, empty_task, NULL, (int)(i & 3));
-    if (rc) bench_die("tko_submit: %s", tko_strerror(rc));
-  }
+  submit_tasks(pool, tasks);
   rc = tko_pool_resume(pool);
   if (rc) bench_die("tko_pool_resume: %s", tko_strerror(rc));
   tko_pool_wait_idle(pool, -1);

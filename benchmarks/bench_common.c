@@ -783,9 +783,8 @@ double bench_max(const double *v, size_t n) {
 
 /* Never inlined, and its result goes through an empty asm statement the
  * compiler must assume reads it: a task that drops the result still does
- * the work. Without it, a link-time optimised build (TKO_LTO) saw the
- * work's result unused and deleted the call, and bench_peers' 1 us tasks
- * ran in 84 ns. */
+ * the work, also where link-time optimisation (TKO_LTO) sees the whole
+ * program and would otherwise delete a call whose result is unused. */
 __attribute__((noinline)) uint64_t bench_work(uint64_t iters, uint64_t seed) {
   uint64_t x = seed | 1;
   for (uint64_t i = 0; i < iters; i++) {

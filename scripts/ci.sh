@@ -21,7 +21,7 @@ step "onequeue: the suite on pools of one queue (scripts/flavour.sh)"
 tko_flavour_build onequeue
 tko_flavour_test onequeue
 
-step "release: the suite built Release, with link-time optimisation throughout (scripts/flavour.sh)"
+step "release: the suite built Release, with link-time optimisation (scripts/flavour.sh)"
 tko_flavour_build release
 tko_flavour_test release
 

@@ -6,9 +6,10 @@
 #   onequeue  plain, on pools of one queue: what tko_options.queues = 0
 #             means (TKO_DEFAULT_QUEUES; the default, 0, is a queue per
 #             basic worker; src/engine/shard.c)
-#   release   a Release build with link-time optimisation of every target,
-#             the test library included (TKO_LTO builds the released
-#             libraries so; here the suite checks the inlined code)
+#   release   a Release build with link-time optimisation of every target
+#             but the installed static library, the test library included
+#             (TKO_LTO builds the shared library and the benchmarks so;
+#             here the suite checks the inlined code)
 #   thread    ThreadSanitizer, with the lock-order checker (src/platform/witness.h)
 #   address   AddressSanitizer+UBSan, with the lock-order checker
 
