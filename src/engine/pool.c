@@ -162,6 +162,7 @@ static void free_pool(tko_pool *pool) {
   if (pool->rings.uid) tko__rings_fini(&pool->rings); /* uid: set once initialised */
   tko__mutex_destroy(&pool->spawn_mu);
   pthread_cond_destroy(&pool->spawn_cv);
+  tko__mutex_destroy(&pool->keyed_mu);
   tko__mutex_destroy(&pool->help_mu);
   tko__mutex_destroy(&pool->idle_mu);
   pthread_cond_destroy(&pool->idle_cv);
@@ -177,6 +178,7 @@ static int init_sync(tko_pool *pool) {
   if (pthread_condattr_init(&ca)) return -ENOMEM;
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   int bad =
+      tko__mutex_init(&pool->keyed_mu, TKO__RANK_KEYED) |
       tko__mutex_init(&pool->spawn_mu, TKO__RANK_SPAWN) |
       tko__mutex_init(&pool->idle_mu, TKO__RANK_IDLE_WAIT) |
       pthread_cond_init(&pool->idle_cv, &ca) | tko__mutex_init(&pool->gate_mu, TKO__RANK_GATE) |

@@ -17,7 +17,7 @@
  * with each lock's role, and checks the order in debug and sanitizer
  * builds; every mutex below is a tko__mutex, bound to its rank where
  * pool.c initialises it, and taken through witness.h's wrappers.
- * Outermost first: spawn_mu, the queue lock, help_mu; every other lock
+ * Outermost first: keyed_mu, spawn_mu, the queue lock, help_mu; every other lock
  * (gate_mu, idle_mu, timer_mu, async_mu, a group's mu,
  * the parkers' fallback mutexes) is a leaf. No lock is held while a task,
  * a hook, an attachment's close callback or a phase's close or fini runs; shutdown holds no lock
@@ -333,7 +333,11 @@ struct tko_pool {
    * every submit looks at it (tko__pool_refusing). */
   atomic_int state;
   int creator_nice;  /* I: the creating thread's nice value: every worker's */
-  _Atomic(tko_lanes *) keyed; /* tko_submit_keyed's lane table, made on first use */
+  /* tko_submit_keyed's lane table, made on first use under keyed_mu;
+   * read without it by an acquire load that pairs with the release store
+   * that publishes it (keyed.c: keyed_table). */
+  _Atomic(tko_lanes *) keyed;
+  tko__mutex keyed_mu; /* one thread at a time makes `keyed` */
   /* The ops that made `keyed` (keyed_host.h), which free it at destroy:
    * set by its maker before the release that publishes it. */
   const struct tko__keyed_ops *keyed_ops;

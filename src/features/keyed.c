@@ -94,8 +94,6 @@ static int run_here(tko_pool *pool, const tko__keyed_ops *ops, tko_lanes *l, uin
   return rc;
 }
 
-static tko_lanes *const KEYED_MAKING = (tko_lanes *)&KEYED_MAKING;
-
 static void keyed_free(tko_pool *pool);
 static void keyed_cancel(tko_pool *pool);
 /* The keyed table's phase (lifecycle.h): no close (the table is an
@@ -105,29 +103,27 @@ static const tko__phase keyed_phase = {
     .number = TKO__PHASE_KEYED, .cancel = keyed_cancel, .fini = keyed_free};
 
 /* The pool's keyed table, made with ops->create on first use; NULL (with
- * *rc set) if making it failed. */
+ * *rc set) if making it failed. One thread makes it, under keyed_mu; the
+ * others wait on that mutex and then find it made (or, after a failure,
+ * try again themselves). */
 static tko_lanes *keyed_table(tko_pool *pool, const tko__keyed_ops *ops, int *rc) {
-  for (unsigned spins = 0;; spins++) {
-    /* Acquire: pairs with the release that installs the table below, so
-     * the table is seen initialised. */
-    tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
-    if (l == KEYED_MAKING) { /* another thread is allocating it: a short wait */
-      tko__wait_step(spins, 32);
-      continue;
-    }
-    if (l) return l;
+  /* Acquire: pairs with the release store that publishes the table below,
+   * so the table is seen initialised. */
+  tko_lanes *l = tko__load_acquire(&pool->keyed);
+  if (l) return l;
+  tko__mutex_lock(&pool->keyed_mu);
+  l = tko__load_relaxed(&pool->keyed); /* under keyed_mu, which its store holds */
+  if (!l) {
     *rc = tko__phase_add(pool, &keyed_phase); /* before the table exists */
-    if (*rc) return NULL;
-    tko_lanes *none = NULL;
-    if (!atomic_compare_exchange_strong(&pool->keyed, &none, KEYED_MAKING)) continue;
-    *rc = ops->create(&l, pool, pool->opts.allocator);
-    /* Kept for keyed_free (the phase's fini); published by the release below. */
-    if (!*rc) pool->keyed_ops = ops;
-    /* Release: pairs with the acquire above (NULL again after a failure:
-     * the next keyed submit tries again). */
-    atomic_store_explicit(&pool->keyed, *rc ? NULL : l, memory_order_release);
-    return *rc ? NULL : l;
+    if (!*rc) *rc = ops->create(&l, pool, pool->opts.allocator);
+    if (!*rc) {
+      pool->keyed_ops = ops; /* for keyed_free (the phase's fini) */
+      /* Release: pairs with the acquire loads above and in keyed_cancel. */
+      tko__store_release(&pool->keyed, l);
+    }
   }
+  tko__mutex_unlock(&pool->keyed_mu);
+  return *rc ? NULL : l;
 }
 
 /* The full policy, applied before the lane is locked (a keyed task counts
@@ -163,12 +159,12 @@ int tko__keyed_submit(tko_pool *pool, const tko__keyed_ops *ops, uint64_t key, t
   return rc;
 }
 
-/* The phase's cancel. Acquire: pairs with the release that installs the
+/* The phase's cancel. Acquire: pairs with the release that publishes the
  * table (keyed_table); a table still being made is refused its attach, as
  * the shutdown began. */
 static void keyed_cancel(tko_pool *pool) {
-  tko_lanes *l = atomic_load_explicit(&pool->keyed, memory_order_acquire);
-  if (l && l != KEYED_MAKING) (void)pool->keyed_ops->cancel(l);
+  tko_lanes *l = tko__load_acquire(&pool->keyed);
+  if (l) (void)pool->keyed_ops->cancel(l);
 }
 
 /* The phase's fini (destroy). */

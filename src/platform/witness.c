@@ -27,6 +27,7 @@ static _Thread_local struct {
 
 static const char *const names[TKO__RANK_COUNT] = {
     [TKO__RANK_NONE] = "no lock",
+    [TKO__RANK_KEYED] = "keyed_mu",
     [TKO__RANK_LANE] = "a lane's mu (lane.h)",
     [TKO__RANK_SPAWN] = "spawn_mu",
     [TKO__RANK_QUEUE] = "the queue lock",

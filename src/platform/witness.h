@@ -35,6 +35,10 @@
 /* Outermost first. A lock's role and what it is held across: */
 typedef enum tko__rank {
   TKO__RANK_NONE = 0, /* no lock (a report's "held" when nothing was) */
+  /* pool.h: keyed_mu, the making of the pool's keyed table: held while the
+   * table is made (the host's allocator, the pool's gate_mu), and taken
+   * with no other lock held. */
+  TKO__RANK_KEYED,
   /* lane.h: one lane's mu (its ring and flags). Held while the lane
    * submits its runner to the pool, so it ranks before every engine lock,
    * and while it updates the lanes' pending count (TKO__RANK_LANES_IDLE). */
