@@ -448,7 +448,8 @@ TKO_API int tko_submit(tko_pool *pool, tko_task_fn fn, void *arg, int weight);
  * queue gives -EAGAIN. With TKO_FULL_CALLER_RUNS the task runs at once on
  * the submitting thread (hooks see id 0 and worker UINT32_MAX) and the submit
  * returns 0.
- * A worker of the pool never blocks on its own full queue: it gets -EAGAIN.
+ * A task of the pool never blocks on its own full queue, on a worker or
+ * run on the thread that submitted it: it gets -EAGAIN.
  * A batch larger than queue_capacity can never be queued: -EAGAIN, or with
  * CALLER_RUNS it runs on the caller.
  * Shutdown wakes blocked submitters with -ESHUTDOWN. On an unbounded pool
@@ -879,7 +880,7 @@ extern "C" {
  * runs.
  * Bounded pools: a keyed task holds room in queue_capacity from its submit
  * until it starts, and the full policy applies before its lane is locked:
- * TKO_FULL_BLOCK waits for room (a worker of the pool gets -EAGAIN),
+ * TKO_FULL_BLOCK waits for room (a task of the pool gets -EAGAIN),
  * TKO_FULL_REJECT fails with -EAGAIN, and TKO_FULL_CALLER_RUNS runs the
  * task at once on the submitting thread if its key's lane has nothing
  * queued or running - that task only: tasks others queue on the lane

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "taskorch.h"
+#include "taskorch/lanes.h"
 #include "tko_test.h"
 #include "tko_test_feature.h"
 #include "tko_test_sync.h"
@@ -428,6 +429,35 @@ Test(bounded, a_worker_never_blocks_on_its_own_queue) {
   cr_assert_eq(s.rc_y, -EAGAIN);
   cr_assert_eq(atomic_load(&s.x.ran), 1);
   cr_assert_eq(atomic_load(&s.y.ran), 0);
+  finish(&c, pool);
+}
+
+/* The same holds for a task of the pool run on the thread that submitted
+ * it: an idle lane's task that tko_lanes_submit_wait runs on the caller
+ * gets -EAGAIN from a full TKO_FULL_BLOCK queue, rather than waiting for
+ * room that, with the pool paused, never comes. */
+Test(bounded, a_task_run_on_its_submitter_never_blocks_on_its_own_queue) {
+  qctx c;
+  qctx_init(&c);
+  tko_pool *pool = make_pool(&c, 1, 1, TKO_FULL_BLOCK);
+  cr_assert_eq(tko_pool_pause(pool), 0);
+  tko_lanes *lanes;
+  tko_lane_options lo = tko_lane_default_options();
+  cr_assert_eq(tko_lanes_create(&lanes, pool, &lo), 0);
+  self_submit s;
+  memset(&s, 0, sizeof s);
+  s.c = &c;
+  job_init(&s.x, &c, 0);
+  job_init(&s.y, &c, 0);
+  s.rc_x = s.rc_y = 1;
+  cr_assert_eq(tko_lanes_submit_wait(lanes, 7, self_submit_fn, &s, 0), 0);
+  cr_assert_eq(s.rc_x, 0, "the first submit takes the one place");
+  cr_assert_eq(s.rc_y, -EAGAIN, "the second waited for room or was accepted: %d", s.rc_y);
+  cr_assert_eq(tko_pool_resume(pool), 0);
+  cr_assert_eq(tko_pool_wait_idle(pool, TT_LONG_MS), 0);
+  cr_assert_eq(atomic_load(&s.x.ran), 1);
+  cr_assert_eq(atomic_load(&s.y.ran), 0);
+  cr_assert_eq(tko_lanes_destroy(lanes), 0);
   finish(&c, pool);
 }
 
