@@ -90,6 +90,9 @@ extern void (*_Atomic tko__test_admit_window)(enum tko__admit_point at);
  * waits for it (tests/unit/test_ring_stage.c). */
 extern void (*_Atomic tko__test_stage_window)(void);
 extern void (*_Atomic tko__test_trim_waits)(void);
+/* worker.c: a worker whose task ended its thread, after the task's own
+ * cleanup and before the worker's (tests/unit/test_task_exit.c). */
+extern void (*_Atomic tko__test_task_exited_window)(void);
 #endif
 /* Takes room for k tasks by the given full policy (keyed.c): TKO__ADMITTED,
  * TKO__RUN_HERE (caller-runs: no room taken, never gated) or a negative

@@ -82,6 +82,11 @@
 /* A task a worker runs (run.c: tko__run_or_cancel), on the worker's stack. */
 typedef struct tko__task_frame {
   const tko__item *item;
+  /* The item's kind, read when the task started: once the task ran, its
+   * owner's record (which holds the kind) may be gone - an owner may let
+   * its destroy go on from inside the task, and a task that ends its
+   * thread unwinds through such a step before tko__task_exited runs. */
+  const struct tko__task_kind *kind;
   unsigned blocking_base; /* blocking_depth when the task started */
   struct tko__task_frame *outer;
 } tko__task_frame;

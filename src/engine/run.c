@@ -68,17 +68,21 @@ static void count_late(tko_pool *pool, tko__worker *w, const tko__item *item, ui
   }
 }
 
-static int run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
-  /* A plain task (ctx 0) pays this one test, and a NULL kind at its end. */
-  const tko__task_kind *kind = NULL;
-  if (item->ctx) {
-    kind = tko__item_kind(item);
-    if (kind && kind->internal) return run_runner(pool, item);
+/* The kind of a task about to start: a plain task (ctx 0) pays this one
+ * test, and a NULL kind at its end. */
+static const tko__task_kind *starting_kind(const tko__item *item) {
+  return item->ctx ? tko__item_kind(item) : NULL;
+}
+
+static int run_item(tko_pool *pool, tko__worker *w, const tko__item *item,
+                    const tko__task_kind *kind) {
+  if (kind) {
+    if (kind->internal) return run_runner(pool, item);
     /* A kind that runs its tasks itself (an async task) takes it from here. */
-    if (kind && kind->run) return kind->run(pool, w, item);
+    if (kind->run) return kind->run(pool, w, item);
     /* A kind may have withdrawn its task (a handle's cancel won): it is
      * cancelled here, by whoever met it, exactly as a queued task is. */
-    if (kind && kind->start && !kind->start(item)) {
+    if (kind->start && !kind->start(item)) {
       tko__cancel_item(pool, item);
       return -ECANCELED;
     }
@@ -132,12 +136,13 @@ int tko__run_item(tko_pool *pool, tko__worker *w, const tko__item *item) {
   tko__worker *thread_worker = tko__current_worker;
   unsigned base = thread_worker ? thread_worker->blocking_depth : 0;
   int rc;
+  const tko__task_kind *kind = starting_kind(item);
   if (w != &pool->caller) {
-    rc = run_item(pool, w, item);
+    rc = run_item(pool, w, item, kind);
   } else {
-    tko__task_frame f = {.item = item, .outer = tko__off_worker_task};
+    tko__task_frame f = {.item = item, .kind = kind, .outer = tko__off_worker_task};
     tko__off_worker_task = &f;
-    rc = run_item(pool, w, item);
+    rc = run_item(pool, w, item, kind);
     tko__off_worker_task = f.outer;
   }
   if (thread_worker) blocking_back_to(thread_worker, base);
@@ -205,7 +210,7 @@ void tko__notify_idle(tko_pool *pool) {
  * kind's to finish; its blocking hint ends. */
 void tko__finish_started(tko_pool *pool, tko__worker *w) {
   for (tko__task_frame *f = w->task; f; f = f->outer) {
-    const tko__task_kind *kind = tko__item_kind(f->item);
+    const tko__task_kind *kind = f->kind; /* never the owner's record: see the frame */
     if (kind && kind->run) continue;
     if (kind && kind->internal) { /* a keyed lane's runner: not a task */
       tko__add_seq(&pool->runners_done, 1);
@@ -226,6 +231,7 @@ void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
   /* A bounded queue counts a task until it starts (or is cancelled), not
    * until a worker takes it: taken tasks still wait. */
   tko__give_room(pool, w, tko__item_room(item));
+  const tko__task_kind *kind = starting_kind(item);
   void (*seam)(tko_pool *, void *) = TKO__SEAM(tko__test_start_window); /* 0 outside tests */
   if (seam) seam(pool, item->arg);
   /* Tasks this worker had taken are cancelled rather than run once a
@@ -237,7 +243,6 @@ void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
     /* What the take gave the task goes back first (an async task's
      * in-flight slot), so that no snapshot taken once the cancel counts
      * shows the idle pool with an async task in flight. */
-    const tko__task_kind *kind = item->ctx ? tko__item_kind(item) : NULL;
     if (kind && kind->dropped) kind->dropped(pool, item);
     tko__cancel_item(pool, item);
     return;
@@ -247,7 +252,8 @@ void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
    * region), tko_blocking_end refuses to go below it, and a task that
    * returns inside its own region ends it here (blocking_back_to). The
    * frame is owner-only and on this stack: plain stores, no shared line. */
-  tko__task_frame frame = {item, w->blocking_depth, w->task};
+  tko__task_frame frame = {.item = item, .kind = kind, .blocking_base = w->blocking_depth,
+                           .outer = w->task};
   w->task = &frame;
   /* A task that ends this thread (pthread_exit) unwinds through here:
    * run.c is built with -fexceptions, so this is a cleanup attribute
@@ -255,7 +261,7 @@ void tko__run_or_cancel(tko_pool *pool, tko__worker *w, const tko__item *item) {
    * every outer frame - batches taken, tasks waiting in a helping wait -
    * still intact above it. */
   pthread_cleanup_push(tko__task_exited, w);
-  run_item(pool, w, item);
+  run_item(pool, w, item, kind);
   pthread_cleanup_pop(0);
   w->task = frame.outer;
   blocking_back_to(w, frame.blocking_base);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "engine.h"
+#include "seam.h"
 #include "wake.h"
 
 /* ---- a task that ends its thread ------------------------------------
@@ -60,10 +61,16 @@ static void retire_elastic(tko_pool *pool, tko__worker *w) {
   tko__add_seq(&pool->elastic_retired, 1); /* seq_cst: see tko__elastic_started */
 }
 
+#ifdef TKO_TEST_SEAMS
+void (*_Atomic tko__test_task_exited_window)(void);
+#endif
+
 void tko__task_exited(void *arg) {
   tko__worker *w = arg;
   if (w->exiting) return; /* an inner task's frame did it all */
   w->exiting = true;
+  void (*seam)(void) = TKO__SEAM(tko__test_task_exited_window);
+  if (seam) seam();
   tko_pool *pool = w->pool;
   const tko_hooks *h = &pool->opts.hooks;
   tko__finish_started(pool, w);
