@@ -406,6 +406,14 @@ typedef struct self_submit {
   int rc_x, rc_y;
 } self_submit;
 
+static void self_submit_init(self_submit *s, qctx *c) {
+  memset(s, 0, sizeof *s);
+  s->c = c;
+  job_init(&s->x, c, 0);
+  job_init(&s->y, c, 0);
+  s->rc_x = s->rc_y = 1;
+}
+
 static int self_submit_fn(void *arg) {
   self_submit *s = arg;
   s->rc_x = tko_submit(s->c->pool, job_fn, &s->x, 0);
@@ -418,11 +426,7 @@ Test(bounded, a_worker_never_blocks_on_its_own_queue) {
   qctx_init(&c);
   tko_pool *pool = make_pool(&c, 1, 1, TKO_FULL_BLOCK);
   self_submit s;
-  memset(&s, 0, sizeof s);
-  s.c = &c;
-  job_init(&s.x, &c, 0);
-  job_init(&s.y, &c, 0);
-  s.rc_x = s.rc_y = 1;
+  self_submit_init(&s, &c);
   cr_assert_eq(tko_submit(pool, self_submit_fn, &s, 0), 0);
   cr_assert_eq(tko_pool_wait_idle(pool, -1), 0);
   cr_assert_eq(s.rc_x, 0);
@@ -445,11 +449,7 @@ Test(bounded, a_task_run_on_its_submitter_never_blocks_on_its_own_queue) {
   tko_lane_options lo = tko_lane_default_options();
   cr_assert_eq(tko_lanes_create(&lanes, pool, &lo), 0);
   self_submit s;
-  memset(&s, 0, sizeof s);
-  s.c = &c;
-  job_init(&s.x, &c, 0);
-  job_init(&s.y, &c, 0);
-  s.rc_x = s.rc_y = 1;
+  self_submit_init(&s, &c);
   cr_assert_eq(tko_lanes_submit_wait(lanes, 7, self_submit_fn, &s, 0), 0);
   cr_assert_eq(s.rc_x, 0, "the first submit takes the one place");
   cr_assert_eq(s.rc_y, -EAGAIN, "the second waited for room or was accepted: %d", s.rc_y);
